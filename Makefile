@@ -1,0 +1,34 @@
+# Two entry points: `make run` (set up + train the embedded testbed) and `make test` (set up + tests).
+# torch is pinned in the same pip command as everything else so pip takes the local CPU wheel
+# instead of resolving a multi-GB CUDA build.
+PYTHON ?= python3
+VENV := .venv
+TORCH ?= torch==2.13.0
+EXTRAS ?= test
+
+.PHONY: setup run test test-all bench clean
+
+$(VENV)/.installed-$(EXTRAS): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q "$(TORCH)" -e ".[$(EXTRAS)]"
+	@bash scripts/install-sandbox.sh
+	@touch $@
+
+setup: $(VENV)/.installed-$(EXTRAS)
+
+run: setup
+	$(VENV)/bin/rolecast train
+
+test: setup
+	$(VENV)/bin/python -m pytest -q -m "not slow"
+
+test-all: setup
+	$(VENV)/bin/python -m pytest -q
+
+bench:
+	$(MAKE) setup EXTRAS=test,bench
+	$(VENV)/bin/python bench/grpo_vs_trl.py
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

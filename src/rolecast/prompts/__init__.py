@@ -1,0 +1,79 @@
+"""Role prompt templates as data files, one YAML file per task family (testbed, math, code).
+
+Each top-level key is a prompt name (``solve``, ``refine``, ``evaluate``, ``aggregate``,
+``orchestrate``, ``work``, ``synthesize``). Its value maps chat roles (``system``, ``user``) to Jinja
+templates. A workflow asks for a prompt by name; a user overrides any entry with their own YAML file
+(``task.prompts`` in the config), which is merged over the shipped one.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import yaml
+
+PROMPT_DIR = Path(__file__).parent
+CHAT_ROLES = ("system", "user")
+_ENV = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=False, autoescape=False)
+
+
+def families() -> list[str]:
+    return sorted(p.stem for p in PROMPT_DIR.glob("*.yaml"))
+
+
+def _load_yaml(path: Path) -> dict[str, dict[str, str]]:
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ValueError(f"{path}: not valid YAML: {e}") from e
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a mapping of prompt names to templates")
+    for name, entry in data.items():
+        if not isinstance(entry, dict) or not entry:
+            raise ValueError(f"{path}: prompt {name!r} must map chat roles to templates")
+        bad = set(entry) - set(CHAT_ROLES)
+        if bad:
+            raise ValueError(f"{path}: prompt {name!r} has unknown chat role(s) {sorted(bad)}; allowed: {CHAT_ROLES}")
+        if "user" not in entry:
+            raise ValueError(f"{path}: prompt {name!r} needs a 'user' template")
+    return data
+
+
+@lru_cache(maxsize=None)
+def _compiled(family: str, override: str | None) -> dict[str, dict[str, jinja2.Template]]:
+    path = PROMPT_DIR / f"{family}.yaml"
+    if not path.exists():
+        raise ValueError(f"no prompt family {family!r}; shipped families: {families()}")
+    entries = _load_yaml(path)
+    if override:
+        entries = {**entries, **_load_yaml(Path(override))}
+    return {name: {role: _ENV.from_string(str(t)) for role, t in entry.items()} for name, entry in entries.items()}
+
+
+class PromptBook:
+    """The prompts of one task family, optionally overridden by a user file."""
+
+    def __init__(self, family: str, override: str | Path | None = None):
+        self.family = family
+        self._templates = _compiled(family, str(override) if override else None)
+
+    def names(self) -> set[str]:
+        return set(self._templates)
+
+    def has(self, name: str) -> bool:
+        return name in self._templates
+
+    def render(self, name: str, **variables: Any) -> list[dict[str, str]]:
+        """Chat messages for prompt `name`, ready for the tokenizer's chat template."""
+        if name not in self._templates:
+            raise KeyError(f"prompt family {self.family!r} has no prompt {name!r}; it has {sorted(self._templates)}")
+        try:
+            return [
+                {"role": role, "content": tmpl.render(**variables).strip()}
+                for role, tmpl in sorted(self._templates[name].items(), key=lambda kv: CHAT_ROLES.index(kv[0]))
+            ]
+        except jinja2.UndefinedError as e:
+            raise KeyError(f"prompt {self.family}/{name}: {e.message}") from e

@@ -1,0 +1,55 @@
+"""What a task is: a source of problems, the variables its prompts need, and a verifier."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+
+@dataclass(frozen=True)
+class Problem:
+    id: str
+    text: str  # the problem statement as the prompts show it ({{ problem }})
+    answer: Any  # ground truth: an answer string (math) or tests (code)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Score:
+    reward: float  # in [0, 1]; 1 = correct
+    answer: str | None = None  # what was extracted from the text, for logs and agreement metrics
+    reason: str | None = None  # why it scored 0 when that is not plain wrongness (no answer, timeout, ...)
+
+
+class Task:
+    """Base class: subclasses set `name`, `family` (which prompt file) and implement the three methods."""
+
+    name: str = "task"
+    family: str = "math"  # prompt family, see rolecast.prompts
+
+    def problems(self, split: str) -> Sequence[Problem]:
+        """All problems of a split ("train" or "test"), in a deterministic order."""
+        raise NotImplementedError
+
+    def extract_answer(self, text: str) -> str | None:
+        """The final answer a completion states, or None."""
+        raise NotImplementedError
+
+    def score(self, problem: Problem, text: str | None) -> Score:
+        raise NotImplementedError
+
+    def score_many(self, problems: Sequence[Problem], texts: Sequence[str | None]) -> list[Score]:
+        """Score a batch; tasks with expensive verifiers (the code sandbox) override this to run in parallel."""
+        return [self.score(p, t) for p, t in zip(problems, texts)]
+
+
+TaskFactory = Callable[..., Task]
+TASKS: dict[str, TaskFactory] = {}
+
+
+def register_task(name: str) -> Callable[[TaskFactory], TaskFactory]:
+    def deco(factory: TaskFactory) -> TaskFactory:
+        TASKS[name] = factory
+        return factory
+
+    return deco
