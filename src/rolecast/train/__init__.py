@@ -1,0 +1,1 @@
+"""Training math: advantage estimators, policy losses, LR schedules and atomic checkpoints."""

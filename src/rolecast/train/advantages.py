@@ -1,0 +1,95 @@
+"""Group-relative advantage estimators over flat reward tensors.
+
+Every estimator maps `rewards [n]` and `group_ids [n]` (any long labels; rows with equal labels form one
+GRPO group) to `advantages [n]`, vectorised over groups with `index_add_` so a step with thousands of
+turns costs a handful of tensor ops. Register new estimators with `@register_advantage("name")`.
+
+Conventions (deliberate; tests pin them):
+- `grpo`: (r - mean) / (std + eps) with the *unbiased* std (Bessel, n-1), as `torch.std` computes it by
+  default and as verl's `compute_grpo_outcome_advantage` uses it.
+- A group of size 1 has no baseline to compare against, so every estimator gives it advantage 0.
+  (verl instead sets mean=0, std=1 for singletons, i.e. advantage = r; we prefer no signal over an
+  unbaselined one.)
+- All-equal groups give exactly 0 (no learning signal), never NaN.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Hashable
+
+import torch
+
+from rolecast.episode import Turn
+
+AdvantageFn = Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor]
+ADVANTAGES: dict[str, AdvantageFn] = {}
+
+
+def register_advantage(name: str) -> Callable[[AdvantageFn], AdvantageFn]:
+    def deco(fn: AdvantageFn) -> AdvantageFn:
+        if name in ADVANTAGES:
+            raise ValueError(f"advantage estimator {name!r} already registered")
+        ADVANTAGES[name] = fn
+        return fn
+
+    return deco
+
+
+def _group_stats(rewards: torch.Tensor, group_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-row (group index, group size, group sum), computed in float64 so large groups stay exact."""
+    _, inv = torch.unique(group_ids, return_inverse=True)
+    n_groups = int(inv.max()) + 1 if inv.numel() else 0
+    r = rewards.double()
+    counts = torch.zeros(n_groups, dtype=torch.float64, device=r.device).index_add_(0, inv, torch.ones_like(r))
+    sums = torch.zeros(n_groups, dtype=torch.float64, device=r.device).index_add_(0, inv, r)
+    return inv, counts, sums
+
+
+@register_advantage("grpo")
+def grpo(rewards: torch.Tensor, group_ids: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    inv, counts, sums = _group_stats(rewards, group_ids)
+    r = rewards.double()
+    centred = r - (sums / counts)[inv]
+    sq = torch.zeros_like(counts).index_add_(0, inv, centred * centred)
+    std = (sq / (counts - 1).clamp(min=1)).sqrt()  # unbiased; singleton clamp avoids 0/0
+    adv = centred / (std[inv] + eps)
+    return torch.where(counts[inv] > 1, adv, torch.zeros_like(adv)).to(rewards.dtype)
+
+
+@register_advantage("dr_grpo")
+def dr_grpo(rewards: torch.Tensor, group_ids: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """Dr. GRPO: mean baseline without std scaling (which over-weights near-uniform groups)."""
+    inv, counts, sums = _group_stats(rewards, group_ids)
+    return (rewards.double() - (sums / counts)[inv]).to(rewards.dtype)  # singleton: r - r = 0
+
+
+@register_advantage("rloo")
+def rloo(rewards: torch.Tensor, group_ids: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """Leave-one-out baseline: r_i - mean of the other members, an unbiased baseline for each sample."""
+    inv, counts, sums = _group_stats(rewards, group_ids)
+    r = rewards.double()
+    n = counts[inv]
+    adv = r - (sums[inv] - r) / (n - 1).clamp(min=1)
+    return torch.where(n > 1, adv, torch.zeros_like(adv)).to(rewards.dtype)
+
+
+def compute_advantages(name: str, rewards: torch.Tensor, group_ids: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    if name not in ADVANTAGES:
+        raise ValueError(f"unknown advantage estimator {name!r}; known: {sorted(ADVANTAGES)}")
+    if rewards.shape != group_ids.shape or rewards.dim() != 1:
+        raise ValueError(f"rewards {tuple(rewards.shape)} and group_ids {tuple(group_ids.shape)} must be equal 1-D shapes")
+    if not rewards.is_floating_point():
+        raise TypeError(f"rewards must be floating point, got {rewards.dtype}")
+    if rewards.numel() == 0:
+        return rewards.clone()
+    return ADVANTAGES[name](rewards, group_ids.long(), eps)
+
+
+def episode_turn_advantages(groups: dict[Hashable, list[Turn]], name: str = "grpo", eps: float = 1e-6) -> None:
+    """Set `turn.advantage` from `turn.reward` within each group, in one vectorised call."""
+    turns = [t for group in groups.values() for t in group]
+    group_ids = [g for g, group in enumerate(groups.values()) for _ in group]
+    rewards = torch.tensor([t.reward for t in turns], dtype=torch.float64)
+    adv = compute_advantages(name, rewards, torch.tensor(group_ids, dtype=torch.long), eps)
+    for t, a in zip(turns, adv.tolist()):
+        t.advantage = a
