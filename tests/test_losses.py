@@ -1,0 +1,155 @@
+"""Loss functions against hand-computed values, and micro-batch == full-batch accumulation."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from rolecast.train.losses import (
+    aggregate,
+    clipped_surrogate,
+    entropy_from_logits,
+    k3_kl,
+    normalisers,
+    token_logprobs,
+)
+
+D = torch.float64
+
+# Hand example, clip range [1 - 0.2, 1 + 0.28] = [0.8, 1.28]; loss = max(-A*r, -A*clip(r)):
+#   r=1.5, A=+1: -1.5 vs -1.28 -> -1.28 (clipped active)     r=1.5, A=-1: 1.5 vs 1.28 -> 1.5  (unclipped)
+#   r=0.5, A=+1: -0.5 vs -0.8  -> -0.5  (unclipped)          r=0.5, A=-1: 0.5 vs 0.8  -> 0.8  (clipped active)
+#   r=1.1, A=+2: inside range  -> -2.2                       r=1.2, A=-.5: inside     -> 0.6
+# plus one masked token (r=3, A=1) and one pad. token-mean = (-1.28+1.5-0.5+0.8-2.2+0.6)/6 = -1.08/6 = -0.18
+RATIOS = torch.tensor([[1.5, 1.5, 0.5, 3.0], [0.5, 1.1, 1.2, 1.0]], dtype=D)
+ADV = torch.tensor([[1.0, -1.0, 1.0, 1.0], [-1.0, 2.0, -0.5, 0.0]], dtype=D)
+MASK = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 0]], dtype=D)
+
+
+def test_clipped_surrogate_hand_example() -> None:
+    logp = RATIOS.log().requires_grad_()
+    loss, stats = clipped_surrogate(logp, torch.zeros_like(logp), ADV, MASK, clip_low=0.2, clip_high=0.28)
+    assert loss.item() == pytest.approx(-0.18, abs=1e-12)
+    assert stats["clip_fraction"] == pytest.approx(2 / 6)
+    assert stats["ratio_mean"] == pytest.approx((1.5 + 1.5 + 0.5 + 0.5 + 1.1 + 1.2) / 6)
+    k1 = -(2 * math.log(1.5) + 2 * math.log(0.5) + math.log(1.1) + math.log(1.2)) / 6
+    assert stats["approx_kl"] == pytest.approx(k1)
+    # d loss / d logp = -A * r / 6 on unclipped tokens, 0 where the clipped branch is active or masked
+    loss.backward()
+    want = torch.tensor([[0.0, 1.5, -0.5, 0.0], [0.0, -2.2, 0.6, 0.0]], dtype=D) / 6
+    torch.testing.assert_close(logp.grad, want)
+
+
+def test_symmetric_clip_changes_which_tokens_clip() -> None:
+    # With clip_high=0.2 the r=1.5/A=+1 token clips at 1.2 instead of 1.28: -1.2 instead of -1.28.
+    loss, _ = clipped_surrogate(RATIOS.log(), torch.zeros(2, 4, dtype=D), ADV, MASK, clip_low=0.2, clip_high=0.2)
+    assert loss.item() == pytest.approx((-1.2 + 1.5 - 0.5 + 0.8 - 2.2 + 0.6) / 6)
+
+
+def test_sequence_level_advantages_broadcast() -> None:
+    ratios = torch.tensor([[1.5, 0.5], [1.5, 0.5]], dtype=D)
+    adv = torch.tensor([1.0, -1.0], dtype=D)  # row 0: -1.28, -0.5; row 1: 1.5, 0.8
+    loss, stats = clipped_surrogate(ratios.log(), torch.zeros(2, 2, dtype=D), adv, torch.ones(2, 2, dtype=D))
+    assert loss.item() == pytest.approx((-1.28 - 0.5 + 1.5 + 0.8) / 4)
+    assert stats["clip_fraction"] == pytest.approx(0.5)
+
+
+def test_k3_hand_values() -> None:
+    logp = torch.tensor([0.0, 0.0, math.log(2), -1.0], dtype=D)
+    ref = torch.tensor([0.0, math.log(2), 0.0, -1.0], dtype=D)
+    want = [0.0, 2 - math.log(2) - 1, 0.5 + math.log(2) - 1, 0.0]  # exp(d) - d - 1, d = ref - logp
+    torch.testing.assert_close(k3_kl(logp, ref), torch.tensor(want, dtype=D))
+
+
+def test_kl_term_added_to_loss() -> None:
+    ref = torch.zeros(2, 4, dtype=D)  # d = -log r; k3 = 1/r + log r - 1
+    logp = RATIOS.log()
+    loss, stats = clipped_surrogate(logp, torch.zeros_like(logp), ADV, MASK, ref_logp=ref, kl_coef=0.1)
+    k3 = [1 / r + math.log(r) - 1 for r in (1.5, 1.5, 0.5, 0.5, 1.1, 1.2)]
+    assert stats["kl"] == pytest.approx(sum(k3) / 6)
+    assert loss.item() == pytest.approx(-0.18 + 0.1 * sum(k3) / 6)
+    loss0, stats0 = clipped_surrogate(logp, torch.zeros_like(logp), ADV, MASK, ref_logp=ref, kl_coef=0.0)
+    assert loss0.item() == pytest.approx(-0.18) and stats0["kl"] == pytest.approx(sum(k3) / 6)
+
+
+# per-token losses with junk (100) under the mask; a third, empty sequence
+LOSS = torch.tensor([[1.0, 2.0, 3.0, 100.0], [4.0, 5.0, 100.0, 100.0], [100.0] * 4], dtype=D)
+LMASK = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0], [0, 0, 0, 0]], dtype=D)
+
+
+def test_aggregation_hand_values() -> None:
+    assert aggregate(LOSS, LMASK, "token-mean").item() == pytest.approx(15 / 5)
+    assert aggregate(LOSS, LMASK, "seq-mean-token-mean").item() == pytest.approx((6 / 3 + 9 / 2) / 2)
+    assert aggregate(LOSS, LMASK, "seq-mean-token-sum", max_len=10).item() == pytest.approx((6 / 10 + 9 / 10) / 2)
+    # explicit global normalisers override the local counts
+    assert aggregate(LOSS, LMASK, "token-mean", total_tokens=10).item() == pytest.approx(1.5)
+    assert aggregate(LOSS, LMASK, "seq-mean-token-mean", total_seqs=4).item() == pytest.approx(6.5 / 4)
+    assert normalisers(LMASK) == {"total_tokens": 5, "total_seqs": 2}
+    with pytest.raises(ValueError, match="max_len"):
+        aggregate(LOSS, LMASK, "seq-mean-token-sum")
+    with pytest.raises(ValueError, match="unknown"):
+        aggregate(LOSS, LMASK, "token-sum")
+    assert aggregate(LOSS, torch.zeros_like(LMASK), "token-mean").item() == 0.0  # empty batch: 0, not NaN
+
+
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"])
+def test_micro_batches_accumulate_to_full_batch(mode: str) -> None:
+    torch.manual_seed(0)
+    B, T, Dim, V = 7, 9, 5, 11
+    lengths = [9, 3, 1, 6, 0, 4, 8]  # includes an empty sequence
+    feats = torch.randn(B, T, Dim, dtype=D)
+    targets = torch.randint(0, V, (B, T))
+    mask = (torch.arange(T)[None] < torch.tensor(lengths)[:, None]).to(D)
+    adv = torch.randn(B, dtype=D)
+    model = torch.nn.Linear(Dim, V).double()
+    with torch.no_grad():
+        old = token_logprobs(model(feats), targets) + 0.3 * torch.randn(B, T, dtype=D)
+        ref = old + 0.2 * torch.randn(B, T, dtype=D)
+
+    def loss_on(rows: slice, norm: dict[str, int]) -> torch.Tensor:
+        width = max(max(lengths[rows]), 1)  # micro-batches are re-padded to their own longest sequence
+        f, tg, m = feats[rows, :width], targets[rows, :width], mask[rows, :width]
+        logp = token_logprobs(model(f), tg)
+        loss, _ = clipped_surrogate(logp, old[rows, :width], adv[rows], m, agg=mode, ref_logp=ref[rows, :width],
+                                    kl_coef=0.05, max_len=T, **norm)
+        return loss
+
+    full = loss_on(slice(0, B), {})
+    full_grads = torch.autograd.grad(full, list(model.parameters()))
+    norm = normalisers(mask)
+    micro = [loss_on(s, norm) for s in (slice(0, 2), slice(2, 5), slice(5, 7))]
+    total = sum(micro)
+    micro_grads = torch.autograd.grad(total, list(model.parameters()))
+    assert abs(total.item() - full.item()) < 1e-6
+    for g_full, g_micro in zip(full_grads, micro_grads):
+        torch.testing.assert_close(g_micro, g_full, atol=1e-6, rtol=0)
+    # the local-normaliser version is NOT equal (guards against the test passing vacuously)
+    local = sum(loss_on(s, {}) for s in (slice(0, 2), slice(2, 5), slice(5, 7)))
+    assert abs(local.item() - full.item()) > 1e-3
+
+
+def test_token_logprobs_matches_log_softmax_and_chunks() -> None:
+    torch.manual_seed(1)
+    logits = torch.randn(3, 5, 17) * 4
+    targets = torch.randint(0, 17, (3, 5))
+    want = torch.log_softmax(logits, -1).gather(-1, targets[..., None]).squeeze(-1)
+    for chunk in (1, 4, 2048):
+        torch.testing.assert_close(token_logprobs(logits, targets, chunk_tokens=chunk), want)
+    # bf16 logits are upcast before the logsumexp; result is float32
+    assert token_logprobs(logits.bfloat16(), targets).dtype == torch.float32
+    # hand value: logits [0, ln 3] -> p = [1/4, 3/4]
+    lp = token_logprobs(torch.tensor([[[0.0, math.log(3)]]]), torch.tensor([[1]]))
+    assert lp.item() == pytest.approx(math.log(0.75), abs=1e-6)
+
+
+def test_entropy_hand_values() -> None:
+    # row 0: uniform over 4 -> ln 4; row 1: p = [.25, .5, .25, 0] -> 1.5 ln 2; row 2: one-hot -> 0; row 3 masked
+    logits = torch.tensor([[[0.0, 0.0, 0.0, 0.0], [0.0, math.log(2), 0.0, -math.inf],
+                            [5.0, -math.inf, -math.inf, -math.inf], [9.0, 0.0, 0.0, 0.0]]], requires_grad=True)
+    mask = torch.tensor([[1, 1, 1, 0]])
+    h = entropy_from_logits(logits, mask, chunk_tokens=3)
+    assert h.item() == pytest.approx((math.log(4) + 1.5 * math.log(2) + 0.0) / 3, abs=1e-6)
+    h.backward()
+    assert torch.isfinite(logits.grad).all()
