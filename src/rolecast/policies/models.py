@@ -1,0 +1,173 @@
+"""Loading models and holding every policy's trainable parameters.
+
+Two ways to give roles their own parameters:
+- ``lora``: one frozen base model in memory and one PEFT LoRA adapter per policy id (the study's choice).
+  Generation mixes adapters in one batch (PEFT's ``adapter_names``); training activates one adapter at a time.
+- ``full``: one full copy of the model per policy id, every weight trained.
+Isolation is exact either way: a policy's optimizer holds only that policy's parameters.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import logging
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import torch
+from torch import nn
+
+log = logging.getLogger(__name__)
+
+
+def resolve_model_path(path: str) -> str:
+    """'testbed' names the embedded model; anything else is a local directory or a hub id."""
+    if path == "testbed":
+        from ..testbed import default_path
+
+        return str(default_path())
+    return path
+
+
+def load_tokenizer(path: str):
+    from transformers import AutoTokenizer
+
+    path = resolve_model_path(path)
+    try:
+        tok = AutoTokenizer.from_pretrained(path)
+    except Exception as e:  # transformers raises several types for "not found"
+        raise ValueError(_not_found(path, "tokenizer", e)) from e
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def load_model(path: str, dtype: str = "float32") -> nn.Module:
+    from transformers import AutoModelForCausalLM
+
+    path = resolve_model_path(path)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype))
+    except Exception as e:
+        raise ValueError(_not_found(path, "model", e)) from e
+    return model
+
+
+def _not_found(path: str, what: str, err: Exception) -> str:
+    where = "local directory" if Path(path).exists() else "hub id (no such local directory; offline?)"
+    return f"could not load {what} from {path!r} as a {where}: {type(err).__name__}: {err}"
+
+
+def cache_keyword(model: nn.Module) -> str:
+    """transformers 5 renamed `past_key_values` to `cache`; accept both."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+
+
+class PolicySet:
+    """Every policy id's parameters, on one base (LoRA) or as separate full models."""
+
+    def __init__(self, model_path: str, policy_ids: list[str], *, mode: str = "lora", lora: dict | None = None,
+                 dtype: str = "float32", seed: int = 0):
+        if not policy_ids:
+            raise ValueError("PolicySet needs at least one policy id")
+        self.mode = mode
+        self.policy_ids = list(policy_ids)
+        torch.manual_seed(seed)  # LoRA initialisation is random: make it depend on the run seed only
+        base = load_model(model_path, dtype)
+        if mode == "lora":
+            from peft import LoraConfig, get_peft_model
+
+            lora = dict(lora or {})
+            cfg = LoraConfig(r=lora.get("r", 64), lora_alpha=lora.get("alpha", 32), lora_dropout=lora.get("dropout", 0.0),
+                             target_modules=lora.get("target_modules", "all-linear"), task_type="CAUSAL_LM")
+            model = get_peft_model(base, cfg, adapter_name=self.policy_ids[0])
+            for pid in self.policy_ids[1:]:
+                model.add_adapter(pid, cfg)
+            self.models = {pid: model for pid in self.policy_ids}
+            self.reference = model  # with adapters disabled
+        elif mode == "full":
+            self.models = {pid: (base if i == 0 else copy.deepcopy(base)) for i, pid in enumerate(self.policy_ids)}
+            self.reference = None  # created lazily: only KL needs it
+            self._model_path, self._dtype = model_path, dtype
+        else:
+            raise ValueError(f"model.trainable must be 'lora' or 'full', got {mode!r}")
+        for m in self.unique_models():
+            m.eval()  # no dropout anywhere: sampling and training must see the same function
+
+    def unique_models(self) -> list[nn.Module]:
+        seen: dict[int, nn.Module] = {}
+        for m in self.models.values():
+            seen.setdefault(id(m), m)
+        return list(seen.values())
+
+    def parameters(self, pid: str) -> list[nn.Parameter]:
+        model = self.models[pid]
+        if self.mode == "lora":
+            return [p for n, p in model.named_parameters() if "lora_" in n and f".{pid}." in n]
+        return list(model.parameters())
+
+    @contextmanager
+    def training(self, pid: str) -> Iterator[nn.Module]:
+        """The model with only `pid`'s parameters requiring grad (and, for LoRA, only its adapter active)."""
+        model = self.models[pid]
+        if self.mode == "lora":
+            model.set_adapter(pid)  # also marks only this adapter trainable
+        for p in model.parameters():
+            p.requires_grad_(False)
+        for p in self.parameters(pid):
+            p.requires_grad_(True)
+        try:
+            yield model
+        finally:
+            for p in model.parameters():
+                p.requires_grad_(False)
+
+    @contextmanager
+    def reference_model(self) -> Iterator[nn.Module]:
+        """The frozen starting model, for KL: the base with adapters off, or a kept copy of the initial weights."""
+        if self.mode == "lora":
+            with self.reference.disable_adapter():
+                yield self.reference
+            return
+        if self.reference is None:
+            self.reference = load_model(self._model_path, self._dtype).eval().requires_grad_(False)
+        yield self.reference
+
+    def generation_groups(self, pids: list[str]) -> list[tuple[nn.Module, list[int], list[str] | None]]:
+        """Split a request list into forward passes: (model, request indices, per-row adapter names or None)."""
+        if self.mode == "lora":
+            return [(self.models[pids[0]], list(range(len(pids))), list(pids))]
+        groups: dict[str, list[int]] = {}
+        for i, pid in enumerate(pids):
+            groups.setdefault(pid, []).append(i)
+        return [(self.models[pid], idx, None) for pid, idx in groups.items()]
+
+    def state_dict(self, pid: str) -> dict[str, torch.Tensor]:
+        model = self.models[pid]
+        if self.mode == "lora":
+            return {n: p.detach().clone() for n, p in model.named_parameters() if "lora_" in n and f".{pid}." in n}
+        return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+    def load_state_dict(self, pid: str, state: dict[str, torch.Tensor]) -> None:
+        model = self.models[pid]
+        if self.mode == "lora":
+            params = dict(model.named_parameters())
+            missing = set(state) ^ {n for n in params if "lora_" in n and f".{pid}." in n}
+            if missing:
+                raise ValueError(f"checkpoint for policy {pid!r} does not match the adapter: {sorted(missing)[:3]} ...")
+            with torch.no_grad():
+                for n, v in state.items():
+                    params[n].copy_(v)
+        else:
+            model.load_state_dict(state)
+
+    def save_pretrained(self, pid: str, out_dir: str | Path) -> None:
+        """An HF-loadable export: the adapter (LoRA) or the full model."""
+        model = self.models[pid]
+        if self.mode == "lora":
+            model.save_pretrained(str(out_dir), selected_adapters=[pid])
+        else:
+            model.save_pretrained(str(out_dir))

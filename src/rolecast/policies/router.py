@@ -1,0 +1,52 @@
+"""Which trainable parameters answer each role call: `shared`, `isolated`, or an explicit map."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_POLICY_ID = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")  # also a valid PEFT adapter name (no dots or slashes)
+SHARED_POLICY = "shared"
+
+
+@dataclass(frozen=True)
+class Routing:
+    """role or agent instance ("generator/1") -> policy id; instance entries win over role entries."""
+
+    table: dict[str, str]
+
+    def __call__(self, role: str, instance: str) -> str:
+        return self.table.get(instance) or self.table.get(role) or self.table["*"]
+
+    @property
+    def policy_ids(self) -> list[str]:
+        return sorted(set(self.table.values()))
+
+
+def build_routing(roles: list[str], sharing: str, mapping: dict[str, str] | None = None) -> Routing:
+    """Check everything a routing needs before a model is loaded; errors name the bad entry."""
+    if sharing == "shared":
+        if mapping:
+            raise ValueError("routing.map is only used with routing.sharing: map")
+        return Routing({"*": SHARED_POLICY})
+    if sharing == "isolated":
+        if mapping:
+            raise ValueError("routing.map is only used with routing.sharing: map")
+        return Routing({r: r for r in roles})
+    if sharing != "map":
+        raise ValueError(f"routing.sharing must be shared, isolated or map, got {sharing!r}")
+    if not mapping:
+        raise ValueError("routing.sharing: map needs routing.map (role or role/i -> policy id)")
+    for key, pid in mapping.items():
+        role = key.split("/", 1)[0]
+        if key != "*" and role not in roles:
+            raise ValueError(f"routing.map: {key!r} is not a role of this workflow; roles: {roles}")
+        if "/" in key and not key.split("/", 1)[1].isdigit():
+            raise ValueError(f"routing.map: instance key {key!r} must look like role/<index>")
+        if not _POLICY_ID.match(str(pid)):
+            raise ValueError(f"routing.map: policy id {pid!r} for {key!r} must be an identifier (letters, digits, _)")
+    # An instance entry alone is not enough: a workflow may run more instances than the map names.
+    missing = [r for r in roles if r not in mapping and "*" not in mapping]
+    if missing:
+        raise ValueError(f"routing.map: role(s) {missing} have no role-level policy; add them or a '*' default")
+    return Routing(dict(mapping))

@@ -1,0 +1,7 @@
+"""Workflows: plain async code over `ctx.call`. See `api.py` for how to write your own."""
+
+from .api import WORKFLOWS, Context, WorkflowSpec, get_workflow, workflow
+from .parsing import last_boxed, parse_choice, parse_strategies, parse_verdict
+
+__all__ = ["WORKFLOWS", "Context", "WorkflowSpec", "get_workflow", "workflow",
+           "last_boxed", "parse_choice", "parse_strategies", "parse_verdict"]
