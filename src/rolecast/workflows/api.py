@@ -131,11 +131,8 @@ def get_workflow(name: str) -> WorkflowSpec:
     from . import builtin  # noqa: F401  (registers the shipped workflows)
 
     if name not in WORKFLOWS and ":" in name:
-        # "package.module:function" loads a user's workflow file; the decorator registers it.
-        import importlib
-
-        module, _, attr = name.partition(":")
-        fn = getattr(importlib.import_module(module), attr)
+        # "package.module:function" or "path/to/file.py:function" loads a user's workflow; the decorator registers it.
+        fn = _load_user_function(name)
         for spec in WORKFLOWS.values():
             if spec.fn is fn:
                 return spec
@@ -143,3 +140,23 @@ def get_workflow(name: str) -> WorkflowSpec:
     if name not in WORKFLOWS:
         raise ValueError(f"unknown workflow {name!r}; known: {sorted(WORKFLOWS)} (or 'module:function')")
     return WORKFLOWS[name]
+
+
+def _load_user_function(ref: str) -> Callable[..., Any]:
+    import importlib
+    import importlib.util
+    from pathlib import Path
+
+    module, _, attr = ref.rpartition(":")
+    if module.endswith(".py"):
+        path = Path(module)
+        if not path.exists():
+            raise ValueError(f"workflow file {path} does not exist")
+        mod_spec = importlib.util.spec_from_file_location(f"rolecast_user_{path.stem}", path)
+        mod = importlib.util.module_from_spec(mod_spec)
+        mod_spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    else:
+        mod = importlib.import_module(module)
+    if not hasattr(mod, attr):
+        raise ValueError(f"{ref}: {module} has no function {attr!r}")
+    return getattr(mod, attr)

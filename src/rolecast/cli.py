@@ -1,0 +1,131 @@
+"""`rolecast` command line: parses, loads the config, calls one function per subcommand."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from .config import ConfigError, load_config, parse_override
+
+# Common flags map onto config fields; `--set section.field=value` reaches every other field.
+FLAG_FIELDS = {
+    "steps": "train.steps",
+    "workflow": "workflow.name",
+    "sharing": "routing.sharing",
+    "task": "task.name",
+    "model": "model.path",
+    "seed": "seed",
+    "run_dir": "run_dir",
+    "trainable": "model.trainable",
+}
+
+
+def _add_run_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", "-c", help="YAML run config (default: the embedded testbed recipe)")
+    p.add_argument("--steps", type=int, help="training steps")
+    p.add_argument("--workflow", help="single | voting | eval_opt | orch_workers | package.module:function")
+    p.add_argument("--sharing", help="shared | isolated | map")
+    p.add_argument("--task", help="task name, e.g. testbed, gsm8k, math500, mbpp")
+    p.add_argument("--model", help="'testbed', a local model directory, or a hub id")
+    p.add_argument("--trainable", help="lora | full")
+    p.add_argument("--seed", type=int)
+    p.add_argument("--run-dir", dest="run_dir", help="where to write the run (default runs/<task>-<workflow>-...)")
+    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                   help="override any config field, e.g. --set train.lr=1e-4 (repeatable)")
+
+
+def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for flag, field in FLAG_FIELDS.items():
+        value = getattr(args, flag, None)
+        if value is not None:
+            out[field] = value
+    for item in args.set:
+        key, value = parse_override(item)
+        out[key] = value
+    return out
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    config = args.config
+    if args.resume and not config:
+        config = str(Path(args.resume) / "config.yaml")
+    cfg = load_config(config, _overrides(args))
+    from .train.grpo import train  # heavy imports only once the config is known to be good
+
+    summary = train(cfg, resume=args.resume)
+    if "base_accuracy" in summary and "final_accuracy" in summary:
+        print(f"accuracy: base {summary['base_accuracy']:.3f} -> final {summary['final_accuracy']:.3f} "
+              f"(run dir: {summary['run_dir']})")
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from .evaluate_cli import run_eval_command
+
+    cfg = load_config(args.config, _overrides(args))
+    return run_eval_command(cfg, checkpoint=args.checkpoint, every=args.every, n_samples=args.n,
+                            size=args.size, out=args.out)
+
+
+def cmd_testbed(args: argparse.Namespace) -> int:
+    from . import testbed
+
+    if args.action == "build":
+        path = testbed.build(args.out, seed=args.seed, **({"steps": args.steps} if args.steps else {}))
+        print(f"testbed built in {path}")
+    else:
+        import json
+
+        path = testbed.default_path()
+        info = Path(path) / "build_info.json"
+        print(f"testbed: {path}")
+        if info.exists():
+            print(json.dumps(json.loads(info.read_text()), indent=2))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rolecast", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="store_true")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("train", help="train a workflow with GRPO")
+    _add_run_flags(p)
+    p.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its latest checkpoint")
+    p.set_defaults(fn=cmd_train)
+
+    p = sub.add_parser("eval", help="evaluate a workflow with the base model or a run's checkpoints")
+    _add_run_flags(p)
+    p.add_argument("--checkpoint", metavar="RUN_DIR", help="evaluate this run's latest checkpoint (or --every N)")
+    p.add_argument("--every", type=int, default=0, help="with --checkpoint: every Nth checkpoint step")
+    p.add_argument("--n", type=int, default=None, help="samples per problem (pass@k for k <= n)")
+    p.add_argument("--size", type=int, default=None, help="number of eval problems")
+    p.add_argument("--out", help="eval.jsonl to append to (default: the run dir or runs/eval.jsonl)")
+    p.set_defaults(fn=cmd_eval)
+
+    p = sub.add_parser("testbed", help="build or inspect the embedded testbed model")
+    p.add_argument("action", choices=["build", "info"])
+    p.add_argument("--out", default="testbed-build", help="output directory for build")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--steps", type=int, default=None, help="warm-start steps")
+    p.set_defaults(fn=cmd_testbed)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return args.fn(args)
+    except ConfigError as e:
+        print(f"rolecast: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

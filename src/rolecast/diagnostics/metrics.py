@@ -1,0 +1,73 @@
+"""Per-step metrics computed from episodes alone: outcome, per-role stats, workflow-specific signals."""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from typing import Iterable, Sequence
+
+from ..episode import Episode, Turn
+
+
+def _mean(xs: Iterable[float]) -> float:
+    xs = list(xs)
+    return sum(xs) / len(xs) if xs else float("nan")
+
+
+def _std(xs: Sequence[float]) -> float:
+    return statistics.pstdev(xs) if len(xs) > 1 else 0.0
+
+
+def episode_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
+    m: dict[str, float] = {
+        "reward": _mean(ep.reward for ep in episodes),
+        "accuracy": _mean(float(ep.reward >= 1.0) for ep in episodes),
+        "episodes": float(len(episodes)),
+        "turns_per_episode": _mean(len(ep.turns) for ep in episodes),
+    }
+    by_role: dict[str, list[Turn]] = defaultdict(list)
+    by_policy: dict[str, list[Turn]] = defaultdict(list)
+    for ep in episodes:
+        for t in ep.turns:
+            by_role[t.role].append(t)
+            by_policy[t.policy_id].append(t)
+    for prefix, table in (("role", by_role), ("policy", by_policy)):
+        for name, turns in sorted(table.items()):
+            p = f"{prefix}/{name}/"
+            m[p + "turns"] = float(len(turns))
+            m[p + "reward"] = _mean(t.reward for t in turns)
+            m[p + "adv_mean"] = _mean(t.advantage for t in turns)
+            m[p + "adv_std"] = _std([t.advantage for t in turns])
+            m[p + "length"] = _mean(len(t.completion_ids) for t in turns)
+            m[p + "truncated"] = _mean(float(t.finish_reason == "length") for t in turns)
+            own = [c["correct"] for t in turns if (c := t.claim) and c.get("correct") is not None]
+            if own:
+                m[p + "accuracy"] = _mean(float(x) for x in own)
+    m.update(_claim_metrics(episodes))
+    wf: dict[str, list[float]] = defaultdict(list)
+    for ep in episodes:
+        for k, v in ep.metrics.items():
+            wf[k].append(v)
+    m.update({f"wf/{k}": _mean(v) for k, v in sorted(wf.items())})
+    return m
+
+
+def _claim_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
+    """Evaluator precision/recall against ground truth and aggregator agreement with a correct candidate."""
+    out: dict[str, float] = {}
+    verdicts = [t.claim for ep in episodes for t in ep.turns if t.claim and t.claim.get("kind") == "verdict"
+                and "reviewed_correct" in t.claim]
+    if verdicts:
+        accepted = [v for v in verdicts if v["accept"]]
+        truly = [v for v in verdicts if v["reviewed_correct"]]
+        out["wf/evaluator_accept_rate"] = len(accepted) / len(verdicts)
+        out["wf/evaluator_precision"] = _mean(float(v["reviewed_correct"]) for v in accepted)
+        out["wf/evaluator_recall"] = _mean(float(v["accept"]) for v in truly)
+        out["wf/evaluator_accuracy"] = _mean(float(v["correct"]) for v in verdicts)
+    picks = [t.claim for ep in episodes for t in ep.turns if t.claim and t.claim.get("kind") == "pick"
+             and "candidates_correct" in t.claim]
+    if picks:
+        solvable = [p for p in picks if any(p["candidates_correct"])]
+        out["wf/aggregator_solvable"] = len(solvable) / len(picks)
+        out["wf/aggregator_picks_correct"] = _mean(float(p["candidates_correct"][p["picked"]]) for p in solvable)
+    return out

@@ -1,0 +1,1 @@
+"""Reporting: console output and optional metric sinks (TensorBoard, Weights & Biases)."""

@@ -1,0 +1,77 @@
+"""Console output: a progress bar with step, reward and ETA, plus optional TensorBoard / W&B sinks."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console as RichConsole
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+log = logging.getLogger("rolecast")
+
+
+class _Bar:
+    def __init__(self, progress: Progress | None, task_id: int | None):
+        self._progress, self._task = progress, task_id
+
+    def advance(self, step: int, reward: float) -> None:
+        if self._progress is not None:
+            self._progress.update(self._task, completed=step, reward=reward)
+
+    def close(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+
+
+class Console:
+    def __init__(self, enabled: bool = True):
+        self.enabled = enabled
+        self.rich = RichConsole(highlight=False)
+
+    def print(self, msg: str) -> None:
+        self.rich.print(msg)
+
+    def progress(self, total: int, start: int = 0) -> _Bar:
+        if not self.enabled or total <= start:
+            return _Bar(None, None)
+        p = Progress(TextColumn("step"), MofNCompleteColumn(), BarColumn(),
+                     TextColumn("reward {task.fields[reward]:.3f}"), TimeElapsedColumn(), TextColumn("eta"),
+                     TimeRemainingColumn(), console=self.rich, transient=False)
+        task = p.add_task("train", total=total, completed=start, reward=float("nan"))
+        p.start()
+        return _Bar(p, task)
+
+
+class MetricLoggers:
+    """Optional extras; each is imported only when switched on, with a clear message when missing."""
+
+    def __init__(self, settings: Any, run_dir: Path):
+        self._tb = self._wandb = None
+        if settings.tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError as e:
+                raise ImportError("logging.tensorboard needs the tensorboard package: pip install 'rolecast[tensorboard]'") from e
+            self._tb = SummaryWriter(str(run_dir / "tensorboard"))
+        if settings.wandb:
+            try:
+                import wandb
+            except ImportError as e:
+                raise ImportError("logging.wandb needs the wandb package: pip install 'rolecast[wandb]'") from e
+            self._wandb = wandb.init(project=settings.wandb_project, dir=str(run_dir), name=run_dir.name)
+
+    def log(self, metrics: dict[str, Any], step: int) -> None:
+        numbers = {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and k != "step"}
+        if self._tb is not None:
+            for k, v in numbers.items():
+                self._tb.add_scalar(k, v, step)
+        if self._wandb is not None:
+            self._wandb.log(numbers, step=step)
+
+    def close(self) -> None:
+        if self._tb is not None:
+            self._tb.close()
+        if self._wandb is not None:
+            self._wandb.finish()

@@ -1,0 +1,98 @@
+"""From outcomes to per-turn rewards.
+
+`score_episodes` scores every episode's final text and every turn's claim (what the turn asserted:
+an answer, a verdict on a reviewed answer, a pick among candidates) in one batch through the task's
+verifier. Attribution modes then set `turn.reward`:
+- ``team``: the final 0/1 outcome copied to every turn of every role (the study's default);
+- ``role``: a role-local reward where one is defined (a generator's own answer, an evaluator's verdict
+  matching the truth of the answer it reviewed, an aggregator picking a correct candidate when one
+  existed, a synthesizer's final answer); turns without one (e.g. the orchestrator) get the team reward;
+- ``package.module:function``: your own, called as ``fn(episode)`` after claims are scored.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Callable, Sequence
+
+from ..episode import Episode
+from ..tasks.base import Problem, Task
+
+AttributionFn = Callable[[Episode], None]
+ATTRIBUTIONS: dict[str, AttributionFn] = {}
+
+
+def register_attribution(name: str) -> Callable[[AttributionFn], AttributionFn]:
+    def deco(fn: AttributionFn) -> AttributionFn:
+        ATTRIBUTIONS[name] = fn
+        return fn
+
+    return deco
+
+
+def score_episodes(episodes: Sequence[Episode], problems: dict[str, Problem], task: Task) -> None:
+    """Set `episode.reward`/`final_answer` and each claim's `correct` (None where undefined)."""
+    keys: dict[tuple[str, str | None], int] = {}
+
+    def need(pid: str, text: str | None) -> tuple[str, str | None]:
+        keys.setdefault((pid, text), len(keys))
+        return (pid, text)
+
+    for ep in episodes:
+        need(ep.problem_id, ep.metadata.get("final_text"))
+        for t in ep.turns:
+            c = t.claim or {}
+            if c.get("kind") == "answer":
+                need(ep.problem_id, c["text"])
+            elif c.get("kind") == "verdict":
+                need(ep.problem_id, c["reviewed"])
+            elif c.get("kind") == "pick":
+                for cand in c["candidates"]:
+                    need(ep.problem_id, cand)
+    order = sorted(keys, key=keys.get)
+    scores = task.score_many([problems[pid] for pid, _ in order], [text for _, text in order])
+    result = dict(zip(order, scores))
+
+    for ep in episodes:
+        final = result[(ep.problem_id, ep.metadata.get("final_text"))]
+        ep.reward, ep.final_answer = final.reward, final.answer
+        if final.reason:
+            ep.metadata["score_reason"] = final.reason
+        for t in ep.turns:
+            c = t.claim
+            if not c:
+                continue
+            if c.get("kind") == "answer":
+                c["correct"] = result[(ep.problem_id, c["text"])].reward >= 1.0
+            elif c.get("kind") == "verdict":
+                truth = result[(ep.problem_id, c["reviewed"])].reward >= 1.0
+                c["reviewed_correct"] = truth
+                c["correct"] = bool(c["accept"]) == truth
+            elif c.get("kind") == "pick":
+                flags = [result[(ep.problem_id, cand)].reward >= 1.0 for cand in c["candidates"]]
+                c["candidates_correct"] = flags
+                c["correct"] = flags[c["picked"]] if any(flags) else None
+
+
+@register_attribution("team")
+def team(ep: Episode) -> None:
+    for t in ep.turns:
+        t.reward = ep.reward
+
+
+@register_attribution("role")
+def role_local(ep: Episode) -> None:
+    for t in ep.turns:
+        correct = (t.claim or {}).get("correct")
+        t.reward = ep.reward if correct is None else float(correct)
+
+
+def attribute(episodes: Sequence[Episode], mode: str) -> None:
+    fn = ATTRIBUTIONS.get(mode)
+    if fn is None:
+        if ":" not in mode:
+            raise ValueError(f"unknown attribution {mode!r}; known: {sorted(ATTRIBUTIONS)} or 'package.module:function'")
+        module, _, name = mode.partition(":")
+        fn = getattr(importlib.import_module(module), name)
+    for ep in episodes:
+        fn(ep)

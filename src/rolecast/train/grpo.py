@@ -1,0 +1,356 @@
+"""The GRPO training loop, top to bottom in one file.
+
+One training step:
+  1. sample problems (deterministic in (seed, step), so a resumed run sees the same data);
+  2. run the workflow G times per problem -> episodes (the rollout engine batches every role call);
+  3. score final answers and claims; attribute rewards to turns (team | role | custom);
+  4. group turns by (problem, role) and compute group-relative advantages;
+  5. for each policy: recompute log-probs under the current weights, clipped surrogate (+ optional KL),
+     micro-batched backward, gradient clipping, optimizer step (skipped and logged if not finite);
+  6. log metrics / episodes, evaluate, checkpoint atomically.
+The loop never branches on which workflow ran: it only sees episodes, turns, roles and policy ids.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import random
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..config import RunConfig, dump_config
+from ..diagnostics.metrics import episode_metrics
+from ..episode import Episode, Turn, group_turns
+from ..evaluation import append_eval_row, evaluate
+from ..policies import PolicySet, build_routing, load_tokenizer
+from ..prompts import PromptBook
+from ..rollout.engine import RolloutStats, run_episodes
+from ..tasks import make_task
+from ..workflows import get_workflow
+from .advantages import episode_turn_advantages
+from .attribution import attribute, score_episodes
+from .checkpoint import capture_rng_state, load_checkpoint, restore_rng_state, save_checkpoint
+from .losses import clipped_surrogate, entropy_from_logits, token_logprobs
+from .schedule import constant, warmup_cosine
+
+log = logging.getLogger("rolecast.train")
+
+
+def _step_seed(seed: int, step: int, stream: int) -> int:
+    """Independent, reproducible seeds per (run seed, step, purpose)."""
+    return (seed * 1_000_003 + step * 97 + stream) % (2**63)
+
+
+def make_backend(cfg: RunConfig, policies: PolicySet, tokenizer):
+    if cfg.rollout.backend == "vllm":
+        raise NotImplementedError("the vLLM backend is not available yet; use rollout.backend: hf")
+    from ..rollout.hf import HFBackend
+
+    return HFBackend(policies, tokenizer, max_new_tokens=cfg.rollout.max_new_tokens,
+                     temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
+                     max_batch=cfg.rollout.max_batch, seed=cfg.seed)
+
+
+def default_run_dir(cfg: RunConfig) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return Path("runs") / f"{cfg.task.name}-{Path(cfg.workflow.name).name.replace(':', '.')}-{cfg.routing.sharing}-{stamp}"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Turning turns into tensors
+
+
+def collate(turns: list[Turn], pad_id: int) -> dict[str, torch.Tensor]:
+    """[left-padded prompt | right-padded completion]: completions occupy the last L columns, so the
+    model only has to project the last L+1 hidden states onto the vocabulary."""
+    P = max(len(t.prompt_ids) for t in turns)
+    L = max(len(t.completion_ids) for t in turns)
+    B = len(turns)
+    ids = torch.full((B, P + L), pad_id, dtype=torch.long)
+    attn = torch.zeros((B, P + L), dtype=torch.long)
+    old = torch.zeros((B, L))
+    for i, t in enumerate(turns):
+        p, c = len(t.prompt_ids), len(t.completion_ids)
+        ids[i, P - p:P] = torch.tensor(t.prompt_ids)
+        ids[i, P:P + c] = torch.tensor(t.completion_ids)
+        attn[i, P - p:P + c] = 1
+        old[i, :c] = torch.tensor(t.logprobs)
+    positions = (attn.cumsum(-1) - 1).clamp(min=0)  # left padding needs explicit positions
+    return {"input_ids": ids, "attention_mask": attn, "position_ids": positions, "targets": ids[:, P:],
+            "mask": attn[:, P:].float(), "old_logp": old,
+            "advantages": torch.tensor([t.advantage for t in turns], dtype=torch.float32), "L": torch.tensor(L)}
+
+
+def micro_batches(turns: list[Turn], token_budget: int) -> list[list[Turn]]:
+    """Consecutive chunks whose padded size (rows x longest row) stays within the budget."""
+    out, cur, longest = [], [], 0
+    for t in turns:
+        n = t.num_tokens
+        if cur and max(longest, n) * (len(cur) + 1) > token_budget:
+            out.append(cur)
+            cur, longest = [], 0
+        cur.append(t)
+        longest = max(longest, n)
+    if cur:
+        out.append(cur)
+    return out
+
+
+def completion_logprobs(model, batch: dict[str, torch.Tensor], temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+    L = int(batch["L"])
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                   position_ids=batch["position_ids"], logits_to_keep=L + 1, use_cache=False).logits[:, :-1]
+    if temperature > 0:  # the sampler drew from softmax(logits / T): the ratio must use the same distribution
+        logits = logits / temperature
+    return token_logprobs(logits, batch["targets"]), logits
+
+
+# ---------------------------------------------------------------------------------------------------------
+# One policy's update
+
+
+def update_policy(pid: str, turns: list[Turn], *, cfg: RunConfig, policies: PolicySet, optimizer, pad_id: int,
+                  rng: random.Random, check_logprobs: bool) -> dict[str, float]:
+    tc = cfg.train
+    if tc.mask_truncated:
+        turns = [t for t in turns if t.finish_reason != "length"]
+    stats = {"optimizer_steps": 0.0, "skipped_nan": 0.0, "tokens": 0.0}
+    if not turns:
+        return stats
+    sums: dict[str, float] = {"clip_fraction": 0.0, "entropy": 0.0, "approx_kl": 0.0, "kl": 0.0, "loss": 0.0}
+    grad_norms: list[float] = []
+    params = policies.parameters(pid)
+    temperature = cfg.rollout.temperature
+    for _ in range(tc.epochs):
+        if tc.update_schedule == "per_step":
+            minibatches = [turns]
+        else:
+            order = turns[:]
+            rng.shuffle(order)
+            minibatches = [order[i:i + tc.mini_batch_size] for i in range(0, len(order), tc.mini_batch_size)]
+        for mb in minibatches:
+            optimizer.zero_grad(set_to_none=True)
+            # the whole mini-batch's counts normalise every micro-batch, so accumulation equals one big batch
+            norms = {"total_tokens": sum(len(t.completion_ids) for t in mb),
+                     "total_seqs": sum(1 for t in mb if t.completion_ids)}
+            finite = True
+            mb_sums = dict.fromkeys(sums, 0.0)
+            with policies.training(pid) as model:
+                for micro in micro_batches(mb, tc.micro_batch_tokens):
+                    batch = collate(micro, pad_id)
+                    logp, logits = completion_logprobs(model, batch, temperature)
+                    mask = batch["mask"]
+                    ref_logp = None
+                    if tc.kl_coef > 0:
+                        with torch.no_grad(), policies.reference_model() as ref:
+                            ref_logp, _ = completion_logprobs(ref, batch, temperature)
+                    if check_logprobs:
+                        gap = float(((logp.detach() - batch["old_logp"]).abs() * mask).sum() / mask.sum().clamp(min=1))
+                        if gap > tc.logprob_check_tol:
+                            raise RuntimeError(
+                                f"policy {pid!r}: trainer log-probs differ from the sampler's by {gap:.4f} per token "
+                                f"(tolerance {tc.logprob_check_tol}); generation and training do not compute the same "
+                                f"distribution (temperature, padding/position ids, dropout or dtype mismatch)")
+                        check_logprobs = False
+                    loss, st = clipped_surrogate(logp, batch["old_logp"], batch["advantages"], mask,
+                                                 tc.clip_low, tc.clip_high, tc.loss_agg, ref_logp=ref_logp,
+                                                 kl_coef=tc.kl_coef, max_len=cfg.rollout.max_new_tokens, **norms)
+                    if not torch.isfinite(loss):
+                        finite = False
+                        break
+                    loss.backward()
+                    n_tok = float(mask.sum())
+                    with torch.no_grad():
+                        mb_sums["entropy"] += float(entropy_from_logits(logits.detach(), mask)) * n_tok
+                    for k in ("clip_fraction", "approx_kl", "kl"):
+                        mb_sums[k] += st.get(k, 0.0) * n_tok
+                    mb_sums["loss"] += float(loss)
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, tc.max_grad_norm) if finite else torch.tensor(float("nan"))
+            if not finite or not torch.isfinite(grad_norm):
+                # Never train on a NaN/inf step: drop its gradients, count it, say so.
+                optimizer.zero_grad(set_to_none=True)
+                stats["skipped_nan"] += 1
+                log.warning("policy %s: non-finite loss or gradient; optimizer step skipped", pid)
+                continue
+            optimizer.step()
+            stats["optimizer_steps"] += 1
+            grad_norms.append(float(grad_norm))
+            stats["tokens"] += norms["total_tokens"]
+            for k in sums:
+                sums[k] += mb_sums[k]
+    n_tok = max(stats["tokens"], 1.0)
+    stats.update({k: v / n_tok for k, v in sums.items() if k != "loss"})
+    stats["loss"] = sums["loss"] / max(stats["optimizer_steps"], 1)
+    stats["grad_norm"] = sum(grad_norms) / len(grad_norms) if grad_norms else float("nan")
+    return stats
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The run
+
+
+def train(cfg: RunConfig, *, resume: str | Path | None = None, console=None) -> dict[str, Any]:
+    from ..report.console import Console, MetricLoggers
+
+    console = console or Console(enabled=cfg.logging.progress)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    run_dir = Path(resume) if resume else Path(cfg.run_dir) if cfg.run_dir else default_run_dir(cfg)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "episodes").mkdir(exist_ok=True)
+    (run_dir / "config.yaml").write_text(dump_config(cfg))
+    loggers = MetricLoggers(cfg.logging, run_dir)
+
+    # --- what to run: workflow, task, routing, prompts (all checked at config load) ---
+    spec = get_workflow(cfg.workflow.name)
+    routing = build_routing(spec.roles, cfg.routing.sharing, cfg.routing.map)
+    task = make_task(cfg.task.name, **cfg.task.options)
+    prompts = PromptBook(task.family, cfg.task.prompts)
+    train_pool = list(task.problems(cfg.task.train_split))
+    eval_set = list(task.problems(cfg.task.eval_split))[:cfg.eval.size]
+    if not train_pool:
+        raise ValueError(f"task {cfg.task.name!r} has no problems in split {cfg.task.train_split!r}")
+
+    # --- what to train: one optimizer and schedule per policy ---
+    torch.manual_seed(cfg.seed)
+    tokenizer = load_tokenizer(cfg.model.path)
+    policies = PolicySet(cfg.model.path, routing.policy_ids, mode=cfg.model.trainable,
+                         lora=cfg.model.lora.model_dump(), dtype=cfg.model.dtype, seed=cfg.seed)
+    backend = make_backend(cfg, policies, tokenizer)
+    optimizers, schedulers = {}, {}
+    for pid in routing.policy_ids:
+        optimizers[pid] = torch.optim.AdamW(policies.parameters(pid), lr=cfg.train.lr, betas=cfg.train.betas,
+                                            weight_decay=cfg.train.weight_decay)
+        schedulers[pid] = (warmup_cosine(optimizers[pid], cfg.train.warmup_steps, max(cfg.train.steps, 1),
+                                         cfg.train.min_lr_ratio) if cfg.train.lr_schedule == "cosine"
+                           else constant(optimizers[pid], cfg.train.warmup_steps))
+
+    start = 0
+    if resume and (run_dir / "checkpoints").exists():
+        start, state = load_checkpoint(run_dir)
+        for pid in routing.policy_ids:
+            policies.load_state_dict(pid, state[f"policy/{pid}"])
+            optimizers[pid].load_state_dict(state[f"optim/{pid}"])
+            schedulers[pid].load_state_dict(state[f"sched/{pid}"])
+        restore_rng_state(state["rng"])
+        console.print(f"resumed from {run_dir} at step {start}")
+    _truncate_jsonl(run_dir / "metrics.jsonl", start)
+
+    def run_eval(step: int, tag: str) -> dict[str, Any]:
+        backend.temperature, saved = cfg.eval.temperature, backend.temperature
+        backend.reseed(_step_seed(cfg.seed, step, 2))
+        try:
+            res = evaluate(spec, eval_set, task=task, prompts=prompts, router=routing, backend=backend,
+                           n_samples=cfg.eval.n_samples, options=cfg.workflow.options, ks=(1, cfg.eval.n_samples))
+        finally:
+            backend.temperature = saved
+        key = {"run": str(run_dir), "step": step, "tag": tag, "workflow": spec.name, "task": cfg.task.name,
+               "split": cfg.task.eval_split, "sharing": cfg.routing.sharing, "model": cfg.model.path}
+        return append_eval_row(run_dir / "eval.jsonl", key, res)
+
+    summary: dict[str, Any] = {"run_dir": str(run_dir)}
+    if cfg.eval.at_start and start == 0 and eval_set:
+        row = run_eval(0, "base")
+        summary["base_accuracy"] = row["pass@1"]
+        console.print(f"base accuracy ({cfg.task.eval_split}, {len(eval_set)} problems): "
+                      f"{row['pass@1']:.3f} ± {row['stderr']:.3f}")
+
+    total_steps = cfg.train.steps
+    progress = console.progress(total_steps, start)
+    for step in range(start, total_steps):
+        t0 = time.perf_counter()
+        # 1. problems for this step: a pure function of (seed, step), so resuming needs no data cursor
+        data_rng = random.Random(_step_seed(cfg.seed, step, 0))
+        problems = data_rng.sample(train_pool, min(cfg.train.problems_per_step, len(train_pool)))
+        # 2. rollouts
+        backend.reseed(_step_seed(cfg.seed, step, 1))
+        rstats = RolloutStats()
+        episodes = run_episodes(spec, problems, cfg.train.group_size, task=task, prompts=prompts, router=routing,
+                                backend=backend, options=cfg.workflow.options, stats=rstats)
+        t_rollout = time.perf_counter()
+        # 3. rewards
+        score_episodes(episodes, {p.id: p for p in problems}, task)
+        attribute(episodes, cfg.train.attribution)
+        t_reward = time.perf_counter()
+        # 4. advantages within groups of turns
+        episode_turn_advantages(group_turns(episodes, cfg.train.group_by), cfg.train.advantage)
+        # 5. one update per policy, each touching only its own parameters
+        by_policy: dict[str, list[Turn]] = {pid: [] for pid in routing.policy_ids}
+        for ep in episodes:
+            for t in ep.turns:
+                by_policy[t.policy_id].append(t)
+        update_rng = random.Random(_step_seed(cfg.seed, step, 3))
+        policy_stats = {}
+        for pid, turns in by_policy.items():
+            policy_stats[pid] = update_policy(pid, turns, cfg=cfg, policies=policies, optimizer=optimizers[pid],
+                                              pad_id=tokenizer.pad_token_id, rng=update_rng,
+                                              check_logprobs=(step == start))
+            schedulers[pid].step()
+        t_update = time.perf_counter()
+
+        # 6. metrics, samples, evaluation, checkpoint
+        metrics: dict[str, Any] = {"step": step + 1, **episode_metrics(episodes)}
+        for pid, st in policy_stats.items():
+            metrics.update({f"policy/{pid}/{k}": v for k, v in st.items()})
+            metrics[f"policy/{pid}/lr"] = schedulers[pid].get_last_lr()[0]
+        metrics.update({"time/rollout": t_rollout - t0, "time/reward": t_reward - t_rollout,
+                        "time/update": t_update - t_reward, "time/step": t_update - t0,
+                        "rollout/backend_calls": rstats.backend_calls, "rollout/requests": rstats.requests})
+        if all(t.finish_reason == "length" for ep in episodes for t in ep.turns):
+            log.warning("step %d: no completion ended with an end-of-sequence token within %d tokens; check the "
+                        "tokenizer's eos token / chat template or raise rollout.max_new_tokens",
+                        step + 1, cfg.rollout.max_new_tokens)
+        if cfg.eval.every and (step + 1) % cfg.eval.every == 0 and step + 1 < total_steps:
+            metrics["eval/pass@1"] = run_eval(step + 1, "periodic")["pass@1"]
+        with open(run_dir / "metrics.jsonl", "a") as f:
+            f.write(json.dumps(_finite_or_none(metrics)) + "\n")
+        if cfg.logging.episodes_every and (step + 1) % cfg.logging.episodes_every == 0:
+            _write_episodes(run_dir / "episodes" / f"step_{step + 1}.jsonl", episodes[:cfg.logging.max_episodes])
+        loggers.log(metrics, step + 1)
+        progress.advance(step + 1, metrics["reward"])
+        if (cfg.checkpoint.every and (step + 1) % cfg.checkpoint.every == 0) or step + 1 == total_steps:
+            state = {"trainer": {"step": step + 1}, "rng": capture_rng_state()}
+            for pid in routing.policy_ids:
+                state[f"policy/{pid}"] = policies.state_dict(pid)
+                state[f"optim/{pid}"] = optimizers[pid].state_dict()
+                state[f"sched/{pid}"] = schedulers[pid].state_dict()
+            save_checkpoint(run_dir, step + 1, state, keep_last=cfg.checkpoint.keep_last)
+    progress.close()
+
+    if cfg.eval.at_end and eval_set and total_steps > start:
+        row = run_eval(total_steps, "final")
+        summary["final_accuracy"] = row["pass@1"]
+        console.print(f"final accuracy ({cfg.task.eval_split}, {len(eval_set)} problems): "
+                      f"{row['pass@1']:.3f} ± {row['stderr']:.3f}")
+    summary["policies"] = routing.policy_ids
+    loggers.close()
+    return summary
+
+
+def _finite_or_none(metrics: dict[str, Any]) -> dict[str, Any]:
+    """JSON has no NaN: an undefined statistic (e.g. accuracy of a role with no claims) is written as null."""
+    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in metrics.items()}
+
+
+def _write_episodes(path: Path, episodes: list[Episode]) -> None:
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w") as f:
+        for ep in episodes:
+            f.write(json.dumps(asdict(ep), ensure_ascii=False) + "\n")
+    tmp.replace(path)
+
+
+def _truncate_jsonl(path: Path, start_step: int) -> None:
+    """On resume, forget metrics logged after the checkpoint we resumed from (they will be redone)."""
+    if not path.exists():
+        return
+    keep = [ln for ln in path.read_text().splitlines() if ln.strip() and json.loads(ln).get("step", 0) <= start_step]
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(ln + "\n" for ln in keep))
+    tmp.replace(path)
