@@ -7,7 +7,8 @@ float32 rounding of each probability (no error accumulates along the vocabulary 
 Measured on the shared 2-core dev CPU (torch 2.13), logits [16, 151936] float32, temperature 0.7, 60
 alternating calls each: softmax + torch.multinomial best 60 ms vs sample_tokens best 5.6 ms (~10x);
 medians while other jobs shared the CPU ranged from 87 vs 15 ms (~6x) down to 121 vs 47 ms (~2.6x).
-The nucleus path (top_p < 1) needs a full sort and is *slower* than multinomial (~0.4 s); prefer top_p = 1.
+The nucleus path (top_p < 1) needs a full sort and is *slower* than multinomial (0.17-0.44 s measured);
+prefer top_p = 1.
 """
 
 from __future__ import annotations

@@ -1,0 +1,267 @@
+"""Atomic, keep-last-N checkpoints of named state entries.
+
+Layout of `run_dir/checkpoints/`:
+    step_{N}/manifest.json          {"step": N, "entries": {name: {"file": ..., "format": ...}}}, written last
+    step_{N}/<quoted name>.<ext>    one file per entry: .safetensors (flat str -> tensor dicts: weights),
+                                    .json (plain JSON that round-trips exactly), .pt (anything else)
+    latest                          text file holding N of the last checkpoint written
+
+Atomicity: a checkpoint is written into `step_{N}.tmp-<pid>/`, every file fsynced, then the directory is
+renamed to `step_{N}` (atomic on POSIX) and `latest` replaced via a temp file + os.replace. A process killed
+at any moment leaves either the old or the new checkpoint complete; `load_checkpoint` ignores leftovers
+and falls back to the newest complete directory when `latest` is missing, corrupt or stale.
+
+`.pt` entries are loaded with `torch.load(weights_only=True)`, so state must be built from tensors,
+dict/list/tuple and Python scalars/str/None (as optimizer and scheduler state dicts are); `save_checkpoint`
+checks this up front instead of failing at resume time. Everything is loaded onto the CPU:
+`optimizer.load_state_dict` moves state to its parameters' device, model weights move with `.to()`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+import sys
+from pathlib import Path
+from typing import Any, Callable
+from urllib.parse import quote
+
+import safetensors.torch
+import torch
+
+_STEP_DIR = re.compile(r"^step_(\d+)$")
+_LEFTOVER = re.compile(r"^(?:step_\d+|latest)\.(?:tmp|old)-(\d+)$")
+MANIFEST = "manifest.json"
+# Test-only seam: called with a label after each durable stage ("wrote <file>", "renamed"), so a test can
+# SIGKILL a real writer process at a known point of a checkpoint write.
+_stage_hook: Callable[[str], None] | None = None
+
+_SAFE_LEAVES = (torch.Tensor, int, float, bool, str, type(None), torch.dtype, torch.device, torch.Size)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Saving
+
+
+def save_checkpoint(run_dir: str | os.PathLike, step: int, state: dict[str, Any], keep_last: int = 2) -> Path:
+    """Write `state` as checkpoint `step` atomically, point `latest` at it, prune to `keep_last`; return its dir."""
+    if keep_last < 1:
+        raise ValueError(f"keep_last must be >= 1, got {keep_last}")
+    for name, value in state.items():
+        _check_loadable(value, name)
+    root = Path(run_dir) / "checkpoints"
+    root.mkdir(parents=True, exist_ok=True)
+    final, tmp = root / f"step_{step}", root / f"step_{step}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        entries = {name: _write_entry(tmp, name, value) for name, value in state.items()}
+        _write_durably(tmp / MANIFEST, json.dumps({"step": step, "entries": entries}, indent=1).encode())
+        _fsync_dir(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    _replace_dir(tmp, final)
+    _fsync_dir(root)
+    _stage("renamed")
+    pointer_tmp = root / f"latest.tmp-{os.getpid()}"
+    _write_durably(pointer_tmp, f"{step}\n".encode())
+    os.replace(pointer_tmp, root / "latest")
+    _fsync_dir(root)
+    _prune(root, keep=step, keep_last=keep_last)
+    return final
+
+
+def _write_entry(directory: Path, name: str, value: Any) -> dict[str, str]:
+    stem = quote(name, safe="")  # "policies/gen" -> "policies%2Fgen": flat dir, reversible, no traversal
+    if isinstance(value, dict) and value and all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in value.items()):
+        path, fmt = directory / f"{stem}.safetensors", "safetensors"
+        safetensors.torch.save_file(_unshared(value), str(path))
+        _fsync_file(path)
+    elif _json_roundtrips(value):
+        path, fmt = directory / f"{stem}.json", "json"
+        _write_durably(path, json.dumps(value).encode())
+    else:
+        path, fmt = directory / f"{stem}.pt", "torch"
+        with open(path, "wb") as f:
+            torch.save(value, f)
+            f.flush()
+            os.fsync(f.fileno())
+    _stage(f"wrote {path.name}")
+    return {"file": path.name, "format": fmt}
+
+
+def _unshared(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """safetensors refuses tensors sharing storage (tied embeddings): clone every repeat of a storage."""
+    seen: set[int] = set()
+    out = {}
+    for k, v in tensors.items():
+        v = v.detach().to("cpu").contiguous()
+        ptr = v.untyped_storage().data_ptr()
+        out[k] = v.clone() if ptr in seen else v
+        seen.add(ptr)
+    return out
+
+
+def _json_roundtrips(value: Any) -> bool:
+    # Exact round-trip only: tuples, int dict keys or NaN would come back different, so they go to .pt.
+    try:
+        return json.loads(json.dumps(value)) == value
+    except (TypeError, ValueError):
+        return False
+
+
+def _check_loadable(value: Any, where: str) -> None:
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _check_loadable(k, where)
+            _check_loadable(v, f"{where}[{k!r}]")
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            _check_loadable(v, f"{where}[{i}]")
+    elif not isinstance(value, _SAFE_LEAVES):
+        raise TypeError(f"checkpoint entry {where} holds a {type(value).__name__}, which torch.load(weights_only=True) "
+                        "cannot read back; convert it to a tensor or plain Python value")
+
+
+def _replace_dir(src: Path, dst: Path) -> None:
+    """Rename src to dst; an existing dst (re-saving a step) is moved aside first, then deleted."""
+    if not dst.exists():
+        os.rename(src, dst)
+        return
+    old = dst.with_name(f"{dst.name}.old-{os.getpid()}")
+    shutil.rmtree(old, ignore_errors=True)
+    os.rename(dst, old)
+    os.rename(src, dst)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _prune(root: Path, keep: int, keep_last: int) -> None:
+    """Keep `keep` (just written) and the newest keep_last - 1 others; drop leftovers of dead writers."""
+    others = sorted((s for s in _complete_steps(root) if s != keep), reverse=True)
+    for s in others[keep_last - 1 :]:
+        shutil.rmtree(root / f"step_{s}", ignore_errors=True)
+    for p in root.iterdir():
+        m = _LEFTOVER.match(p.name)
+        if m and not _pid_alive(int(m.group(1))):
+            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return False  # our own leftovers are from failed earlier saves
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _write_durably(path: Path, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_dir(path: Path) -> None:
+    # Makes the directory's entries (new files, renames) durable, not just the files' contents.
+    _fsync_file(path)
+
+
+def _stage(label: str) -> None:
+    if _stage_hook is not None:
+        _stage_hook(label)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Loading
+
+
+def _complete_steps(root: Path) -> list[int]:
+    if not root.is_dir():
+        return []
+    steps = []
+    for p in root.iterdir():
+        m = _STEP_DIR.match(p.name)
+        if m and (p / MANIFEST).is_file():
+            steps.append(int(m.group(1)))
+    return sorted(steps)
+
+
+def latest_step(run_dir: str | os.PathLike) -> int | None:
+    """The step `load_checkpoint(run_dir)` would load, or None when there is no complete checkpoint."""
+    root = Path(run_dir) / "checkpoints"
+    complete = _complete_steps(root)
+    try:
+        pointed = int((root / "latest").read_text().strip())
+    except (OSError, ValueError):
+        pointed = None
+    if pointed in complete:
+        return pointed
+    return complete[-1] if complete else None
+
+
+def load_checkpoint(run_dir: str | os.PathLike, step: int | None = None) -> tuple[int, dict[str, Any]]:
+    """Load checkpoint `step` (default: the latest complete one) as `(step, {name: value})`, on the CPU."""
+    if step is None:
+        step = latest_step(run_dir)
+        if step is None:
+            raise FileNotFoundError(f"no complete checkpoint under {Path(run_dir) / 'checkpoints'}")
+    directory = Path(run_dir) / "checkpoints" / f"step_{step}"
+    if not (directory / MANIFEST).is_file():
+        raise FileNotFoundError(f"no complete checkpoint at {directory}")
+    manifest = json.loads((directory / MANIFEST).read_text())
+    return step, {name: _read_entry(directory / e["file"], e["format"]) for name, e in manifest["entries"].items()}
+
+
+def _read_entry(path: Path, fmt: str) -> Any:
+    if fmt == "safetensors":
+        return safetensors.torch.load_file(str(path), device="cpu")
+    if fmt == "json":
+        return json.loads(path.read_text())
+    if fmt == "torch":
+        return torch.load(path, map_location="cpu", weights_only=True)
+    raise ValueError(f"{path}: unknown checkpoint entry format {fmt!r}")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# RNG state
+
+
+def capture_rng_state() -> dict[str, Any]:
+    """Python `random`, numpy (only if already imported), torch CPU and every CUDA device's RNG state."""
+    state: dict[str, Any] = {"python": random.getstate(), "torch": torch.get_rng_state()}
+    if "numpy" in sys.modules:
+        name, key, pos, has_gauss, gauss = sys.modules["numpy"].random.get_state()
+        # int64 tensor instead of a numpy array so the entry stays weights_only-loadable
+        state["numpy"] = (name, torch.from_numpy(key.astype("int64")), int(pos), int(has_gauss), float(gauss))
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng_state(state: dict[str, Any]) -> None:
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    torch.set_rng_state(state["torch"])
+    if "numpy" in state:
+        import numpy as np
+
+        name, key, pos, has_gauss, gauss = state["numpy"]
+        np.random.set_state((name, key.numpy().astype(np.uint32), pos, has_gauss, gauss))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
