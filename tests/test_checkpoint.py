@@ -16,7 +16,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from rolecast.train.checkpoint import capture_rng_state, latest_step, load_checkpoint, restore_rng_state, save_checkpoint
+from rolecast.train.checkpoint import (
+    capture_rng_state,
+    latest_step,
+    list_checkpoints,
+    load_checkpoint,
+    restore_rng_state,
+    save_checkpoint,
+)
 from rolecast.train.schedule import constant, warmup_cosine
 
 # ---------------------------------------------------------------------------------------------------------
@@ -27,7 +34,8 @@ import sys, time, torch
 from rolecast.train import checkpoint
 run_dir, stop_at = sys.argv[1], sys.argv[2]
 g = torch.Generator().manual_seed(0)
-checkpoint.save_checkpoint(run_dir, 1, {"policies/gen": {"w": torch.randn(64, 64, generator=g)}, "trainer": {"step": 1}})
+step1 = {"policies/gen": {"w": torch.randn(64, 64, generator=g)}, "trainer": {"step": 1}}
+checkpoint.save_checkpoint(run_dir, 1, step1)
 print("saved 1", flush=True)
 big = torch.randn(4096, 4096, generator=g)  # 64 MiB: writing it takes far longer than the parent's poll
 def hook(label):
@@ -35,7 +43,8 @@ def hook(label):
     if label == stop_at:
         time.sleep(600)
 checkpoint._stage_hook = hook
-checkpoint.save_checkpoint(run_dir, 2, {"policies/gen": {"w": big}, "optim/gen": {"m": big.clone()}, "trainer": {"step": 2}})
+step2 = {"policies/gen": {"w": big}, "optim/gen": {"m": big.clone()}, "trainer": {"step": 2}}
+checkpoint.save_checkpoint(run_dir, 2, step2)
 print("saved 2", flush=True)
 """
 
@@ -46,7 +55,8 @@ def _step1_state() -> dict:
 
 
 def _run_writer_and_kill(run_dir: Path, stop_at: str) -> None:
-    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(run_dir), stop_at], stdout=subprocess.PIPE, text=True)
+    cmd = [sys.executable, "-c", WRITER, str(run_dir), stop_at]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "saved 1"
         if stop_at == "mid-file":  # no hook: kill as soon as the temp dir of step 2 appears
@@ -100,7 +110,7 @@ def _names(run_dir: Path) -> list[str]:
 def test_keep_last_n_pruning(tmp_path: Path) -> None:
     for s in range(1, 6):
         save_checkpoint(tmp_path, s, {"trainer": {"step": s}}, keep_last=2)
-    assert _names(tmp_path) == ["latest", "step_4", "step_5"]
+    assert _names(tmp_path) == ["latest", "step_4", "step_5"] and list_checkpoints(tmp_path) == [4, 5]
     save_checkpoint(tmp_path, 6, {"trainer": {"step": 6}}, keep_last=3)
     assert _names(tmp_path) == ["latest", "step_4", "step_5", "step_6"]
     # rolling back and re-saving an older step never prunes the one just written
@@ -124,6 +134,7 @@ def test_stale_or_corrupt_pointer_falls_back_to_newest_complete(tmp_path: Path) 
     ckpts = tmp_path / "checkpoints"
     (ckpts / "step_9.tmp-1").mkdir()  # a leftover with a higher step, and an incomplete dir: both ignored
     (ckpts / "step_8").mkdir()
+    assert list_checkpoints(tmp_path) == [3, 4]
     for pointer in ("garbage", "", "7"):
         (ckpts / "latest").write_text(pointer)
         assert load_checkpoint(tmp_path)[0] == 4
@@ -228,11 +239,12 @@ def _factors(make, steps: int) -> list[float]:
 def test_warmup_cosine_values() -> None:
     f = _factors(lambda o: warmup_cosine(o, warmup_steps=4, total_steps=12, min_lr_ratio=0.1), 15)
     # warmup (k+1)/5: .2 .4 .6 .8; then .1 + .9 * (1 + cos(pi * (k-4)/8)) / 2; flat at .1 after step 12
-    want = [0.2, 0.4, 0.6, 0.8] + [0.1 + 0.45 * (1 + math.cos(math.pi * (k - 4) / 8)) for k in range(4, 13)] + [0.1, 0.1]
+    cosine = [0.1 + 0.45 * (1 + math.cos(math.pi * (k - 4) / 8)) for k in range(4, 13)]
+    want = [0.2, 0.4, 0.6, 0.8] + cosine + [0.1, 0.1]
     assert f == pytest.approx(want)
     assert f[4] == pytest.approx(1.0) and f[8] == pytest.approx(0.55) and f[12] == pytest.approx(0.1)
-    assert _factors(lambda o: warmup_cosine(o, 0, 4), 5) == pytest.approx([1.0, 0.5 + 0.5 * math.cos(math.pi / 4), 0.5,
-                                                                         0.5 - 0.5 * math.cos(math.pi / 4), 0.0])
+    c = 0.5 * math.cos(math.pi / 4)
+    assert _factors(lambda o: warmup_cosine(o, 0, 4), 5) == pytest.approx([1.0, 0.5 + c, 0.5, 0.5 - c, 0.0])
 
 
 def test_constant_values() -> None:

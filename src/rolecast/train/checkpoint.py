@@ -77,7 +77,8 @@ def save_checkpoint(run_dir: str | os.PathLike, step: int, state: dict[str, Any]
 
 def _write_entry(directory: Path, name: str, value: Any) -> dict[str, str]:
     stem = quote(name, safe="")  # "policies/gen" -> "policies%2Fgen": flat dir, reversible, no traversal
-    if isinstance(value, dict) and value and all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in value.items()):
+    is_weights = isinstance(value, dict) and value and all(isinstance(v, torch.Tensor) for v in value.values())
+    if is_weights and all(isinstance(k, str) for k in value):
         path, fmt = directory / f"{stem}.safetensors", "safetensors"
         safetensors.torch.save_file(_unshared(value), str(path))
         _fsync_file(path)
@@ -200,6 +201,11 @@ def _complete_steps(root: Path) -> list[int]:
         if m and (p / MANIFEST).is_file():
             steps.append(int(m.group(1)))
     return sorted(steps)
+
+
+def list_checkpoints(run_dir: str | os.PathLike) -> list[int]:
+    """Steps of the complete checkpoints under `run_dir`, ascending (leftovers of killed writes excluded)."""
+    return _complete_steps(Path(run_dir) / "checkpoints")
 
 
 def latest_step(run_dir: str | os.PathLike) -> int | None:

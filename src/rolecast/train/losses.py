@@ -74,21 +74,26 @@ def normalisers(*masks: torch.Tensor) -> dict[str, int]:
     }
 
 
-def _seq_count(mask: torch.Tensor, total_seqs: int | None) -> torch.Tensor | int:
+def _at_least_one(n: int | torch.Tensor) -> int | torch.Tensor:
+    return max(n, 1) if isinstance(n, int) else n.clamp(min=1)  # an empty batch gives loss 0, not NaN
+
+
+def _seq_count(mask: torch.Tensor, total_seqs: int | None) -> int | torch.Tensor:
     # Sequences with no completion token carry no loss and must not dilute the mean.
-    n = total_seqs if total_seqs is not None else (mask.sum(-1) > 0).sum()
-    return max(n, 1) if isinstance(n, int) else n.clamp(min=1)
+    return _at_least_one(total_seqs if total_seqs is not None else (mask.sum(-1) > 0).sum())
+
+
+Tensor = torch.Tensor
 
 
 @register_aggregation("token-mean")
-def _token_mean(loss: torch.Tensor, mask: torch.Tensor, *, total_tokens: int | None = None, **_: object) -> torch.Tensor:
+def _token_mean(loss: Tensor, mask: Tensor, *, total_tokens: int | None = None, **_: object) -> Tensor:
     """Every token weighs the same: sum over masked tokens / number of masked tokens (in the whole batch)."""
-    n = total_tokens if total_tokens is not None else mask.sum()
-    return (loss * mask).sum() / (max(n, 1) if isinstance(n, int) else n.clamp(min=1))
+    return (loss * mask).sum() / _at_least_one(total_tokens if total_tokens is not None else mask.sum())
 
 
 @register_aggregation("seq-mean-token-mean")
-def _seq_mean_token_mean(loss: torch.Tensor, mask: torch.Tensor, *, total_seqs: int | None = None, **_: object) -> torch.Tensor:
+def _seq_mean_token_mean(loss: Tensor, mask: Tensor, *, total_seqs: int | None = None, **_: object) -> Tensor:
     """Every sequence weighs the same (original GRPO): mean over sequences of per-sequence token means."""
     per_seq = (loss * mask).sum(-1) / mask.sum(-1).clamp(min=1)
     return per_seq.sum() / _seq_count(mask, total_seqs)
@@ -96,8 +101,8 @@ def _seq_mean_token_mean(loss: torch.Tensor, mask: torch.Tensor, *, total_seqs: 
 
 @register_aggregation("seq-mean-token-sum")
 def _seq_mean_token_sum(
-    loss: torch.Tensor, mask: torch.Tensor, *, total_seqs: int | None = None, max_len: int | None = None, **_: object
-) -> torch.Tensor:
+    loss: Tensor, mask: Tensor, *, total_seqs: int | None = None, max_len: int | None = None, **_: object
+) -> Tensor:
     """Dr. GRPO: per-sequence token sums divided by a constant `max_len`, then averaged over sequences.
 
     `max_len` is required (e.g. the generation budget `max_new_tokens`): defaulting to the padded width
