@@ -446,9 +446,18 @@ def _bwrap_cmd(limits: Limits) -> list[str]:
     for h in _HIDE:
         if os.path.isdir(h):
             cmd += ["--tmpfs", h]
+    made = set()
     for d in _interpreter_dirs():
-        if any(d == h or d.startswith(h + "/") for h in _HIDE):
-            cmd += ["--ro-bind", d, d]
+        for h in _HIDE:
+            if d.startswith(h + "/"):
+                # bwrap would create the missing parents as 0700 root dirs, unreadable after the uid drop
+                parts = d[len(h) + 1 :].split("/")[:-1]
+                for i in range(1, len(parts) + 1):
+                    sub = h + "/" + "/".join(parts[:i])
+                    if sub not in made:
+                        made.add(sub)
+                        cmd += ["--perms", "0755", "--dir", sub]
+                cmd += ["--ro-bind", d, d]
     # world-writable like a real /tmp, so the unprivileged uid can use it as its cwd
     cmd += ["--perms", "1777", "--size", str(limits.tmpfs_mb << 20), "--tmpfs", "/tmp"]
     cmd += ["--perms", "1777", "--size", str(limits.tmpfs_mb << 20), "--tmpfs", "/var/tmp"]

@@ -1,0 +1,346 @@
+"""Code reward: extract a program from a completion, run it against tests in the sandbox, score it.
+
+Program extraction (:func:`extract_program`), first that applies:
+
+1. the last fenced block tagged python (```python / ```py / ```python3);
+2. the last fenced block of any language (or none);
+3. an unclosed ```python fence (a generation cut off at the token limit): everything after it;
+4. bare code: from the first line starting at column 0 with ``def``, ``class``, ``import``, ``from``,
+   ``async def`` or ``@`` to the end, dropping trailing lines (prose after the code) until it parses.
+
+Test formats (:class:`CodeTests`, ``kind``):
+
+- ``"asserts"``: MBPP. ``prelude`` (sanitized MBPP's ``test_imports``) + program + ``setup`` (MBPP's
+  ``test_setup_code``), then each entry of ``asserts`` run separately.
+- ``"humaneval"``: ``prompt`` + completion + ``test`` + ``check(entry_point)``. If the program defines
+  ``entry_point`` itself it runs after the prompt (whose imports and helper functions it may rely on;
+  its own definition replaces the prompt's stub); otherwise it is taken as the body that continues the
+  prompt. The body of ``check`` is split into tests, one per top-level statement containing an
+  ``assert`` (statements without one join the next test), each run with ``candidate`` bound to the
+  entry point: the same verdict as ``check(entry_point)`` when all pass, and a fraction for ``partial``.
+- ``"stdio"``: LiveCodeBench/DeepCoder stdin/stdout cases. Outputs match when equal after stripping
+  trailing whitespace per line and surrounding blank lines, or token by token with numbers within 1e-6
+  (absolute or relative); output that is not valid UTF-8 never matches.
+- ``"functional"``: LiveCodeBench functional cases: input = one JSON value per line (the arguments),
+  output = the JSON of the return value of ``Solution().<fn_name>`` (or a top-level ``<fn_name>``);
+  compared as JSON values (tuples as lists, floats within 1e-6). The expected outputs never enter the
+  sandbox.
+
+Reward: 1.0 only if every test passes; ``partial=True`` gives the fraction that passed (a test that gets
+no verdict — timeout, crash, early exit — counts as failed).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import re
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from rolecast.rewards.sandbox import CaseResult, Job, JobResult, Limits, SandboxPool, default_pool
+from rolecast.tasks.base import Score
+
+KINDS = ("asserts", "humaneval", "stdio", "functional")
+DEFAULT_TIMEOUT_S = {"asserts": 10.0, "humaneval": 10.0, "stdio": 6.0, "functional": 6.0}  # whole run / per case
+
+# ----------------------------------------------------------------------------------------------------------
+# extraction
+
+_FENCE = re.compile(r"^[ \t]*```[ \t]*([^\n`]*)\n(.*?)^[ \t]*```", re.S | re.M)
+_PY_TAGS = {"python", "py", "python3", "py3"}
+_CODE_START = re.compile(r"^(?:def |async def |class |import |from \S+ import |@)", re.M)
+
+
+def _parses(src: str) -> bool:
+    try:
+        ast.parse(src)
+        return True
+    except (SyntaxError, ValueError):
+        return False
+
+
+def extract_program(text: str | None) -> str | None:
+    """The program a completion contains (see module docstring for the order), or None."""
+    if not text:
+        return None
+    blocks = [(m.group(1).strip().lower(), m.group(2)) for m in _FENCE.finditer(text)]
+    py = [body for tag, body in blocks if tag.split()[0:1] and tag.split()[0] in _PY_TAGS]
+    if py:
+        return py[-1]
+    if blocks:
+        return blocks[-1][1]
+    m = list(re.finditer(r"```[ \t]*(?:python3?|py)[ \t]*\n", text, re.I))
+    if m:
+        return text[m[-1].end() :]
+    start = _CODE_START.search(text)
+    if not start:
+        return None
+    lines = text[start.start() :].splitlines()
+    for end in range(len(lines), 0, -1):
+        cand = "\n".join(lines[:end])
+        if _parses(cand):
+            return cand + "\n"
+    return "\n".join(lines) + "\n"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# tests
+
+
+@dataclass(frozen=True)
+class CodeTests:
+    """Tests for one code problem, in any of the formats in the module docstring."""
+
+    kind: str
+    asserts: tuple[str, ...] = ()  # asserts: one test each
+    prelude: str = ""  # asserts: before the program (imports the tests need)
+    setup: str = ""  # asserts: after the program, before the tests
+    prompt: str = ""  # humaneval: the function signature + docstring given to the model
+    test: str = ""  # humaneval: source defining check(candidate)
+    entry_point: str = ""  # humaneval entry point / functional function name
+    inputs: tuple[str, ...] = ()  # stdio/functional
+    outputs: tuple[str, ...] = ()  # stdio/functional: expected stdout / JSON return value
+    timeout_s: float | None = None  # None: DEFAULT_TIMEOUT_S[kind]
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"CodeTests.kind must be one of {KINDS}, got {self.kind!r}")
+        if self.kind == "asserts" and not self.asserts:
+            raise ValueError("CodeTests(kind='asserts') needs at least one entry in `asserts`")
+        if self.kind == "humaneval" and not (self.test and self.entry_point):
+            raise ValueError("CodeTests(kind='humaneval') needs `test` and `entry_point`")
+        if self.kind in ("stdio", "functional"):
+            if not self.inputs or len(self.inputs) != len(self.outputs):
+                raise ValueError(
+                    f"CodeTests(kind={self.kind!r}) needs matching non-empty `inputs` and `outputs` "
+                    f"(got {len(self.inputs)} and {len(self.outputs)})"
+                )
+            if self.kind == "functional" and not self.entry_point:
+                raise ValueError("CodeTests(kind='functional') needs `entry_point` (the function name)")
+
+    @property
+    def n_tests(self) -> int:
+        if self.kind == "asserts":
+            return len(self.asserts)
+        if self.kind == "humaneval":
+            return len(_split_check(self.test)[1])
+        return len(self.inputs)
+
+    # constructors from dataset rows -------------------------------------------------------------------
+
+    @classmethod
+    def mbpp(cls, row: Mapping[str, Any]) -> "CodeTests":
+        """MBPP full (``test_setup_code`` + ``test_list``) or sanitized (``test_imports`` + ``test_list``)."""
+        tests = row.get("test_list")
+        if not tests:
+            raise ValueError(f"MBPP row {row.get('task_id')!r} has no test_list")
+        imports = row.get("test_imports") or []
+        return cls(
+            kind="asserts",
+            asserts=tuple(tests),
+            prelude="\n".join(imports),
+            setup=row.get("test_setup_code") or "",
+        )
+
+    @classmethod
+    def humaneval(cls, row: Mapping[str, Any]) -> "CodeTests":
+        for k in ("prompt", "test", "entry_point"):
+            if not row.get(k):
+                raise ValueError(f"HumanEval row {row.get('task_id')!r} has no {k!r}")
+        return cls(kind="humaneval", prompt=row["prompt"], test=row["test"], entry_point=row["entry_point"])
+
+    @classmethod
+    def livecodebench(cls, tests: str | Sequence[Mapping[str, Any]], fn_name: str | None = None) -> "CodeTests":
+        """LiveCodeBench / DeepCoder ``tests``: ``[{"input", "output", "testtype": "stdin"|"functional"}]``."""
+        if isinstance(tests, str):
+            tests = json.loads(tests)
+        if not tests:
+            raise ValueError("livecodebench tests: empty list")
+        types = {t.get("testtype", "stdin") for t in tests}
+        if len(types) != 1 or not types <= {"stdin", "functional"}:
+            raise ValueError(f"livecodebench tests: expected one testtype of stdin/functional, got {sorted(types)}")
+        kind = "stdio" if types == {"stdin"} else "functional"
+        if kind == "functional" and not fn_name:
+            fn_name = next((t.get("metadata", {}).get("func_name") for t in tests if t.get("metadata")), None)
+            if not fn_name:
+                raise ValueError("livecodebench functional tests need a function name (metadata.func_name)")
+        return cls(
+            kind=kind,
+            inputs=tuple(str(t["input"]) for t in tests),
+            outputs=tuple(str(t["output"]) for t in tests),
+            entry_point=fn_name or "",
+        )
+
+
+def _split_check(test_src: str) -> tuple[str, list[str]]:
+    """(name of check's parameter, one source snippet per test) for a HumanEval `test` field."""
+    try:
+        mod = ast.parse(test_src)
+    except SyntaxError:
+        return "", []
+    check = next((n for n in mod.body if isinstance(n, ast.FunctionDef) and n.name == "check"), None)
+    if check is None or len(check.args.args) != 1:
+        return "", []
+    pending: list[str] = []
+    tests: list[str] = []
+    body = check.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant):
+        body = body[1:]  # docstring
+    for stmt in body:
+        pending.append(ast.unparse(stmt))
+        if any(isinstance(n, ast.Assert) for n in ast.walk(stmt)):
+            tests.append("\n".join(pending))
+            pending = []
+    if pending and tests:
+        tests[-1] += "\n" + "\n".join(pending)
+    return check.args.args[0].arg, tests
+
+
+def _defines(program: str, name: str) -> bool:
+    return re.search(rf"^(?:async\s+)?def\s+{re.escape(name)}\s*\(", program, re.M) is not None
+
+
+def build_job(program: str, tests: CodeTests, *, partial: bool = False, timeout_s: float | None = None, memory_mb: int = 1024) -> Job:
+    """The sandbox job that runs `program` (already extracted) against `tests`."""
+    t = timeout_s or tests.timeout_s or DEFAULT_TIMEOUT_S[tests.kind]
+    limits = Limits(timeout_s=t, memory_mb=memory_mb)
+    if tests.kind == "asserts":
+        return Job(mode="asserts", program=program, prelude=tests.prelude, setup=tests.setup, tests=tests.asserts, limits=limits)
+    if tests.kind == "humaneval":
+        full = tests.prompt + "\n" + program if _defines(program, tests.entry_point) else tests.prompt + program
+        arg, snippets = _split_check(tests.test)
+        if not snippets:  # unusual test layout: the original all-or-nothing call
+            return Job(mode="asserts", program=full, setup=tests.test, tests=(f"check({tests.entry_point})",), limits=limits)
+        return Job(mode="asserts", program=full, setup=tests.test, tests=tuple(snippets), bind=(arg, tests.entry_point), limits=limits)
+    stop = None if partial else (lambda i, c: not _case_ok(tests, i, c))
+    return Job(mode=tests.kind, program=program, inputs=tests.inputs, fn_name=tests.entry_point, limits=limits, stop_on=stop)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# comparison
+
+
+def _num(tok: str) -> float | None:
+    try:
+        return float(tok)
+    except ValueError:
+        return None
+
+
+def _close(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-6)
+
+
+def stdout_matches(got: bytes, expected: str) -> bool:
+    try:
+        text = got.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    a = [line.rstrip() for line in text.strip().splitlines()]
+    b = [line.rstrip() for line in expected.strip().splitlines()]
+    if a == b:
+        return True
+    if len(a) != len(b):
+        return False
+    for la, lb in zip(a, b):
+        ta, tb = la.split(), lb.split()
+        if len(ta) != len(tb):
+            return False
+        for x, y in zip(ta, tb):
+            if x == y:
+                continue
+            fx, fy = _num(x), _num(y)
+            if fx is None or fy is None or not _close(fx, fy):
+                return False
+    return True
+
+
+def _json_equal(a: Any, b: Any) -> bool:
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return a == b or _close(float(a), float(b))
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_json_equal(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_json_equal(a[k], b[k]) for k in a)
+    return a == b
+
+
+def value_matches(got: str | None, expected: str) -> bool:
+    if not got:
+        return False
+    try:
+        return _json_equal(json.loads(got), json.loads(expected))
+    except ValueError:
+        return False
+
+
+def _case_ok(tests: CodeTests, i: int, c: CaseResult) -> bool:
+    if c.reason is not None or c.rc != 0:
+        return False
+    if tests.kind == "stdio":
+        return stdout_matches(c.stdout, tests.outputs[i])
+    return value_matches(c.value, tests.outputs[i])
+
+
+def judge(result: JobResult, tests: CodeTests, *, partial: bool = False, program: str | None = None) -> Score:
+    """Turn a sandbox result into a Score."""
+    n = tests.n_tests if tests.kind != "humaneval" else max(1, len(_split_check(tests.test)[1]))
+    if tests.kind in ("asserts", "humaneval"):
+        passed = sum(1 for i in range(n) if result.verdicts.get(i))
+        if result.load_error:
+            reason = f"load_error: {result.load_error}"
+        elif result.reason:
+            reason = result.reason
+        elif not result.done:
+            reason = "no_verdict"  # exited before the tests finished (os._exit, crash, killed)
+        else:
+            reason = None
+    else:
+        oks = [_case_ok(tests, i, c) for i, c in enumerate(result.cases)]
+        passed = sum(oks)
+        bad = next((c.reason for c in result.cases if c.reason), None)
+        reason = bad or (result.reason if result.reason not in (None, "stopped_early") else None)
+    if passed == n:
+        return Score(1.0, program, None)
+    return Score(passed / n if partial else 0.0, program, reason)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# public API
+
+
+def score_program(program: str, tests: CodeTests, *, partial: bool = False, timeout_s: float | None = None, pool: SandboxPool | None = None) -> Score:
+    """Score an already-extracted program (no extraction step)."""
+    res = (pool or default_pool()).run(build_job(program, tests, partial=partial, timeout_s=timeout_s))
+    return judge(res, tests, partial=partial, program=program)
+
+
+def score_code(text: str | None, tests: CodeTests, *, partial: bool = False, timeout_s: float | None = None, pool: SandboxPool | None = None) -> Score:
+    """Extract the program from a completion and score it against `tests` in the sandbox."""
+    return score_code_many([text], [tests], partial=partial, timeout_s=timeout_s, pool=pool)[0]
+
+
+def score_code_many(
+    texts: Sequence[str | None],
+    tests_list: Sequence[CodeTests],
+    *,
+    partial: bool = False,
+    timeout_s: float | None = None,
+    pool: SandboxPool | None = None,
+    extract: bool = True,
+) -> list[Score]:
+    """Score many completions in parallel through the (module-level by default) sandbox pool."""
+    if len(texts) != len(tests_list):
+        raise ValueError(f"score_code_many: {len(texts)} texts but {len(tests_list)} test sets")
+    programs = [extract_program(t) if extract else t for t in texts]
+    todo = [i for i, p in enumerate(programs) if p and p.strip()]
+    jobs = [build_job(programs[i], tests_list[i], partial=partial, timeout_s=timeout_s) for i in todo]
+    results = (pool or default_pool()).run_many(jobs) if jobs else []
+    scores: list[Score] = [Score(0.0, None, "no_code")] * len(texts)
+    for i, res in zip(todo, results):
+        scores[i] = judge(res, tests_list[i], partial=partial, program=programs[i])
+    return scores
