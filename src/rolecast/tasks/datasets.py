@@ -1,0 +1,593 @@
+"""Real math and code datasets as tasks: GSM8K, MATH, MATH-500, AIME 2024, DAPO-Math-17k, MBPP (full and
+sanitized), HumanEval, DeepCoder, and generic ``math_jsonl`` / ``code_jsonl`` with a column mapping.
+
+Where the data comes from, first that applies:
+
+1. ``path=``: a JSONL / JSON (array) / Parquet file (the split named by ``path_split``, default
+   "train"), a directory holding ``<split>.jsonl`` / ``<split>.parquet``, or a mapping ``{split: file}``;
+2. the offline copies under the data root (``$ROLECAST_DATA_DIR``, else ``<repo>/../shared/data``, else
+   ``<cwd>/../shared/data``; see /work/shared/data/MANIFEST.md for the layout);
+3. ``hub=True`` (or ``hub="org/name"``): the Hugging Face hub via the ``datasets`` package (optional
+   extra ``rolecast[hub]``, imported only then; needs network).
+
+Splits: "train" and "test" where the dataset has them, "validation" where it has one (MBPP). A dataset
+with only a test split (MATH-500, AIME 2024, HumanEval) serves all its rows as "test" and a seeded
+partition of the same rows as "train" / "validation" (``val_fraction`` of them validation) — for
+experiments that train on a benchmark, knowingly. A dataset with only a train split (DAPO) partitions
+it into "train" / "validation". Datasets with native train+test carve a validation split out of train
+only when ``val_fraction > 0`` is passed.
+
+Rows without a usable answer or tests are skipped; ``task.skipped`` counts them by reason (also logged).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import rolecast
+from rolecast.tasks.base import Problem, Score, Task, register_task
+
+log = logging.getLogger(__name__)
+
+SPLITS = ("train", "validation", "test")
+
+# ----------------------------------------------------------------------------------------------------------
+# files
+
+
+def data_root() -> Path:
+    """Where the offline datasets live ($ROLECAST_DATA_DIR, else ../shared/data beside the repo or cwd)."""
+    env = os.environ.get("ROLECAST_DATA_DIR")
+    if env:
+        return Path(env)
+    candidates = [Path(rolecast.__file__).resolve().parents[2] / ".." / "shared" / "data", Path.cwd() / ".." / "shared" / "data"]
+    for c in candidates:
+        if c.is_dir():
+            return c.resolve()
+    return candidates[0].resolve()
+
+
+def dataset_file(rel: str) -> Path:
+    """An offline dataset file under the data root, with an error naming the path and the env var."""
+    p = data_root() / rel
+    if not p.exists():
+        raise FileNotFoundError(
+            f"dataset file {p} not found. Set ROLECAST_DATA_DIR to the folder holding the offline data "
+            f"(currently {os.environ.get('ROLECAST_DATA_DIR', 'unset')}), pass path=..., or hub=True to download."
+        )
+    return p
+
+
+def read_rows(path: str | Path) -> list[dict[str, Any]]:
+    """Rows of a JSONL, JSON (list of objects) or Parquet file."""
+    p = Path(path)
+    if not p.exists():
+        raise FileNotFoundError(f"dataset file {p} not found")
+    if p.suffix == ".parquet":
+        try:
+            import pyarrow.parquet as pq
+        except ImportError as e:
+            raise ImportError(f"reading {p} needs pyarrow (pip install pyarrow)") from e
+        return pq.read_table(p).to_pylist()
+    text = p.read_text(encoding="utf-8")
+    if p.suffix == ".json" and text.lstrip().startswith("["):
+        rows = json.loads(text)
+    else:
+        rows = []
+        for n, line in enumerate(text.splitlines(), 1):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as e:
+                    raise ValueError(f"{p}, line {n}: not valid JSON ({e.msg})") from e
+    for n, r in enumerate(rows, 1):
+        if not isinstance(r, dict):
+            raise ValueError(f"{p}, row {n}: expected a JSON object, got {type(r).__name__}")
+    return rows
+
+
+def load_hub(name: str, config: str | None, split: str) -> list[dict[str, Any]]:
+    try:
+        import datasets
+    except ImportError as e:
+        raise ImportError(f"loading {name} from the Hugging Face hub needs the `datasets` package: pip install 'rolecast[hub]'") from e
+    try:
+        ds = datasets.load_dataset(name, config, split=split)
+    except Exception as e:  # noqa: BLE001 - offline, auth, missing split: all worth one clear message
+        raise RuntimeError(f"could not load {name} ({config or 'default'}, split {split!r}) from the hub: {e}") from e
+    return [dict(r) for r in ds]
+
+
+def _partition(n: int, seed: int, val_fraction: float) -> tuple[list[int], list[int]]:
+    """Seeded (train, validation) index lists covering range(n)."""
+    idx = list(range(n))
+    random.Random(seed).shuffle(idx)
+    n_val = int(round(n * val_fraction))
+    if val_fraction > 0 and n > 1:
+        n_val = min(max(n_val, 1), n - 1)
+    return sorted(idx[n_val:]), sorted(idx[:n_val])
+
+
+class _Skip(Exception):
+    """A row that cannot become a problem; the message is the counted reason."""
+
+
+# ----------------------------------------------------------------------------------------------------------
+# base
+
+
+class DatasetTask(Task):
+    """A task over rows of a dataset. Subclasses set the class attributes and `make_problem`."""
+
+    name = "dataset"
+    family = "math"
+    native_splits: tuple[str, ...] = ("train", "test")
+    files: Mapping[str, str] = {}  # split -> path under the data root
+    hub_name: str | None = None
+    hub_config: str | None = None
+    hub_splits: Mapping[str, str] = {}  # our split -> hub split name, when they differ
+
+    def __init__(
+        self,
+        path: str | Path | Mapping[str, str | Path] | None = None,
+        *,
+        path_split: str = "train",
+        hub: bool | str = False,
+        seed: int = 0,
+        val_fraction: float | None = None,
+        limit: int | None = None,
+    ):
+        self.path = path
+        self.path_split = path_split
+        self.hub = hub
+        self.seed = seed
+        if val_fraction is None:
+            val_fraction = 0.0 if {"train", "test"} <= set(self.native_splits) else 0.1
+        if not 0.0 <= val_fraction < 1.0:
+            raise ValueError(f"{self.name}: val_fraction must be in [0, 1), got {val_fraction}")
+        self.val_fraction = val_fraction
+        self.limit = limit
+        self.skipped: Counter[str] = Counter()
+        self._cache: dict[str, list[Problem]] = {}
+        self._raw: dict[str, list[dict[str, Any]]] = {}
+
+    # where rows come from ------------------------------------------------------------------------------
+
+    def _available(self) -> tuple[str, ...]:
+        if isinstance(self.path, Mapping):
+            return tuple(self.path)
+        if self.path is not None and Path(self.path).is_file():
+            return (self.path_split,)
+        return self.native_splits
+
+    def _source_rows(self, split: str) -> list[dict[str, Any]]:
+        if split in self._raw:
+            return self._raw[split]
+        if isinstance(self.path, Mapping):
+            rows = read_rows(self.path[split])
+        elif self.path is not None:
+            p = Path(self.path)
+            if p.is_dir():
+                for ext in (".jsonl", ".parquet", ".json"):
+                    if (p / f"{split}{ext}").exists():
+                        rows = read_rows(p / f"{split}{ext}")
+                        break
+                else:
+                    raise FileNotFoundError(f"{self.name}: no {split}.jsonl / {split}.parquet / {split}.json in {p}")
+            else:
+                rows = read_rows(p)
+        elif self.hub:
+            name = self.hub if isinstance(self.hub, str) else self.hub_name
+            if not name:
+                raise ValueError(f"{self.name}: no hub dataset known; pass hub='org/name'")
+            rows = load_hub(name, self.hub_config, self.hub_splits.get(split, split))
+        else:
+            if split not in self.files:
+                raise FileNotFoundError(f"{self.name}: no offline file for split {split!r}; pass path=... or hub=True")
+            rows = read_rows(dataset_file(self.files[split]))
+        self._raw[split] = rows
+        return rows
+
+    def _rows(self, split: str) -> list[tuple[int, dict[str, Any], str]]:
+        """(index within its source split, row, source split) for one of our splits."""
+        avail = self._available()
+        if split in avail:
+            if split == "train" and self.val_fraction > 0 and "validation" not in avail:
+                rows = self._source_rows("train")
+                tr, _ = _partition(len(rows), self.seed, self.val_fraction)
+                return [(i, rows[i], "train") for i in tr]
+            rows = self._source_rows(split)
+            return [(i, r, split) for i, r in enumerate(rows)]
+        if split in ("train", "validation"):
+            if split == "validation" and self.val_fraction <= 0:
+                raise ValueError(f"{self.name} has no validation split; pass val_fraction > 0 to carve one out of train")
+            base = "train" if "train" in avail else "test"
+            rows = self._source_rows(base)
+            tr, va = _partition(len(rows), self.seed, self.val_fraction)
+            return [(i, rows[i], base) for i in (tr if split == "train" else va)]
+        raise ValueError(f"{self.name} has no {split!r} split; it has {sorted(set(avail) | {'train', 'validation'})}")
+
+    def problems(self, split: str) -> Sequence[Problem]:
+        if split not in SPLITS:
+            raise ValueError(f"unknown split {split!r}; expected one of {SPLITS}")
+        if split not in self._cache:
+            out: list[Problem] = []
+            skipped: Counter[str] = Counter()
+            for i, row, src in self._rows(split):
+                try:
+                    out.append(self.make_problem(row, i, src))
+                except _Skip as e:
+                    skipped[str(e)] += 1
+                except (KeyError, TypeError, ValueError) as e:
+                    raise ValueError(f"{self.name}: {src} row {i}: {type(e).__name__}: {e}") from e
+                if self.limit is not None and len(out) >= self.limit:
+                    break
+            if skipped:
+                log.warning("%s/%s: skipped %d rows: %s", self.name, split, sum(skipped.values()), dict(skipped))
+                self.skipped.update(skipped)
+            self._cache[split] = out
+        return self._cache[split]
+
+    def make_problem(self, row: dict[str, Any], index: int, split: str) -> Problem:
+        raise NotImplementedError
+
+
+def _require(row: Mapping[str, Any], key: str, what: str) -> Any:
+    if key not in row:
+        raise KeyError(f"missing column {key!r} ({what}); row has {sorted(row)}")
+    v = row[key]
+    if v is None or (isinstance(v, str) and not v.strip()) or (isinstance(v, (list, tuple)) and not v):
+        raise _Skip(f"empty {key}")
+    return v
+
+
+# ----------------------------------------------------------------------------------------------------------
+# math
+
+
+class MathTask(DatasetTask):
+    family = "math"
+
+    def __init__(self, *args: Any, last_number: bool = True, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.last_number = last_number
+
+    def extract_answer(self, text: str | None) -> str | None:
+        from rolecast.rewards.math import extract_answer
+
+        return extract_answer(text, last_number=self.last_number)
+
+    def score(self, problem: Problem, text: str | None) -> Score:
+        from rolecast.rewards.math import score_math
+
+        return score_math(text, problem.answer, last_number=self.last_number)
+
+    def score_many(self, problems: Sequence[Problem], texts: Sequence[str | None]) -> list[Score]:
+        from rolecast.rewards.math import default_verifier
+
+        v = default_verifier()
+        if v.last_number != self.last_number:
+            return [self.score(p, t) for p, t in zip(problems, texts)]
+        return v.score_many([p.answer for p in problems], texts)
+
+
+@register_task("gsm8k")
+class GSM8K(MathTask):
+    name = "gsm8k"
+    files = {"train": "gsm8k/train.jsonl", "test": "gsm8k/test.jsonl"}
+    hub_name, hub_config = "openai/gsm8k", "main"
+
+    def make_problem(self, row, index, split):
+        from rolecast.rewards.math import gsm8k_gold
+
+        q = _require(row, "question", "the problem")
+        gold = gsm8k_gold(_require(row, "answer", "the solution ending in '#### x'"))
+        if gold is None:
+            raise _Skip("no '####' answer line")
+        return Problem(f"gsm8k/{split}/{index}", q, gold, {"split": split, "index": index})
+
+
+def _boxed_gold(solution: str) -> str:
+    from rolecast.rewards.math import last_boxed
+
+    gold = last_boxed(solution)
+    if gold is None:
+        raise _Skip("no \\boxed answer in solution")
+    if not gold:
+        raise _Skip("empty \\boxed answer in solution")
+    return gold
+
+
+@register_task("math")
+class MATH(MathTask):
+    name = "math"
+    files = {"train": "math/train.jsonl", "test": "math/test.jsonl"}
+    hub_name = "EleutherAI/hendrycks_math"  # per-subject configs on the hub; prefer the offline files
+
+    def make_problem(self, row, index, split):
+        text = _require(row, "problem", "the problem")
+        gold = row.get("answer") or _boxed_gold(_require(row, "solution", "the worked solution"))
+        meta = {"split": split, "index": index, "level": row.get("level"), "subject": row.get("type")}
+        return Problem(f"math/{split}/{index}", text, gold, meta)
+
+
+@register_task("math500")
+class MATH500(MathTask):
+    name = "math500"
+    native_splits = ("test",)
+    files = {"test": "math500/test.jsonl"}
+    hub_name = "HuggingFaceH4/MATH-500"
+
+    def make_problem(self, row, index, split):
+        text = _require(row, "problem", "the problem")
+        gold = _require(row, "answer", "the gold answer")
+        meta = {"split": split, "index": index, "level": row.get("level"), "subject": row.get("subject")}
+        return Problem(row.get("unique_id") or f"math500/{index}", text, str(gold), meta)
+
+
+@register_task("aime2024")
+class AIME2024(MathTask):
+    name = "aime2024"
+    native_splits = ("test",)
+    files = {"test": "aime2024/test.jsonl"}
+    hub_name = "Maxwell-Jia/AIME_2024"
+    hub_splits = {"test": "train"}  # the hub copy calls its only split "train"
+
+    def make_problem(self, row, index, split):
+        text = _require(row, "Problem", "the problem")
+        gold = _require(row, "Answer", "the integer answer")
+        return Problem(f"aime2024/{row.get('ID', index)}", text, str(gold), {"split": split, "index": index})
+
+
+# DAPO's prompts wrap each problem in a fixed instruction asking for "Answer: $Answer"; our prompts ask for
+# \boxed{}, so we keep only the problem between the instruction's first paragraph and its "Remember" tail.
+_DAPO_WRAP = re.compile(r"^Solve the following math problem.*?\n\n(.*?)\n\nRemember to put your answer.*$", re.S)
+
+
+@register_task("dapo_math")
+class DAPOMath(MathTask):
+    """DAPO-Math-17k: ``prompt`` = chat list whose user turn holds the problem, ``reward_model.ground_truth``."""
+
+    name = "dapo_math"
+    native_splits = ("train",)
+    files = {"train": "dapo_math/train.parquet"}
+    hub_name = "BytedTsinghua-SIA/DAPO-Math-17k"
+
+    def make_problem(self, row, index, split):
+        prompt = _require(row, "prompt", "chat messages holding the problem")
+        if isinstance(prompt, str):
+            prompt = json.loads(prompt)
+        user = [m.get("content", "") for m in prompt if isinstance(m, Mapping) and m.get("role") == "user"]
+        if not user or not user[-1].strip():
+            raise _Skip("no user message in prompt")
+        text = user[-1].strip()
+        m = _DAPO_WRAP.match(text)
+        if m:
+            text = m.group(1).strip()
+        rm = _require(row, "reward_model", "{'ground_truth': ...}")
+        if isinstance(rm, str):
+            rm = json.loads(rm)
+        gold = rm.get("ground_truth") if isinstance(rm, Mapping) else None
+        if gold is None or not str(gold).strip():
+            raise _Skip("empty reward_model.ground_truth")
+        idx = (row.get("extra_info") or {}).get("index", index) if isinstance(row.get("extra_info"), Mapping) else index
+        return Problem(f"dapo_math/{idx}", text, str(gold).strip(), {"split": split, "index": index})
+
+
+@register_task("math_jsonl")
+class MathJSONL(MathTask):
+    """Any math file: ``problem_key`` holds the statement, ``answer_key`` the gold answer (or, with
+    ``answer_from="boxed"`` / ``"gsm8k"``, a solution to take it from)."""
+
+    name = "math_jsonl"
+
+    def __init__(self, path: Any = None, *, problem_key: str = "problem", answer_key: str = "answer", answer_from: str = "answer", name: str | None = None, **kw: Any):
+        if path is None:
+            raise ValueError("math_jsonl needs path= (a file, a directory of <split>.jsonl, or {split: file})")
+        if answer_from not in ("answer", "boxed", "gsm8k"):
+            raise ValueError(f"math_jsonl: answer_from must be answer, boxed or gsm8k, got {answer_from!r}")
+        super().__init__(path, **kw)
+        self.problem_key, self.answer_key, self.answer_from = problem_key, answer_key, answer_from
+        if name:
+            self.name = name
+
+    def make_problem(self, row, index, split):
+        from rolecast.rewards.math import gsm8k_gold
+
+        text = _require(row, self.problem_key, "the problem (problem_key)")
+        raw = _require(row, self.answer_key, "the answer (answer_key)")
+        if self.answer_from == "boxed":
+            gold = _boxed_gold(str(raw))
+        elif self.answer_from == "gsm8k":
+            gold = gsm8k_gold(str(raw))
+            if gold is None:
+                raise _Skip("no '####' answer line")
+        else:
+            gold = str(raw).strip()
+        return Problem(f"{self.name}/{split}/{index}", str(text), gold, {"split": split, "index": index})
+
+
+# ----------------------------------------------------------------------------------------------------------
+# code
+
+
+class CodeTask(DatasetTask):
+    family = "code"
+
+    def __init__(self, *args: Any, partial: bool = False, timeout_s: float | None = None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.partial = partial
+        self.timeout_s = timeout_s
+
+    def extract_answer(self, text: str | None) -> str | None:
+        from rolecast.rewards.code import extract_program
+
+        return extract_program(text)
+
+    def score(self, problem: Problem, text: str | None) -> Score:
+        from rolecast.rewards.code import score_code
+
+        return score_code(text, problem.answer, partial=self.partial, timeout_s=self.timeout_s)
+
+    def score_many(self, problems: Sequence[Problem], texts: Sequence[str | None]) -> list[Score]:
+        from rolecast.rewards.code import score_code_many
+
+        return score_code_many(list(texts), [p.answer for p in problems], partial=self.partial, timeout_s=self.timeout_s)
+
+
+def _mbpp_text(statement: str, first_test: str) -> str:
+    return f"{statement.strip()}\nYour code should pass this test:\n{first_test.strip()}"
+
+
+@register_task("mbpp")
+class MBPP(CodeTask):
+    """MBPP (full, 974): the official train/validation/test (374/90/500) split; tests = ``test_list``."""
+
+    name = "mbpp"
+    native_splits = ("train", "validation", "test")
+    files = {s: f"mbpp/full/{s}.jsonl" for s in native_splits}
+    hub_name, hub_config = "google-research-datasets/mbpp", "full"
+    text_key = "text"
+
+    def make_problem(self, row, index, split):
+        from rolecast.rewards.code import CodeTests
+
+        statement = _require(row, self.text_key, "the task description")
+        tests = _require(row, "test_list", "assert statements")
+        meta = {"split": split, "index": index, "reference": row.get("code")}
+        return Problem(f"{self.name}/{row.get('task_id', index)}", _mbpp_text(statement, tests[0]), CodeTests.mbpp(row), meta)
+
+
+@register_task("mbpp_sanitized")
+class MBPPSanitized(MBPP):
+    """MBPP sanitized (427): train/validation/test 120/43/257; ``test_imports`` run before the program."""
+
+    name = "mbpp_sanitized"
+    files = {s: f"mbpp/sanitized/{s}.jsonl" for s in MBPP.native_splits}
+    hub_config = "sanitized"
+    text_key = "prompt"
+
+
+@register_task("humaneval")
+class HumanEval(CodeTask):
+    """HumanEval (164): the prompt (signature + docstring) is the problem; tests = ``check(entry_point)``."""
+
+    name = "humaneval"
+    native_splits = ("test",)
+    files = {"test": "humaneval/test.jsonl"}
+    hub_name = "openai/openai_humaneval"
+
+    def make_problem(self, row, index, split):
+        from rolecast.rewards.code import CodeTests
+
+        prompt = _require(row, "prompt", "signature + docstring")
+        for k in ("test", "entry_point"):
+            _require(row, k, "HumanEval tests")
+        meta = {"split": split, "index": index, "entry_point": row["entry_point"], "reference": row.get("canonical_solution")}
+        return Problem(row.get("task_id") or f"humaneval/{index}", prompt, CodeTests.humaneval(row), meta)
+
+
+def _lcb_tests(raw: Any, fn_name: str | None) -> Any:
+    from rolecast.rewards.code import CodeTests
+
+    try:
+        tests = json.loads(raw) if isinstance(raw, str) else raw
+    except json.JSONDecodeError as e:
+        raise _Skip("tests column is not valid JSON") from e
+    if not isinstance(tests, list) or not tests:
+        raise _Skip("no tests")
+    if not all(isinstance(t, Mapping) and "input" in t and "output" in t for t in tests):
+        raise _Skip("tests not in LiveCodeBench format (input/output/testtype)")
+    try:
+        return CodeTests.livecodebench(tests, fn_name)
+    except ValueError as e:
+        raise _Skip(str(e)) from e
+
+
+@register_task("deepcoder")
+class DeepCoder(CodeTask):
+    """DeepCoder-Preview (LiveCodeBench-format subsets): ``problem``, ``tests`` (JSON string of
+    ``[{"input", "output", "testtype": "stdin"|"functional"}]``), ``metadata`` (dict or JSON string)
+    with ``func_name`` for functional problems, optional ``starter_code`` (appended to the statement).
+    Rows in other test formats (the TACO / PrimeIntellect subsets) are skipped with a counted reason."""
+
+    name = "deepcoder"
+    files = {"train": "deepcoder/train.jsonl", "test": "deepcoder/test.jsonl"}
+    hub_name, hub_config = "agentica-org/DeepCoder-Preview-Dataset", "lcbv5"
+
+    def make_problem(self, row, index, split):
+        statement = _require(row, "problem", "the problem statement")
+        meta_raw = row.get("metadata") or {}
+        if isinstance(meta_raw, str):
+            try:
+                meta_raw = json.loads(meta_raw) if meta_raw.strip() else {}
+            except json.JSONDecodeError:
+                meta_raw = {}
+        fn = meta_raw.get("func_name") if isinstance(meta_raw, Mapping) else None
+        tests = _lcb_tests(_require(row, "tests", "LiveCodeBench-format tests"), fn)
+        text = statement.strip()
+        starter = (row.get("starter_code") or "").strip()
+        if starter:
+            text += f"\n\nStart from this code:\n```python\n{starter}\n```"
+        return Problem(f"deepcoder/{split}/{index}", text, tests, {"split": split, "index": index})
+
+
+@register_task("code_jsonl")
+class CodeJSONL(CodeTask):
+    """Any code file: ``problem_key`` holds the statement, ``tests_key`` the tests in ``test_format``:
+    "asserts" (a list of assert statements), "livecodebench" (list or JSON string of input/output/testtype;
+    ``fn_name_key`` names the function column for functional tests) or "humaneval" (``tests_key`` holds
+    check(); ``prompt`` is ``problem_key``, ``entry_point`` from ``entry_point_key``)."""
+
+    name = "code_jsonl"
+
+    def __init__(
+        self,
+        path: Any = None,
+        *,
+        problem_key: str = "problem",
+        tests_key: str = "tests",
+        test_format: str = "livecodebench",
+        fn_name_key: str | None = None,
+        entry_point_key: str = "entry_point",
+        name: str | None = None,
+        **kw: Any,
+    ):
+        if path is None:
+            raise ValueError("code_jsonl needs path= (a file, a directory of <split>.jsonl, or {split: file})")
+        if test_format not in ("asserts", "livecodebench", "humaneval"):
+            raise ValueError(f"code_jsonl: test_format must be asserts, livecodebench or humaneval, got {test_format!r}")
+        super().__init__(path, **kw)
+        self.problem_key, self.tests_key, self.test_format = problem_key, tests_key, test_format
+        self.fn_name_key, self.entry_point_key = fn_name_key, entry_point_key
+        if name:
+            self.name = name
+
+    def make_problem(self, row, index, split):
+        from rolecast.rewards.code import CodeTests
+
+        text = _require(row, self.problem_key, "the problem (problem_key)")
+        raw = _require(row, self.tests_key, "the tests (tests_key)")
+        if self.test_format == "asserts":
+            if isinstance(raw, str):
+                raw = json.loads(raw) if raw.lstrip().startswith("[") else [raw]
+            tests = CodeTests(kind="asserts", asserts=tuple(str(t) for t in raw))
+        elif self.test_format == "humaneval":
+            ep = _require(row, self.entry_point_key, "the entry point (entry_point_key)")
+            tests = CodeTests(kind="humaneval", prompt=str(text), test=str(raw), entry_point=str(ep))
+        else:
+            fn = row.get(self.fn_name_key) if self.fn_name_key else None
+            tests = _lcb_tests(raw, fn)
+        return Problem(f"{self.name}/{split}/{index}", str(text), tests, {"split": split, "index": index})
+
+
+ALL_DATASET_TASKS: dict[str, Callable[..., Task]] = {
+    c.name: c for c in (GSM8K, MATH, MATH500, AIME2024, DAPOMath, MathJSONL, MBPP, MBPPSanitized, HumanEval, DeepCoder, CodeJSONL)
+}
