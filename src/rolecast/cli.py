@@ -56,7 +56,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     cfg = load_config(config, _overrides(args))
     from .train.grpo import train  # heavy imports only once the config is known to be good
 
-    summary = train(cfg, resume=args.resume)
+    summary = train(cfg, resume=args.resume, stop_after=args.stop_after)
     if "base_accuracy" in summary and "final_accuracy" in summary:
         print(f"accuracy: base {summary['base_accuracy']:.3f} -> final {summary['final_accuracy']:.3f} "
               f"(run dir: {summary['run_dir']})")
@@ -96,6 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("train", help="train a workflow with GRPO")
     _add_run_flags(p)
     p.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its latest checkpoint")
+    p.add_argument("--stop-after", type=int, dest="stop_after", metavar="N",
+                   help="stop after N steps of this session (checkpointed; continue with --resume)")
     p.set_defaults(fn=cmd_train)
 
     p = sub.add_parser("eval", help="evaluate a workflow with the base model or a run's checkpoints")

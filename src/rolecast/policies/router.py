@@ -43,8 +43,10 @@ def build_routing(roles: list[str], sharing: str, mapping: dict[str, str] | None
             raise ValueError(f"routing.map: {key!r} is not a role of this workflow; roles: {roles}")
         if "/" in key and not key.split("/", 1)[1].isdigit():
             raise ValueError(f"routing.map: instance key {key!r} must look like role/<index>")
-        if not _POLICY_ID.match(str(pid)):
-            raise ValueError(f"routing.map: policy id {pid!r} for {key!r} must be an identifier (letters, digits, _)")
+        if not _POLICY_ID.match(str(pid)) or str(pid) in "lora_":
+            # PEFT stores adapters under "lora_A.<name>": a name inside "lora_" collides with its prefix
+            raise ValueError(f"routing.map: policy id {pid!r} for {key!r} must be an identifier (letters, digits, _) "
+                             f"that is not part of 'lora_'")
     # An instance entry alone is not enough: a workflow may run more instances than the map names.
     missing = [r for r in roles if r not in mapping and "*" not in mapping]
     if missing:

@@ -28,14 +28,12 @@ from ..config import RunConfig, dump_config
 from ..diagnostics.metrics import episode_metrics
 from ..episode import Episode, Turn, group_turns
 from ..evaluation import append_eval_row, evaluate
-from ..policies import PolicySet, build_routing, load_tokenizer
-from ..prompts import PromptBook
+from ..policies import PolicySet
 from ..rollout.engine import RolloutStats, run_episodes
-from ..tasks import make_task
-from ..workflows import get_workflow
+from ..runtime import build_runtime
 from .advantages import episode_turn_advantages
 from .attribution import attribute, score_episodes
-from .checkpoint import capture_rng_state, load_checkpoint, restore_rng_state, save_checkpoint
+from .checkpoint import capture_rng_state, latest_step, load_checkpoint, restore_rng_state, save_checkpoint
 from .losses import clipped_surrogate, entropy_from_logits, token_logprobs
 from .schedule import constant, warmup_cosine
 
@@ -45,16 +43,6 @@ log = logging.getLogger("rolecast.train")
 def _step_seed(seed: int, step: int, stream: int) -> int:
     """Independent, reproducible seeds per (run seed, step, purpose)."""
     return (seed * 1_000_003 + step * 97 + stream) % (2**63)
-
-
-def make_backend(cfg: RunConfig, policies: PolicySet, tokenizer):
-    if cfg.rollout.backend == "vllm":
-        raise NotImplementedError("the vLLM backend is not available yet; use rollout.backend: hf")
-    from ..rollout.hf import HFBackend
-
-    return HFBackend(policies, tokenizer, max_new_tokens=cfg.rollout.max_new_tokens,
-                     temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
-                     max_batch=cfg.rollout.max_batch, seed=cfg.seed)
 
 
 def default_run_dir(cfg: RunConfig) -> Path:
@@ -170,7 +158,7 @@ def update_policy(pid: str, turns: list[Turn], *, cfg: RunConfig, policies: Poli
                         mb_sums["entropy"] += float(entropy_from_logits(logits.detach(), mask)) * n_tok
                     for k in ("clip_fraction", "approx_kl", "kl"):
                         mb_sums[k] += st.get(k, 0.0) * n_tok
-                    mb_sums["loss"] += float(loss)
+                    mb_sums["loss"] += float(loss.detach())
             grad_norm = torch.nn.utils.clip_grad_norm_(params, tc.max_grad_norm) if finite else torch.tensor(float("nan"))
             if not finite or not torch.isfinite(grad_norm):
                 # Never train on a NaN/inf step: drop its gradients, count it, say so.
@@ -195,34 +183,29 @@ def update_policy(pid: str, turns: list[Turn], *, cfg: RunConfig, policies: Poli
 # The run
 
 
-def train(cfg: RunConfig, *, resume: str | Path | None = None, console=None) -> dict[str, Any]:
+def train(cfg: RunConfig, *, resume: str | Path | None = None, stop_after: int | None = None,
+          console=None) -> dict[str, Any]:
+    """Train per `cfg`; `stop_after` ends this session after that many steps (as a pre-empted job would),
+    leaving a checkpoint to `resume` from."""
     from ..report.console import Console, MetricLoggers
 
     console = console or Console(enabled=cfg.logging.progress)
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
     run_dir = Path(resume) if resume else Path(cfg.run_dir) if cfg.run_dir else default_run_dir(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "episodes").mkdir(exist_ok=True)
     (run_dir / "config.yaml").write_text(dump_config(cfg))
     loggers = MetricLoggers(cfg.logging, run_dir)
 
-    # --- what to run: workflow, task, routing, prompts (all checked at config load) ---
-    spec = get_workflow(cfg.workflow.name)
-    routing = build_routing(spec.roles, cfg.routing.sharing, cfg.routing.map)
-    task = make_task(cfg.task.name, **cfg.task.options)
-    prompts = PromptBook(task.family, cfg.task.prompts)
+    # --- what to run and what to train (all checked at config load) ---
+    rt = build_runtime(cfg)
+    spec, routing, task, prompts = rt.spec, rt.routing, rt.task, rt.prompts
+    tokenizer, policies, backend = rt.tokenizer, rt.policies, rt.backend
     train_pool = list(task.problems(cfg.task.train_split))
     eval_set = list(task.problems(cfg.task.eval_split))[:cfg.eval.size]
     if not train_pool:
         raise ValueError(f"task {cfg.task.name!r} has no problems in split {cfg.task.train_split!r}")
 
-    # --- what to train: one optimizer and schedule per policy ---
-    torch.manual_seed(cfg.seed)
-    tokenizer = load_tokenizer(cfg.model.path)
-    policies = PolicySet(cfg.model.path, routing.policy_ids, mode=cfg.model.trainable,
-                         lora=cfg.model.lora.model_dump(), dtype=cfg.model.dtype, seed=cfg.seed)
-    backend = make_backend(cfg, policies, tokenizer)
+    # one optimizer and lr schedule per policy: an update of one policy never touches another's parameters
     optimizers, schedulers = {}, {}
     for pid in routing.policy_ids:
         optimizers[pid] = torch.optim.AdamW(policies.parameters(pid), lr=cfg.train.lr, betas=cfg.train.betas,
@@ -232,7 +215,7 @@ def train(cfg: RunConfig, *, resume: str | Path | None = None, console=None) -> 
                            else constant(optimizers[pid], cfg.train.warmup_steps))
 
     start = 0
-    if resume and (run_dir / "checkpoints").exists():
+    if resume and latest_step(run_dir) is not None:
         start, state = load_checkpoint(run_dir)
         for pid in routing.policy_ids:
             policies.load_state_dict(pid, state[f"policy/{pid}"])
@@ -263,7 +246,8 @@ def train(cfg: RunConfig, *, resume: str | Path | None = None, console=None) -> 
 
     total_steps = cfg.train.steps
     progress = console.progress(total_steps, start)
-    for step in range(start, total_steps):
+    end = total_steps if stop_after is None else min(total_steps, start + stop_after)
+    for step in range(start, end):
         t0 = time.perf_counter()
         # 1. problems for this step: a pure function of (seed, step), so resuming needs no data cursor
         data_rng = random.Random(_step_seed(cfg.seed, step, 0))
@@ -314,7 +298,7 @@ def train(cfg: RunConfig, *, resume: str | Path | None = None, console=None) -> 
             _write_episodes(run_dir / "episodes" / f"step_{step + 1}.jsonl", episodes[:cfg.logging.max_episodes])
         loggers.log(metrics, step + 1)
         progress.advance(step + 1, metrics["reward"])
-        if (cfg.checkpoint.every and (step + 1) % cfg.checkpoint.every == 0) or step + 1 == total_steps:
+        if (cfg.checkpoint.every and (step + 1) % cfg.checkpoint.every == 0) or step + 1 == end:
             state = {"trainer": {"step": step + 1}, "rng": capture_rng_state()}
             for pid in routing.policy_ids:
                 state[f"policy/{pid}"] = policies.state_dict(pid)
@@ -323,7 +307,7 @@ def train(cfg: RunConfig, *, resume: str | Path | None = None, console=None) -> 
             save_checkpoint(run_dir, step + 1, state, keep_last=cfg.checkpoint.keep_last)
     progress.close()
 
-    if cfg.eval.at_end and eval_set and total_steps > start:
+    if cfg.eval.at_end and eval_set and end == total_steps > start:
         row = run_eval(total_steps, "final")
         summary["final_accuracy"] = row["pass@1"]
         console.print(f"final accuracy ({cfg.task.eval_split}, {len(eval_set)} problems): "

@@ -1,0 +1,54 @@
+"""`rolecast eval`: the base model, a run's latest checkpoint, or every Nth checkpoint, on an eval split.
+
+Rows are appended to eval.jsonl keyed by (run, step, workflow, task, split, sharing, model); the base
+model's row is the reference line for every gain.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .config import RunConfig
+from .evaluation import append_eval_row, evaluate
+from .runtime import build_runtime
+from .train.checkpoint import list_checkpoints, load_checkpoint
+
+
+def run_eval_command(cfg: RunConfig, *, checkpoint: str | None = None, every: int = 0, n_samples: int | None = None,
+                     size: int | None = None, out: str | None = None) -> int:
+    n = n_samples or cfg.eval.n_samples
+    rt = build_runtime(cfg)
+    problems = list(rt.task.problems(cfg.task.eval_split))[:size or cfg.eval.size]
+    if not problems:
+        raise ValueError(f"task {cfg.task.name!r} has no problems in split {cfg.task.eval_split!r}")
+    rt.backend.temperature = cfg.eval.temperature if n == 1 else (cfg.eval.temperature or cfg.rollout.temperature)
+    if checkpoint:
+        run_dir = Path(checkpoint)
+        steps = list_checkpoints(run_dir)
+        if not steps:
+            raise ValueError(f"{run_dir} has no complete checkpoint under {run_dir / 'checkpoints'}")
+        chosen = [s for s in steps if s % every == 0] if every else steps[-1:]
+        targets: list[tuple[int, Path | None]] = [(s, run_dir) for s in chosen]
+    else:
+        run_dir = None
+        targets = [(0, None)]
+    out_path = Path(out) if out else (run_dir / "eval.jsonl" if run_dir else Path("runs") / "eval.jsonl")
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    ks = sorted({1, n})
+    print(f"{'step':>6} {'pass@1':>8} {'stderr':>7} " + " ".join(f"pass@{k:<3}" for k in ks if k > 1))
+    for step, src in targets:
+        if src is not None:
+            _, state = load_checkpoint(src, step)
+            for pid in rt.routing.policy_ids:
+                rt.policies.load_state_dict(pid, state[f"policy/{pid}"])
+        rt.backend.reseed(cfg.seed)
+        res = evaluate(rt.spec, problems, task=rt.task, prompts=rt.prompts, router=rt.routing, backend=rt.backend,
+                       n_samples=n, options=cfg.workflow.options, ks=ks)
+        key = {"run": str(src) if src else "base", "step": step, "tag": "checkpoint" if src else "base",
+               "workflow": rt.spec.name, "task": cfg.task.name, "split": cfg.task.eval_split,
+               "sharing": cfg.routing.sharing, "model": cfg.model.path}
+        append_eval_row(out_path, key, res)
+        print(f"{step:>6} {res.pass1:>8.3f} {res.stderr:>7.3f} "
+              + " ".join(f"{res.pass_k[k]:<8.3f}" for k in ks if k > 1))
+    print(f"rows appended to {out_path}")
+    return 0
