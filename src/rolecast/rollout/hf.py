@@ -36,7 +36,7 @@ class GenStats:
 
 class HFBackend:
     def __init__(self, policies: PolicySet, tokenizer, *, max_new_tokens: int, temperature: float = 0.7,
-                 top_p: float = 1.0, max_batch: int = 256, seed: int = 0):
+                 top_p: float = 1.0, max_batch: int = 256, seed: int = 0, ignore_eos: bool = False):
         self.policies = policies
         self.tokenizer = tokenizer
         self.max_new_tokens = max_new_tokens
@@ -47,7 +47,9 @@ class HFBackend:
         self.pad_id = tokenizer.pad_token_id
         stops = {tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|im_end|>"),
                  tokenizer.convert_tokens_to_ids("<|endoftext|>")}
-        self.stop_ids = torch.tensor(sorted(s for s in stops if isinstance(s, int) and s >= 0))
+        # ignore_eos: always generate max_new_tokens (benchmarks that must compare equal work)
+        self.stop_ids = torch.tensor([] if ignore_eos else sorted(s for s in stops if isinstance(s, int) and s >= 0),
+                                     dtype=torch.long)
         self.stats = GenStats()
         self._prompt_cache: dict[str, list[int]] = {}
 
