@@ -25,3 +25,14 @@ def tiny_model_dir(tmp_path_factory):
 @pytest.fixture(autouse=True)
 def _two_threads():
     torch.set_num_threads(2)
+
+
+@pytest.fixture(scope="session")
+def data_dir():
+    """The offline benchmark data root (ROLECAST_DATA_DIR or ../shared/data); skips when it is absent."""
+    from rolecast.tasks.datasets import data_root
+
+    root = data_root()
+    if not (root / "MANIFEST.md").exists() and not (root / "gsm8k").is_dir():
+        pytest.skip(f"offline datasets not found at {root}; set ROLECAST_DATA_DIR")
+    return root
