@@ -1,0 +1,253 @@
+"""The embedded testbed tasks: tiny problems a 2.5M-parameter model can learn on a laptop CPU.
+
+`testbed` is 1-digit arithmetic from reasoning-gym (offline generators), `testbed_code` asks for a
+one-line Python function from three input/output examples. Both use the `testbed` prompt family and
+short problem texts, because prompt length dominates the cost of training on CPU.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from functools import cached_property
+from typing import Sequence
+
+from .base import Problem, Score, Task, register_task
+
+# --- arithmetic -----------------------------------------------------------------------------------
+
+GENERATORS = {
+    "chain_sum": dict(min_terms=2, max_terms=3, min_digits=1, max_digits=1),
+    "basic_arithmetic": dict(min_terms=2, max_terms=2, min_digits=1, max_digits=1, operators=("+", "-")),
+}
+_INT = re.compile(r"^[+-]?\d+$")
+
+
+def last_boxed(text: str | None) -> str | None:
+    """Content of the last \\boxed{...} (nested braces allowed), or None."""
+    if not text:
+        return None
+    start = text.rfind("\\boxed")
+    while start != -1:
+        i = text.find("{", start)
+        if i != -1 and text[start + len("\\boxed"):i].strip() == "":
+            depth = 0
+            for j in range(i, len(text)):
+                if text[j] == "{":
+                    depth += 1
+                elif text[j] == "}":
+                    depth -= 1
+                    if depth == 0:
+                        return text[i + 1:j].strip()
+        start = text.rfind("\\boxed", 0, start)
+    return None
+
+
+def _generate(name: str, size: int, seed: int) -> list[dict]:
+    import reasoning_gym as rg
+
+    return list(rg.create_dataset(name, size=size, seed=seed, **GENERATORS[name]))
+
+
+@register_task("testbed")
+class ArithmeticTestbed(Task):
+    """1-digit sums and differences (2-3 terms); the answer is an integer in \\boxed{}.
+
+    The whole space holds only ~7k distinct expressions, so the held-out split is a fixed set of
+    expressions and the train split is everything else the generators produce: a model can never
+    have trained on a test question, which matters because it would memorise them quickly.
+    """
+
+    name = "testbed"
+    family = "testbed"
+
+    def __init__(self, seed: int = 0, test_size: int = 400, pool_size: int = 10000):
+        self.seed = seed
+        self.test_size = test_size
+        self.pool_size = pool_size
+
+    def _items(self, split: str) -> list[Problem]:
+        # Test and train draw from different generator seeds; the same expression can still come up in
+        # both (and in both generators), so train is filtered by expression text below.
+        base = self.seed * 1000 + (1 if split == "test" else 2)
+        per_gen = (self.test_size + 1) // 2 if split == "test" else self.pool_size
+        out: list[Problem] = []
+        seen: set[str] = set()
+        for gi, name in enumerate(GENERATORS):
+            # Oversample the test draw: duplicates are dropped and the split must still reach test_size.
+            size = per_gen * 2 if split == "test" else per_gen
+            for idx, item in enumerate(_generate(name, size, base + 17 * gi)):
+                expr = item["metadata"]["expression"]
+                if expr in seen:
+                    continue
+                seen.add(expr)
+                out.append(Problem(id=f"testbed/{split}/{name}/{idx}", text=expr, answer=str(item["answer"]),
+                                   meta={"source": name}))
+                if split == "test" and sum(p.meta["source"] == name for p in out) >= per_gen:
+                    break
+        return out
+
+    @cached_property
+    def _test(self) -> list[Problem]:
+        return self._items("test")[: self.test_size]
+
+    @cached_property
+    def _train(self) -> list[Problem]:
+        held_out = {p.text for p in self._test}
+        return [p for p in self._items("train") if p.text not in held_out]
+
+    def problems(self, split: str) -> Sequence[Problem]:
+        if split == "test":
+            return self._test
+        if split == "train":
+            return self._train
+        raise ValueError(f"task testbed has splits 'train' and 'test', not {split!r}")
+
+    def extract_answer(self, text: str | None) -> str | None:
+        return last_boxed(text)
+
+    def score(self, problem: Problem, text: str | None) -> Score:
+        ans = self.extract_answer(text)
+        if ans is None:
+            return Score(0.0, None, "no \\boxed{} answer")
+        # Integer comparison rather than reasoning-gym's score_answer: that returns 0.01 for a wrong
+        # answer, and "+5" or "05" should count as 5.
+        if not _INT.match(ans.replace(" ", "")):
+            return Score(0.0, ans, "answer is not an integer")
+        return Score(float(int(ans.replace(" ", "")) == int(problem.answer)), ans)
+
+
+# --- code -----------------------------------------------------------------------------------------
+
+CODE_XS_SHOWN = 3  # examples in the problem text
+CODE_HIDDEN_XS = (0, 7)  # extra inputs the candidate must also get right: it must be the function, not a table
+
+
+def code_functions() -> list[str]:
+    """Every hidden function of testbed_code, as a Python expression in x (1-digit constants)."""
+    fs = [f"x+{a}" for a in range(1, 10)] + [f"x-{a}" for a in range(1, 10)]
+    fs += [f"x*{a}" for a in range(2, 10)]
+    fs += [f"x*{a}{s}{b}" for a in range(2, 10) for s in "+-" for b in range(1, 10)]
+    fs += ["x*x"] + [f"x*x{s}{b}" for s in "+-" for b in range(1, 10)]
+    return fs
+
+
+def code_value(expr: str, x: int) -> int:
+    """Value of one of *our own* hidden functions (never model output: that only runs in the sandbox)."""
+    m = re.fullmatch(r"x([*+-])(\d+|x)(?:([+-])(\d+))?", expr)
+    if not m:
+        raise ValueError(f"not a testbed_code function: {expr!r}")
+    op, a, s, b = m.groups()
+    a = x if a == "x" else int(a)
+    v = x * a if op == "*" else x + a if op == "+" else x - a
+    if s:
+        v = v + int(b) if s == "+" else v - int(b)
+    return v
+
+
+def code_program(expr: str) -> str:
+    """The completion form the testbed teaches for code: a fenced one-line function."""
+    return f"```python\ndef f(x): return {expr}\n```"
+
+
+_FENCE = re.compile(r"```(?:python)?\s*\n(.*?)```", re.S)
+_DEF = re.compile(r"def f\(x\):.*")
+
+
+def extract_program(text: str | None) -> str | None:
+    """The last fenced block, else the last `def f(x): ...` line (a completion cut before its fence)."""
+    if not text:
+        return None
+    blocks = _FENCE.findall(text)
+    if blocks:
+        return blocks[-1].strip() or None
+    defs = _DEF.findall(text)
+    return defs[-1].strip() if defs else None
+
+
+@register_task("testbed_code")
+class CodeTestbed(Task):
+    """Write `def f(x): return ...` from f at three consecutive inputs; scored in the sandbox.
+
+    Problem.answer is the hidden expression; meta["tests"] holds (x, f(x)) pairs, shown ones first,
+    then hidden ones. The held-out split holds out whole functions, not just their example inputs.
+    """
+
+    name = "testbed_code"
+    family = "testbed"
+
+    def __init__(self, seed: int = 0, test_functions: int = 40, timeout_s: float = 5.0, memory_mb: int = 256):
+        self.seed = seed
+        self.test_functions = test_functions
+        self.timeout_s = timeout_s
+        self.memory_mb = memory_mb
+
+    @cached_property
+    def _split_functions(self) -> tuple[list[str], list[str]]:
+        fs = code_functions()
+        random.Random(f"testbed_code/{self.seed}").shuffle(fs)
+        return fs[self.test_functions:], fs[: self.test_functions]
+
+    @staticmethod
+    def make_problem(expr: str, start: int, split: str) -> Problem:
+        xs = list(range(start, start + CODE_XS_SHOWN))
+        tests = [(x, code_value(expr, x)) for x in xs + [x for x in CODE_HIDDEN_XS if x not in xs]]
+        text = " ".join(f"f({x})={y}" for x, y in tests[:CODE_XS_SHOWN])
+        return Problem(id=f"testbed_code/{split}/{expr}/{start}", text=text, answer=expr, meta={"tests": tests})
+
+    @cached_property
+    def _problems(self) -> dict[str, list[Problem]]:
+        train, test = self._split_functions
+        return {"train": [self.make_problem(f, start, "train") for f in train for start in range(0, 4)],
+                "test": [self.make_problem(f, start, "test") for f in test for start in (1, 2)]}
+
+    def problems(self, split: str) -> Sequence[Problem]:
+        if split not in ("train", "test"):
+            raise ValueError(f"task testbed_code has splits 'train' and 'test', not {split!r}")
+        return self._problems[split]
+
+    def extract_answer(self, text: str | None) -> str | None:
+        return extract_program(text)
+
+    def _harness(self, program: str, problem: Problem) -> str:
+        xs = [x for x, _ in problem.meta["tests"]]
+        return f"{program}\n\nprint(repr([f(x) for x in {xs!r}]))\n"
+
+    def _judge(self, problem: Problem, program: str | None, result) -> Score:
+        if result.timed_out:
+            return Score(0.0, program, "timeout")
+        if result.returncode != 0:
+            last = (result.stderr or "").strip().splitlines()[-1:] or [result.reason or "nonzero exit"]
+            return Score(0.0, program, f"error: {last[0][:200]}")
+        want = repr([y for _, y in problem.meta["tests"]])
+        return Score(float(result.stdout.strip() == want), program)
+
+    def score(self, problem: Problem, text: str | None) -> Score:
+        return self.score_many([problem], [text])[0]
+
+    def score_many(self, problems: Sequence[Problem], texts: Sequence[str | None]) -> list[Score]:
+        run_python = _sandbox()
+        programs = [self.extract_answer(t) for t in texts]
+        todo = [i for i, p in enumerate(programs) if p is not None]
+        results: dict[int, object] = {}
+        if todo:
+            from concurrent.futures import ThreadPoolExecutor
+
+            # Each run is a separate sandboxed process; threads only wait on them.
+            with ThreadPoolExecutor(max_workers=min(8, len(todo))) as pool:
+                futs = {i: pool.submit(run_python, self._harness(programs[i], problems[i]),
+                                       timeout_s=self.timeout_s, memory_mb=self.memory_mb) for i in todo}
+                results = {i: f.result() for i, f in futs.items()}
+        return [Score(0.0, None, "no program") if programs[i] is None else self._judge(problems[i], programs[i], results[i])
+                for i in range(len(problems))]
+
+
+def _sandbox():
+    # Model output is only ever executed in the project's sandbox, never with eval/exec here.
+    try:
+        from rolecast.rewards.code import run_python
+    except ImportError as e:
+        raise RuntimeError(
+            "testbed_code needs the code sandbox (rolecast.rewards.code.run_python), which is not available: " f"{e}"
+        ) from e
+    return run_python

@@ -1,0 +1,299 @@
+"""Build the testbed: tokenizer, model, supervised warm start on every role, per-role evaluation.
+
+Everything is a function of the seed and the step budget (never of wall-clock time), so a build is
+reproducible on one machine with the same thread count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import shutil
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from ..prompts import PromptBook
+from ..tasks.base import Problem
+from ..tasks.testbed import ArithmeticTestbed, CodeTestbed
+from . import transcripts as T
+from .model import MODEL_SHAPE, model_config, new_model
+from .tokenizer import IM_END, train_tokenizer
+
+DEFAULT_SEED = 0
+DEFAULT_STEPS = 900
+DEFAULT_THREADS = 1
+
+# Examples per batch by role. The solver gets the most, but every role that judges also solves first
+# ("= 5 \boxed{Incorrect}"), so the arithmetic skill is trained by all of them.
+ROLE_WEIGHTS = {"solve": 3.0, "evaluate": 2.0, "aggregate": 1.5, "refine": 1.0, "work": 1.0, "synthesize": 1.0,
+                "orchestrate": 0.5}
+CODE_SHARE = 0.2  # fraction of examples from testbed_code (secondary task)
+
+# Other reasoning-gym generators whose text fills the BPE vocabulary (the task text alone fills ~400
+# tokens). All offline and fast; generators that need data downloads or are slow are left out.
+FILLER_GENERATORS = ("letter_counting", "spell_backward", "word_sorting", "number_sorting", "gcd", "lcm",
+                     "leg_counting", "simple_equations", "propositional_logic", "family_relationships",
+                     "syllogism", "list_functions", "word_sequence_reversal", "basic_arithmetic")
+
+
+def _log(msg: str) -> None:
+    print(f"[testbed] {msg}", file=sys.stderr, flush=True)
+
+
+# --- data ----------------------------------------------------------------------------------------------
+
+class Curriculum:
+    """Draws teacher examples for training (train splits) or evaluation (held-out splits)."""
+
+    def __init__(self, seed: int):
+        self.book = PromptBook("testbed")
+        self.arith = ArithmeticTestbed(seed=seed)
+        self.code = CodeTestbed(seed=seed)
+        self.roles = list(ROLE_WEIGHTS)
+        self.weights = [ROLE_WEIGHTS[r] for r in self.roles]
+
+    def sample(self, rng: random.Random, n: int) -> list[T.Example]:
+        out = []
+        for _ in range(n):
+            task = self.code if rng.random() < CODE_SHARE else self.arith
+            role = rng.choices(self.roles, self.weights)[0]
+            problem = rng.choice(task.problems("train"))
+            out.append(T.make_example(role, problem, rng, self.book))
+        return out
+
+    def held_out(self, seed: int, per_role: int = 200) -> list[T.Example]:
+        """Evaluation examples from the held-out splits; the solver sees the whole arithmetic test set."""
+        rng = random.Random(f"testbed-eval/{seed}")
+        out = []
+        for task in (self.arith, self.code):
+            probs = list(task.problems("test"))
+            for role in T.ROLES:
+                if role == "solve":
+                    chosen = probs
+                else:
+                    chosen = [probs[i % len(probs)] for i in range(min(per_role, len(probs)))]
+                out += [T.make_example(role, p, rng, self.book) for p in chosen]
+        return out
+
+
+def corpus(cur: Curriculum, seed: int, transcripts: int = 4000, filler_per_generator: int = 200) -> list[str]:
+    import reasoning_gym as rg
+
+    rng = random.Random(f"testbed-corpus/{seed}")
+    texts = [p.text for t in (cur.arith, cur.code) for split in ("train", "test") for p in t.problems(split)]
+    for ex in cur.sample(rng, transcripts):
+        texts.append("\n".join(m["content"] for m in ex.messages) + "\n" + ex.target)
+    texts += ["user", "assistant"] * 50
+    for name in FILLER_GENERATORS:
+        for item in rg.create_dataset(name, size=filler_per_generator, seed=seed):
+            texts += [item["question"], str(item["answer"])]
+    return texts
+
+
+def encode(tok, ex: T.Example) -> tuple[list[int], list[int]]:
+    """Prompt ids exactly as a rollout renders them, and the completion ids ending with <|im_end|>."""
+    prompt = tok.apply_chat_template(ex.messages, add_generation_prompt=True, enable_thinking=False, tokenize=False)
+    return (tok.encode(prompt, add_special_tokens=False),
+            tok.encode(ex.target, add_special_tokens=False) + [tok.convert_tokens_to_ids(IM_END)])
+
+
+# --- greedy decoding -------------------------------------------------------------------------------------
+
+def greedy(model, tok, prompts: Sequence[list[int]], max_new_tokens: int, batch_size: int = 200) -> list[str]:
+    """Greedy completions for prompt id lists, decoded without special tokens, stopped at <|im_end|>."""
+    import torch
+
+    eos, pad = tok.convert_tokens_to_ids(IM_END), tok.pad_token_id
+    texts: list[str] = []
+    model.eval()
+    with torch.no_grad():
+        for b in range(0, len(prompts), batch_size):
+            chunk = prompts[b:b + batch_size]
+            width = max(map(len, chunk))
+            ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in chunk])
+            mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in chunk])
+            # Left padding: positions must count real tokens only, or the padded rows see shifted RoPE.
+            pos = (mask.cumsum(-1) - 1).clamp(min=0)
+            out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True)
+            gen = []
+            done = torch.zeros(len(chunk), dtype=torch.bool)
+            for _ in range(max_new_tokens):
+                nxt = out.logits[:, -1].argmax(-1)
+                nxt = torch.where(done, torch.full_like(nxt, eos), nxt)
+                gen.append(nxt)
+                done |= nxt == eos
+                if bool(done.all()):
+                    break
+                mask = torch.cat([mask, torch.ones(len(chunk), 1, dtype=mask.dtype)], dim=1)
+                pos = pos[:, -1:] + 1
+                out = model(input_ids=nxt[:, None], attention_mask=mask, position_ids=pos,
+                            past_key_values=out.past_key_values, use_cache=True)
+            rows = torch.stack(gen, 1).tolist()
+            for row in rows:
+                row = row[: row.index(eos)] if eos in row else row
+                texts.append(tok.decode(row, skip_special_tokens=True))
+    return texts
+
+
+def evaluate_roles(model, tok, examples: Sequence[T.Example]) -> dict[str, dict[str, Any]]:
+    """Per (task, role): exact-format rate, accuracy, and the label distribution for judging roles."""
+    groups: dict[str, list[T.Example]] = defaultdict(list)
+    for ex in examples:
+        groups[f"{ex.task}/{ex.role}"].append(ex)
+    report: dict[str, dict[str, Any]] = {}
+    for key, exs in groups.items():
+        enc = [encode(tok, ex) for ex in exs]
+        max_new = max(len(c) for _, c in enc) + 8
+        outs = greedy(model, tok, [p for p, _ in enc], max_new)
+        judged = [T.judge(ex, o) for ex, o in zip(exs, outs)]
+        r: dict[str, Any] = {
+            "n": len(exs),
+            "format": round(sum(j[0] for j in judged) / len(exs), 4),
+            "accuracy": round(sum(j[1] for j in judged) / len(exs), 4),
+            "example": {"prompt": exs[0].messages[-1]["content"], "output": outs[0], "target": exs[0].target},
+        }
+        role = exs[0].role
+        if role == "evaluate":
+            truth = [ex.info["truth"] for ex in exs]
+            said = [j[2] for j in judged]
+            r["said_correct"] = round(sum(s is True for s in said) / len(exs), 4)
+            r["truly_correct"] = round(sum(truth) / len(exs), 4)
+            pos = [j[1] for j, t in zip(judged, truth) if t]
+            neg = [j[1] for j, t in zip(judged, truth) if not t]
+            r["balanced_accuracy"] = round((sum(pos) / max(1, len(pos)) + sum(neg) / max(1, len(neg))) / 2, 4)
+        elif role == "aggregate":
+            picks = [j[2] for j in judged]
+            r["pick_distribution"] = {str(i + 1): round(picks.count(i) / len(exs), 4) for i in range(4)}
+            # Trivial policies, for reading the accuracy: always candidate 1, and a random pick.
+            r["baseline_first"] = round(sum(0 in ex.info["acceptable"] for ex in exs) / len(exs), 4)
+            r["baseline_random"] = round(
+                sum(len(ex.info["acceptable"]) / len(ex.info["candidates"]) for ex in exs) / len(exs), 4)
+        elif role == "synthesize":
+            # Trivial policy: copy the first candidate.
+            r["baseline_first"] = round(
+                sum(T.is_correct(ex.problem, ex.info["candidates"][0]) for ex in exs) / len(exs), 4)
+        report[key] = r
+    return report
+
+
+# --- the build -------------------------------------------------------------------------------------------
+
+def _lr(step: int, steps: int, lr: float, warmup: int = 30) -> float:
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    return lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup))))
+
+
+def build(out_dir: str | Path, *, seed: int = DEFAULT_SEED, steps: int = DEFAULT_STEPS, batch_size: int = 64,
+          lr: float = 1e-3, micro_batch: int = 32, threads: int = DEFAULT_THREADS, evaluate: bool = True, eval_every: int = 0,
+          eval_per_role: int = 200, corpus_transcripts: int = 4000, filler_per_generator: int = 200,
+          log: Callable[[str], None] = _log) -> Path:
+    """Build a testbed model into `out_dir` (tokenizer + fp16 safetensors + build_info.json) and return it.
+
+    Deterministic for (seed, steps, batch_size, lr, threads, corpus sizes) on one machine: batches come
+    from a seeded RNG and the schedule counts steps, not seconds.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    t0 = time.time()
+    out_dir = Path(out_dir)
+    # Float reductions depend on the thread split, so the count is fixed for reproducibility. One thread
+    # by default: on a busy 2-core machine two OpenMP threads stalled each other (a 10x slower forward),
+    # while one thread loses little on a model this small.
+    prev_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    random.seed(seed)
+    cur = Curriculum(seed)
+
+    tmp = Path(tempfile.mkdtemp(prefix="testbed-build-"))
+    try:
+        tok = train_tokenizer(corpus(cur, seed, corpus_transcripts, filler_per_generator), tmp)
+        log(f"tokenizer: {len(tok)} tokens ({time.time() - t0:.1f}s)")
+        config = model_config(len(tok), tok.convert_tokens_to_ids(IM_END), tok.pad_token_id)
+        model = new_model(config, seed)
+        params = sum(p.numel() for p in model.parameters())
+        opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.01)
+        rng = random.Random(f"testbed-train/{seed}")
+        pad = tok.pad_token_id
+        eval_examples = cur.held_out(seed, eval_per_role) if (evaluate or eval_every) else []
+        solver_eval = [ex for ex in eval_examples if ex.task == "testbed" and ex.role == "solve"]
+        curve: list[dict[str, float]] = []
+        t_train = time.time()
+        tokens = 0
+        model.train()
+        for step in range(steps):
+            batch = sorted((encode(tok, ex) for ex in cur.sample(rng, batch_size)), key=lambda pc: len(pc[0]) + len(pc[1]))
+            n_target = sum(len(c) for _, c in batch)
+            tokens += sum(len(p) + len(c) for p, c in batch)
+            for g in opt.param_groups:
+                g["lr"] = _lr(step, steps, lr)
+            opt.zero_grad(set_to_none=True)
+            step_loss = 0.0
+            # Length-sorted micro-batches: prompts range from ~15 to ~110 tokens, and padding every row to
+            # the longest wasted over half the compute. The loss is still one token-mean over the batch.
+            for m in range(0, len(batch), micro_batch):
+                mb = batch[m:m + micro_batch]
+                width = max(len(p) + len(c) for p, c in mb)
+                # Right padding: positions 0..n-1 are already right for every row, and causal attention
+                # never lets a real token see the padding after it, so no mask or position ids are needed.
+                ids = torch.full((len(mb), width), pad)
+                labels = torch.full((len(mb), width), -100)
+                for i, (p, c) in enumerate(mb):
+                    ids[i, : len(p) + len(c)] = torch.tensor(p + c)
+                    labels[i, len(p): len(p) + len(c)] = torch.tensor(c)
+                logits = model(input_ids=ids).logits[:, :-1]
+                loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), labels[:, 1:].reshape(-1),
+                                       ignore_index=-100, reduction="sum") / n_target
+                loss.backward()
+                step_loss += loss.item()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            if (step + 1) % 50 == 0:
+                log(f"step {step + 1}/{steps} loss {step_loss:.3f} ({tokens / (time.time() - t_train):.0f} tok/s)")
+            if eval_every and (step + 1) % eval_every == 0:
+                acc = evaluate_roles(model, tok, solver_eval)["testbed/solve"]["accuracy"]
+                curve.append({"step": step + 1, "solver_accuracy": acc, "seconds": round(time.time() - t_train, 1)})
+                log(f"step {step + 1}: held-out solver accuracy {acc:.3f}")
+                model.train()
+        train_s = time.time() - t_train
+
+        # Ship fp16 (half the size; the fp32 artifact would be over 10 MB) but declare fp32 in the config so
+        # from_pretrained gives the fp32 model CPU training wants.
+        model.half()
+        model.save_pretrained(tmp, safe_serialization=True)
+        cfg_path = tmp / "config.json"
+        cfg = json.loads(cfg_path.read_text())
+        cfg["dtype"] = "float32"  # save_pretrained writes the tensors' dtype; loading should upcast by default
+        cfg_path.write_text(json.dumps(cfg, indent=2) + "\n")
+        model = type(model).from_pretrained(tmp, dtype=torch.float32)  # evaluate what was shipped
+
+        info: dict[str, Any] = {
+            "seed": seed, "steps": steps, "batch_size": batch_size, "lr": lr, "threads": threads,
+            "params": params, "vocab_size": len(tok), "model": MODEL_SHAPE,
+            "role_weights": ROLE_WEIGHTS, "code_share": CODE_SHARE,
+            "train_tokens": tokens, "train_seconds": round(train_s, 1),
+            "solver_curve": curve,
+        }
+        if evaluate:
+            t_eval = time.time()
+            info["roles"] = evaluate_roles(model, tok, eval_examples)
+            info["eval_seconds"] = round(time.time() - t_eval, 1)
+            for k, v in info["roles"].items():
+                log(f"{k:28s} format {v['format']:.2f} accuracy {v['accuracy']:.2f}")
+        info["wall_seconds"] = round(time.time() - t0, 1)
+        (tmp / "build_info.json").write_text(json.dumps(info, indent=1) + "\n")
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for f in tmp.iterdir():
+            shutil.copy2(f, out_dir / f.name)
+    finally:
+        torch.set_num_threads(prev_threads)
+        shutil.rmtree(tmp, ignore_errors=True)
+    log(f"built {out_dir} in {time.time() - t0:.0f}s")
+    return out_dir

@@ -1,0 +1,34 @@
+"""The testbed model: a 2.5M-parameter Qwen3, small enough to train with RL on two CPU cores."""
+
+from __future__ import annotations
+
+from typing import Any
+
+MODEL_SHAPE = dict(
+    hidden_size=192,
+    num_hidden_layers=4,
+    num_attention_heads=6,
+    num_key_value_heads=2,
+    head_dim=32,
+    intermediate_size=768,
+    max_position_embeddings=512,
+    tie_word_embeddings=True,
+    rope_theta=10000.0,
+    rms_norm_eps=1e-6,
+)
+
+
+def model_config(vocab_size: int, eos_id: int, pad_id: int, **overrides: Any):
+    from transformers import Qwen3Config
+
+    cfg = Qwen3Config(vocab_size=vocab_size, eos_token_id=eos_id, pad_token_id=pad_id, bos_token_id=None,
+                      **{**MODEL_SHAPE, **overrides})
+    return cfg
+
+
+def new_model(config, seed: int):
+    import torch
+    from transformers import Qwen3ForCausalLM
+
+    torch.manual_seed(seed)
+    return Qwen3ForCausalLM(config).float()

@@ -1,0 +1,286 @@
+"""Teacher transcripts for every role of the testbed, and how a role's output is judged.
+
+Each example is a prompt rendered with the `testbed` PromptBook (exactly what a workflow renders) plus
+the completion a good agent would write. Candidate solutions shown to aggregators, evaluators,
+synthesizers and refiners come from a noise model: right with some probability, else a near miss
+(the kind of error a small solver makes), sometimes unparseable.
+"""
+
+from __future__ import annotations
+
+import ast
+import random
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ..prompts import PromptBook
+from ..tasks.base import Problem
+from ..tasks.testbed import code_program, code_value, extract_program, last_boxed
+
+ROLES = ("solve", "refine", "evaluate", "aggregate", "orchestrate", "work", "synthesize")
+
+ARITH_STRATEGIES = ("left to right", "right to left", "positives first", "pair terms", "count on", "double check")
+CODE_STRATEGIES = ("find slope", "use differences", "try squares", "check offset", "guess and check")
+# What the orch_workers workflow sends when the orchestrator's output has no parseable strategy.
+FALLBACK_STRATEGY = "Solve the problem directly."
+
+_STRATEGY_LINE = re.compile(r"STRATEGY\s*(\d+)\s*:\s*(.*?)(?=STRATEGY\s*\d+\s*:|\Z)", re.S | re.I)
+
+
+@dataclass
+class Example:
+    task: str  # "testbed" or "testbed_code"
+    role: str  # prompt name
+    problem: Problem
+    messages: list[dict[str, str]]
+    target: str  # the teacher's completion, without the end-of-turn token
+    info: dict[str, Any] = field(default_factory=dict)  # what judging this example needs
+
+
+def is_code(problem: Problem) -> bool:
+    return "tests" in problem.meta
+
+
+# --- answers as the roles write them ----------------------------------------------------------------
+
+def answer_text(problem: Problem, answer: str) -> str:
+    """A solver completion stating `answer`."""
+    return code_program(answer) if is_code(problem) else f"\\boxed{{{answer}}}"
+
+
+def _safe_code_values(program: str | None, xs: list[int]) -> list[int] | None:
+    """f(x) for `def f(x): return <expr>` by interpreting a tiny AST subset (ints, x, + - *).
+
+    Used only to *judge* model output during the build, without running it: anything outside the
+    subset counts as wrong. Scoring for training goes through the task, i.e. the sandbox.
+    """
+    if not program:
+        return None
+    m = re.fullmatch(r"def f\(x\):\s*return (.+)", program.strip())
+    if not m:
+        return None
+    try:
+        tree = ast.parse(m.group(1), mode="eval").body
+    except SyntaxError:
+        return None
+
+    def ev(node, x):
+        if isinstance(node, ast.Constant) and type(node.value) is int:
+            return node.value
+        if isinstance(node, ast.Name) and node.id == "x":
+            return x
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            return -ev(node.operand, x)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult)):
+            a, b = ev(node.left, x), ev(node.right, x)
+            return a + b if isinstance(node.op, ast.Add) else a - b if isinstance(node.op, ast.Sub) else a * b
+        raise ValueError("outside the judged subset")
+
+    try:
+        return [ev(tree, x) for x in xs]
+    except (ValueError, RecursionError):
+        return None
+
+
+def extract(problem: Problem, text: str | None) -> str | None:
+    return extract_program(text) if is_code(problem) else last_boxed(text)
+
+
+def is_correct(problem: Problem, text: str | None) -> bool:
+    """Whether a solver-style completion is right (code judged without executing it, see above)."""
+    if is_code(problem):
+        tests = problem.meta["tests"]
+        return _safe_code_values(extract_program(text), [x for x, _ in tests]) == [y for _, y in tests]
+    ans = last_boxed(text)
+    try:
+        return ans is not None and int(ans.replace(" ", "")) == int(problem.answer)
+    except ValueError:
+        return False
+
+
+def _canon(problem: Problem, text: str | None) -> str | None:
+    """A candidate's answer, for majority votes (code: its values on the tests, so x*2 == x+x)."""
+    if is_code(problem):
+        vals = _safe_code_values(extract_program(text), [x for x, _ in problem.meta["tests"]])
+        return None if vals is None else repr(vals)
+    a = last_boxed(text)
+    try:
+        return None if a is None else str(int(a.replace(" ", "")))
+    except ValueError:
+        return a
+
+
+# --- the noise model --------------------------------------------------------------------------------
+
+def near_misses(problem: Problem) -> list[str]:
+    """Plausible wrong answers: off by one or two, wrong sign, a slipped digit; code: a wrong constant."""
+    if is_code(problem):
+        expr = problem.answer
+        out = set()
+        for m in re.finditer(r"\d+", expr):
+            v = int(m.group())
+            for d in (-1, 1):
+                if 1 <= v + d <= 9:
+                    out.add(expr[: m.start()] + str(v + d) + expr[m.end():])
+        out.update({expr.replace("+", "-"), expr.replace("-", "+"), re.sub(r"[+-]\d+$", "", expr)})
+        if not re.search(r"[+-]\d+$", expr):
+            out.update({expr + "+1", expr + "-1"})
+        tests = problem.meta["tests"]
+        # Drop "misses" that are the same function (e.g. x*2 with the offset dropped is still itself).
+        return sorted(e for e in out if e != expr and e not in ("x",)
+                      and [code_value(e, x) for x, _ in tests] != [y for _, y in tests])
+    a = int(problem.answer)
+    # Most common slips first: the noise model draws mostly from the first three, so wrong candidates collide.
+    out = [a - 1, a + 1, -a, a + 2, a - 2, a + 10, a - 10]
+    if abs(a) >= 10:
+        out.append(int(str(abs(a))[::-1]) * (1 if a > 0 else -1))
+    return [str(v) for v in dict.fromkeys(out) if v != a]
+
+
+def noisy_answer(problem: Problem, rng: random.Random, p_correct: float, misses: list[str] | None = None) -> str:
+    """A candidate completion: right with probability p_correct, else a near miss; 5% unparseable."""
+    if rng.random() < 0.05:
+        if is_code(problem):
+            return f"def f(x) return {problem.answer}" if rng.random() < 0.5 else "```python\n```"
+        return rng.choice([problem.answer, "\\boxed{}", "="])
+    if rng.random() < p_correct:
+        return answer_text(problem, problem.answer)
+    # Misses are drawn from a few per problem so that wrong candidates collide, as real samples do.
+    return answer_text(problem, rng.choice((misses or near_misses(problem))[:3] if rng.random() < 0.7
+                                           else (misses or near_misses(problem))))
+
+
+# --- the teacher, role by role ------------------------------------------------------------------------
+
+def strategies_for(problem: Problem, k: int) -> list[str]:
+    """The teacher's plan: up to k distinct strategies, ordered by what fits the problem."""
+    if is_code(problem):
+        ys = [y for _, y in problem.meta["tests"][:3]]
+        quadratic = ys[2] - 2 * ys[1] + ys[0] != 0
+        order = list(CODE_STRATEGIES)
+        if quadratic:
+            order.remove("try squares")
+            order.insert(0, "try squares")
+    else:
+        terms = len(re.findall(r"\d+", problem.text))
+        order = [s for s in ARITH_STRATEGIES
+                 if not (s == "pair terms" and terms < 3) and not (s == "positives first" and "-" not in problem.text)]
+    return order[:k]
+
+
+def plan_text(strategies: list[str]) -> str:
+    return "\n".join(f"STRATEGY {i}: {s}" for i, s in enumerate(strategies, 1))
+
+
+def _stated(problem: Problem) -> str:
+    """What judging roles write before their decision: their own answer (they solve, then compare)."""
+    return f"= {problem.answer}"
+
+
+def make_example(role: str, problem: Problem, rng: random.Random, book: PromptBook) -> Example:
+    task = "testbed_code" if is_code(problem) else "testbed"
+    misses = near_misses(problem)
+    solve_text = answer_text(problem, problem.answer)
+    info: dict[str, Any] = {}
+    if role == "solve":
+        msgs, target = book.render("solve", problem=problem.text), solve_text
+    elif role == "work":
+        strategy = FALLBACK_STRATEGY if rng.random() < 0.1 else rng.choice(
+            CODE_STRATEGIES if is_code(problem) else ARITH_STRATEGIES)
+        msgs, target = book.render("work", problem=problem.text, strategy=strategy), solve_text
+    elif role == "synthesize":
+        n = rng.choice((1, 2, 3, 3, 3, 4))
+        p = rng.choice((0.3, 0.5, 0.7))
+        sols = [noisy_answer(problem, rng, p, misses) for _ in range(n)]
+        strategies = strategies_for(problem, n)
+        msgs = book.render("synthesize", problem=problem.text, strategies=strategies, solutions=sols)
+        target = solve_text
+        info["candidates"] = sols
+    elif role == "evaluate":
+        sol = noisy_answer(problem, rng, 0.5, misses)
+        ok = is_correct(problem, sol)
+        msgs = book.render("evaluate", problem=problem.text, solution=sol, history=[])
+        target = f"{_stated(problem)} \\boxed{{{'Correct' if ok else 'Incorrect'}}}"
+        info["truth"] = ok
+    elif role == "aggregate":
+        n = 3 if rng.random() < 0.8 else rng.choice((2, 4))
+        p = rng.choice((0.2, 0.4, 0.6))
+        sols = [noisy_answer(problem, rng, p, misses) for _ in range(n)]
+        good = acceptable_picks(problem, sols)
+        msgs = book.render("aggregate", problem=problem.text, solutions=sols)
+        target = f"{_stated(problem)} \\boxed{{{good[0] + 1}}}"
+        info.update(candidates=sols, acceptable=good)
+    elif role == "refine":
+        rounds = rng.choice((1, 1, 2))
+        history = []
+        for _ in range(rounds):
+            sol = noisy_answer(problem, rng, 0.25, misses)
+            # Refinement only happens after a rejection, so every critique says Incorrect; its own
+            # stated answer is usually right, and never equal to the rejected one.
+            sol_ans = _canon(problem, sol)
+            if is_code(problem):
+                options = [problem.answer] * 3 + misses
+                options = [e for e in options if repr([code_value(e, x) for x, _ in problem.meta["tests"]]) != sol_ans]
+            else:
+                options = [problem.answer] * 3 + misses
+                options = [a for a in options if a != sol_ans]
+            stated = rng.choice(options) if options else problem.answer
+            history.append({"solution": sol, "critique": f"= {stated} \\boxed{{Incorrect}}"})
+        msgs = book.render("refine", problem=problem.text, history=history)
+        target = solve_text
+    elif role == "orchestrate":
+        k = rng.choice((2, 3, 3, 4))
+        msgs = book.render("orchestrate", problem=problem.text, k=k)
+        plan = strategies_for(problem, k)
+        target = plan_text(plan)
+        info.update(k=k, plan=plan)
+    else:
+        raise ValueError(f"unknown role {role!r}; roles: {ROLES}")
+    return Example(task, role, problem, msgs, target, info)
+
+
+def acceptable_picks(problem: Problem, candidates: list[str]) -> list[int]:
+    """0-based indices an aggregator may pick: the correct ones; if none, those with the majority answer."""
+    good = [i for i, c in enumerate(candidates) if is_correct(problem, c)]
+    if good:
+        return good
+    answers = [_canon(problem, c) for c in candidates]
+    counts = Counter(a for a in answers if a is not None)
+    if counts:
+        top = max(counts.values())
+        if top > 1:
+            return [i for i, a in enumerate(answers) if a is not None and counts[a] == top]
+    return [0]  # nothing to prefer: the first is as good as any
+
+
+# --- judging a model's completion for an example ---------------------------------------------------------
+
+def judge(ex: Example, completion: str) -> tuple[bool, bool, Any]:
+    """(well-formed, right, label) for one completion; label is the verdict/pick, for distributions."""
+    p = ex.problem
+    if ex.role in ("solve", "work", "synthesize", "refine"):
+        ok_format = extract(p, completion) is not None
+        return ok_format, is_correct(p, completion), None
+    boxed = last_boxed(completion)
+    if ex.role == "evaluate":
+        verdict = {"correct": True, "incorrect": False}.get((boxed or "").strip().lower())
+        return verdict is not None, verdict is not None and verdict == ex.info["truth"], verdict
+    if ex.role == "aggregate":
+        n = len(ex.info["candidates"])
+        pick = int(boxed) - 1 if boxed and boxed.isdigit() and 1 <= int(boxed) <= n else None
+        return pick is not None, pick in ex.info["acceptable"], pick
+    if ex.role == "orchestrate":
+        found = []
+        for _, body in _STRATEGY_LINE.findall(completion or ""):
+            body = " ".join(body.split())
+            if body and body not in found:
+                found.append(body)
+        vocab = CODE_STRATEGIES if is_code(p) else ARITH_STRATEGIES
+        ok_format = 1 <= len(found) <= ex.info["k"] and all(s in vocab for s in found)
+        return ok_format, found == ex.info["plan"], len(found)
+    raise ValueError(ex.role)
+
+
+ExampleMaker = Callable[[str, Problem, random.Random, PromptBook], Example]

@@ -1,0 +1,231 @@
+"""The embedded testbed: tasks, prompts, tokenizer, reproducible build, and the shipped artifact."""
+
+from __future__ import annotations
+
+import random
+import re
+
+import pytest
+import torch
+
+from rolecast.prompts import PromptBook
+from rolecast.tasks import make_task
+from rolecast.tasks.testbed import code_functions, code_program, code_value
+from rolecast.testbed import default_path, info
+from rolecast.testbed import transcripts as T
+from rolecast.testbed.builder import Curriculum, encode, greedy
+
+torch.set_num_threads(2)
+
+
+@pytest.fixture(scope="module")
+def arith():
+    return make_task("testbed")
+
+
+@pytest.fixture(scope="module")
+def code():
+    return make_task("testbed_code")
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    p = default_path()
+    return AutoModelForCausalLM.from_pretrained(p).eval(), AutoTokenizer.from_pretrained(p)
+
+
+# --- tasks -------------------------------------------------------------------------------------------
+
+def test_held_out_questions_never_in_train_pool(arith, code):
+    test, train = arith.problems("test"), arith.problems("train")
+    assert len(test) == 400 and len(train) > 5000
+    assert not {p.text for p in test} & {p.text for p in train}
+    assert len({p.id for p in train}) == len(train) and len({p.id for p in test}) == len(test)
+    # Both generators are in both splits, and the test split is the same object for the same seed.
+    assert {p.meta["source"] for p in test} == {"chain_sum", "basic_arithmetic"}
+    assert [p.text for p in make_task("testbed").problems("test")] == [p.text for p in test]
+    # Code holds out whole functions, not just example inputs.
+    assert not {p.answer for p in code.problems("test")} & {p.answer for p in code.problems("train")}
+
+
+def test_problem_text_is_the_bare_expression(arith):
+    p = arith.problems("test")[0]
+    assert re.fullmatch(r"[-+()\d ]+", p.text), p.text
+    assert int(p.answer) == eval(p.text)  # our own generator's expression, not model output
+
+
+def test_arithmetic_scoring(arith):
+    from rolecast.tasks.base import Problem
+
+    p = Problem(id="t", text="4 + 3 - 2", answer="5")
+    assert arith.score(p, "\\boxed{5}").reward == 1.0
+    assert arith.score(p, "= 5 \\boxed{+5}").reward == 1.0
+    assert arith.score(p, "\\boxed{3} no, \\boxed{5}").reward == 1.0  # the last box counts
+    assert arith.score(p, "\\boxed{6}").reward == 0.0
+    assert arith.score(p, "\\boxed{5} then \\boxed{6}").reward == 0.0
+    wrong_kind = arith.score(p, "\\boxed{five}")
+    assert wrong_kind.reward == 0.0 and wrong_kind.answer == "five" and wrong_kind.reason
+    none = arith.score(p, "5")
+    assert none.reward == 0.0 and none.answer is None and "boxed" in none.reason
+    assert arith.score(p, None).reward == 0.0
+
+
+def test_code_problems_are_consistent():
+    fs = code_functions()
+    assert len(fs) == len(set(fs)) > 150
+    assert code_value("x*3-2", 4) == 10 and code_value("x*x+1", 3) == 10 and code_value("x-7", 1) == -6
+    # No two hidden functions agree on the shown inputs, so every problem has one answer in the family.
+    shown = {tuple(code_value(f, x) for x in range(1, 4)) for f in fs}
+    assert len(shown) == len(fs)
+
+
+def test_code_scoring_through_sandbox(code):
+    pytest.importorskip("rolecast.rewards.code", reason="the code sandbox has not landed yet")
+    p = code.problems("test")[0]
+    right = code_program(p.answer)
+    # Same function written differently still passes: it is run, not string-compared.
+    equivalent = code_program(p.answer.replace("x*", "(x)*") if "x*" in p.answer else p.answer + "+0")
+    wrong = code_program(T.near_misses(p)[0])
+    scores = code.score_many([p] * 5, [right, equivalent, wrong, "def f(x) return 1", "```python\ndef f(x): return 1/0\n```"])
+    assert [s.reward for s in scores] == [1.0, 1.0, 0.0, 0.0, 0.0]
+    assert scores[3].reason == "no program"
+    assert "ZeroDivisionError" in scores[4].reason
+
+
+# --- prompts and transcripts -------------------------------------------------------------------------
+
+def test_every_role_renders_with_the_workflow_variables(arith):
+    book = PromptBook("testbed")
+    prob = arith.problems("test")[0].text
+    sol = "\\boxed{5}"
+    rendered = {
+        "solve": book.render("solve", problem=prob),
+        "refine": book.render("refine", problem=prob, history=[{"solution": sol, "critique": "= 4 \\boxed{Incorrect}"}]),
+        "evaluate": book.render("evaluate", problem=prob, solution=sol, history=[]),
+        "aggregate": book.render("aggregate", problem=prob, solutions=[sol, "\\boxed{4}", sol]),
+        "orchestrate": book.render("orchestrate", problem=prob, k=3),
+        "work": book.render("work", problem=prob, strategy="left to right"),
+        "synthesize": book.render("synthesize", problem=prob, strategies=["a", "b"], solutions=[sol, sol]),
+    }
+    assert set(rendered) == book.names()
+    for name, msgs in rendered.items():
+        assert [m["role"] for m in msgs] == ["user"], name
+        assert prob in msgs[0]["content"], name
+    assert rendered["aggregate"][0]["content"].endswith("3: \\boxed{5}")
+
+
+def test_teacher_labels_are_balanced_and_consistent():
+    cur = Curriculum(0)
+    rng = random.Random(1)
+    exs = cur.sample(rng, 3000)
+    by_role = {r: [e for e in exs if e.role == r] for r in T.ROLES}
+    assert all(by_role[r] for r in T.ROLES)
+    for e in exs:
+        # The teacher's own completion must pass the judge, or the eval numbers mean nothing.
+        ok_format, right, _ = T.judge(e, e.target)
+        assert ok_format and right, (e.role, e.messages, e.target)
+    verdicts = [e.target.endswith("{Correct}") for e in by_role["evaluate"]]
+    assert 0.35 < sum(verdicts) / len(verdicts) < 0.65  # a constant verdict must not score well
+    picks = [e.target[-2] for e in by_role["aggregate"]]
+    assert max(picks.count(c) for c in "123") / len(picks) < 0.7
+    # Near misses are wrong answers.
+    for e in exs[:300]:
+        assert not any(T.is_correct(e.problem, T.answer_text(e.problem, m)) for m in T.near_misses(e.problem))
+
+
+def test_strategies_are_distinct_and_parse_like_the_workflow():
+    from rolecast.workflows.parsing import parse_strategies
+
+    cur = Curriculum(0)
+    for p in list(cur.arith.problems("test")[:50]) + list(cur.code.problems("test")[:20]):
+        for k in (1, 3, 4):
+            plan = T.strategies_for(p, k)
+            assert len(plan) == len(set(plan)) == k
+            assert parse_strategies(T.plan_text(plan), k) == plan
+
+
+# --- tokenizer and model ------------------------------------------------------------------------------
+
+def test_tokenizer_splits_digits_and_has_qwen_specials(shipped):
+    model, tok = shipped
+    ids = tok.encode("12 + 3045", add_special_tokens=False)
+    digits = [t for t in tok.convert_ids_to_tokens(ids) if any(c.isdigit() for c in t)]
+    assert digits == ["1", "2", "3", "0", "4", "5"]
+    assert tok.eos_token == "<|im_end|>" and tok.pad_token == "<|endoftext|>"
+    for s in ("<|endoftext|>", "<|im_start|>", "<|im_end|>"):
+        assert tok.encode(s, add_special_tokens=False) == [tok.convert_tokens_to_ids(s)]
+    assert model.config.eos_token_id == tok.eos_token_id and model.config.pad_token_id == tok.pad_token_id
+    assert 2000 <= len(tok) <= 4096 and model.config.vocab_size == len(tok)
+
+
+def test_chat_template_renders_qwen_layout(shipped):
+    _, tok = shipped
+    msgs = [{"role": "user", "content": "solve: 4 + 3"}]
+    text = tok.apply_chat_template(msgs, add_generation_prompt=True, enable_thinking=False, tokenize=False)
+    assert text == "<|im_start|>user\nsolve: 4 + 3<|im_end|>\n<|im_start|>assistant\n"
+    assert tok.apply_chat_template(msgs, add_generation_prompt=False, tokenize=False) == "<|im_start|>user\nsolve: 4 + 3<|im_end|>\n"
+
+
+def test_training_sequences_match_what_a_rollout_sees(shipped):
+    _, tok = shipped
+    ex = Curriculum(0).sample(random.Random(0), 1)[0]
+    prompt_ids, completion_ids = encode(tok, ex)
+    via_template = tok.apply_chat_template(ex.messages, add_generation_prompt=True, enable_thinking=False, tokenize=True)
+    via_template = via_template["input_ids"] if hasattr(via_template, "keys") else via_template
+    assert prompt_ids == list(via_template)
+    assert completion_ids[-1] == tok.eos_token_id
+    assert tok.decode(completion_ids, skip_special_tokens=True) == ex.target
+
+
+def test_shipped_artifact_size_and_fp32_load(shipped):
+    model, _ = shipped
+    size = sum(f.stat().st_size for f in default_path().iterdir())
+    assert size <= 10 * 2**20, size
+    assert model.dtype == torch.float32
+    n = sum(p.numel() for p in model.parameters())
+    assert 2.0e6 < n < 3.2e6
+    d = info()
+    assert d["params"] == n and set(d["roles"]) >= {f"testbed/{r}" for r in T.ROLES}
+
+
+def test_left_padded_batch_decodes_like_single_prompts(shipped):
+    model, tok = shipped
+    exs = Curriculum(0).held_out(0, per_role=4)
+    prompts = [encode(tok, e)[0] for e in exs if e.role in ("solve", "aggregate")][:8]
+    assert len({len(p) for p in prompts}) > 1  # the batch really is ragged
+    batched = greedy(model, tok, prompts, 12)
+    single = [greedy(model, tok, [p], 12)[0] for p in prompts]
+    assert batched == single
+
+
+def test_shipped_solver_accuracy_leaves_room_for_rl(shipped, arith):
+    model, tok = shipped
+    probs = arith.problems("test")[:100]
+    book = PromptBook("testbed")
+    prompts = [
+        tok.apply_chat_template(book.render("solve", problem=p.text), add_generation_prompt=True,
+                                enable_thinking=False, tokenize=False)
+        for p in probs
+    ]
+    outs = greedy(model, tok, [tok.encode(s, add_special_tokens=False) for s in prompts], 8)
+    acc = sum(arith.score(p, o).reward for p, o in zip(probs, outs)) / len(probs)
+    assert all(o.startswith("\\boxed{") for o in outs)
+    assert 0.2 < acc < 0.75, acc
+
+
+def test_build_is_deterministic(tmp_path):
+    from safetensors.torch import load_file
+
+    from rolecast.testbed import build
+
+    # A tiny budget: same seed twice must give the same tokenizer and bit-identical weights.
+    kw = dict(seed=3, steps=20, batch_size=16, evaluate=False, corpus_transcripts=300, filler_per_generator=10,
+              log=lambda _: None)
+    a = build(tmp_path / "a", **kw)
+    b = build(tmp_path / "b", **kw)
+    assert (a / "tokenizer.json").read_text() == (b / "tokenizer.json").read_text()
+    wa, wb = load_file(a / "model.safetensors"), load_file(b / "model.safetensors")
+    assert wa.keys() == wb.keys()
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
