@@ -88,6 +88,14 @@ def cmd_testbed(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_model(args: argparse.Namespace) -> int:
+    from .policies.shapes import init_random_model
+
+    path = init_random_model(args.shape, args.out, seed=args.seed)
+    print(f"random-weight {args.shape} with the Qwen3 tokenizer saved to {path}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rolecast", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true")
@@ -115,6 +123,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--steps", type=int, default=None, help="warm-start steps")
     p.set_defaults(fn=cmd_testbed)
+
+    p = sub.add_parser("model", help="make a random-weight model in a published shape (Qwen3 tokenizer)")
+    p.add_argument("action", choices=["init"])
+    p.add_argument("--shape", default="tiny-qwen3", help="tiny-qwen3 | qwen3-0.6b | qwen3-1.7b | qwen3-4b")
+    p.add_argument("--out", required=True)
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(fn=cmd_model)
     return parser
 
 

@@ -272,9 +272,11 @@ def train(cfg: RunConfig, *, resume: str | Path | None = None, stop_after: int |
         update_rng = random.Random(_step_seed(cfg.seed, step, 3))
         policy_stats = {}
         for pid, turns in by_policy.items():
+            lr = schedulers[pid].get_last_lr()[0]  # the lr this step trains with
             policy_stats[pid] = update_policy(pid, turns, cfg=cfg, policies=policies, optimizer=optimizers[pid],
                                               pad_id=tokenizer.pad_token_id, rng=update_rng,
                                               check_logprobs=(step == start))
+            policy_stats[pid]["lr"] = lr
             schedulers[pid].step()
         t_update = time.perf_counter()
 
@@ -282,7 +284,6 @@ def train(cfg: RunConfig, *, resume: str | Path | None = None, stop_after: int |
         metrics: dict[str, Any] = {"step": step + 1, **episode_metrics(episodes)}
         for pid, st in policy_stats.items():
             metrics.update({f"policy/{pid}/{k}": v for k, v in st.items()})
-            metrics[f"policy/{pid}/lr"] = schedulers[pid].get_last_lr()[0]
         metrics.update({"time/rollout": t_rollout - t0, "time/reward": t_reward - t_rollout,
                         "time/update": t_update - t_reward, "time/step": t_update - t0,
                         "rollout/backend_calls": rstats.backend_calls, "rollout/requests": rstats.requests})
