@@ -215,6 +215,9 @@ def _main():
         if pid == 0:
             try:
                 enter_child({0, 1, 2, res_fd}, False)
+                # the program may replace any builtin (exec = no-op would make every test "pass"):
+                # everything the test loop calls after the program has run is bound here, before it
+                _exec, _compile, _dict, _enumerate, _len = exec, compile, dict, enumerate, len
                 nonce = job["nonce"]
                 prog = job["program"]
                 prelude, setup, tests, bind = job["prelude"], job["setup"], job["tests"], job.get("bind")
@@ -225,25 +228,26 @@ def _main():
                     while data:
                         data = data[_write(res_fd, data):]
 
+                _type = type
                 g = {"__name__": "__main__", "__builtins__": __builtins__}
                 try:
-                    exec(compile(prelude, "<prelude>", "exec"), g)
-                    exec(compile(prog, "<program>", "exec"), g)
-                    exec(compile(setup, "<test setup>", "exec"), g)
+                    _exec(_compile(prelude, "<prelude>", "exec"), g)
+                    _exec(_compile(prog, "<program>", "exec"), g)
+                    _exec(_compile(setup, "<test setup>", "exec"), g)
                 except BaseException as e:
-                    rep("load " + type(e).__name__)
+                    rep("load " + _type(e).__name__)
                     _exit(0)
                 ns = g
                 if bind:
-                    ns = dict(g)
+                    ns = _dict(g)
                     try:
                         ns[bind[0]] = g[bind[1]]
                     except BaseException as e:
-                        rep("load " + type(e).__name__)
+                        rep("load " + _type(e).__name__)
                         _exit(0)
-                for i, t in enumerate(tests):
+                for i, t in _enumerate(tests):
                     try:
-                        exec(compile(t, "<test %d>" % i, "exec"), ns)
+                        _exec(_compile(t, "<test %d>" % i, "exec"), ns)
                         ok = True
                     except BaseException:
                         ok = False
@@ -463,8 +467,9 @@ def _bwrap_cmd(limits: Limits) -> list[str]:
     cmd += ["--perms", "1777", "--size", str(limits.tmpfs_mb << 20), "--tmpfs", "/var/tmp"]
     cmd += ["--proc", "/proc", "--dev", "/dev", "--chdir", "/tmp"]
     if os.getuid() == 0:
-        # no user namespace as root (see module doc); keep only what the harness needs to drop to a uid
-        cmd += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+        # no user namespace as root (see module doc); keep only what the harness needs: dropping to a uid,
+        # and signalling that uid's processes once it has dropped (without CAP_KILL root may not)
+        cmd += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_KILL"]
     return cmd
 
 
@@ -657,7 +662,9 @@ def _kill(proc: subprocess.Popen) -> None:
 
 def _kill_uid(uid: int) -> None:
     subprocess.run(
-        [sys.executable, "-S", "-c", "import os, signal\ntry: os.kill(-1, signal.SIGKILL)\nexcept OSError: pass"],
+        # kill(-1) as that uid reaches every process it owns (but the caller); sh, as the uid may not be
+        # able to run our interpreter (fallback mode with Python under /root)
+        ["/bin/sh", "-c", "kill -9 -1 2>/dev/null; true"],
         user=uid, group=uid, extra_groups=[], timeout=10, check=False,
     )  # fmt: skip
 
