@@ -80,8 +80,8 @@ def extract_program(text: str | None) -> str | None:
     lines = text[start.start() :].splitlines()
     for end in range(len(lines), 0, -1):
         cand = "\n".join(lines[:end])
-        if _parses(cand):
-            return cand + "\n"
+        if cand.strip() and _parses(cand):
+            return cand.rstrip() + "\n"
     return "\n".join(lines) + "\n"
 
 
