@@ -100,12 +100,11 @@ def _main():
         """Runs first in every child: limits, privileges, cwd; nothing untrusted has run yet."""
         if own_group:  # per-case children: the harness kills the group after each case
             os.setpgid(0, 0)
-        for fd in range(3, 1024):
-            if fd not in keep_fds:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
+        lo = 3
+        for fd in sorted(k for k in keep_fds if k >= 3):
+            os.closerange(lo, fd)
+            lo = fd + 1
+        os.closerange(lo, 1024)
         cpu = int(lim["cpu_s"])
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
         resource.setrlimit(resource.RLIMIT_AS, (lim["as_bytes"], lim["as_bytes"]))
@@ -335,6 +334,7 @@ def _main():
     send({"done": True})
 
 _main()
+os._exit(0)  # skip interpreter teardown: a few ms per run
 '''
 
 # modules preloaded by the harness when the uid it drops to cannot read the interpreter's own files

@@ -1,0 +1,73 @@
+"""Code sandbox throughput and per-run overhead.
+
+    .venv/bin/python bench/sandbox_throughput.py [--workers 2] [--limit 974] [--reps 30]
+
+1. Per-run overhead: median wall time of a trivial program (`pass`) run through the sandbox
+   (rolecast.rewards.sandbox.run_python: bwrap + harness + uid drop + rlimits) vs a bare
+   `subprocess.run([python, "-c", "pass"])`, run one at a time.
+2. Throughput: the MBPP (full) reference solutions with their tests, verified through SandboxPool(workers)
+   vs the same programs as bare `python -c <code + setup + asserts>` subprocesses on as many threads.
+Prints both and their ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from rolecast.rewards.code import CodeTests, score_code_many
+from rolecast.rewards.sandbox import SandboxPool, run_python, sandbox_mode
+from rolecast.tasks.datasets import dataset_file
+
+
+def median_ms(fn, reps: int) -> float:
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times) * 1000
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--limit", type=int, default=974)
+    ap.add_argument("--reps", type=int, default=30)
+    args = ap.parse_args()
+
+    rows = [json.loads(line) for line in open(dataset_file("mbpp/mbpp.jsonl"))][: args.limit]
+    with SandboxPool(args.workers) as pool:
+        print(f"sandbox mode: {sandbox_mode()}, workers: {args.workers}")
+        run_python("pass", pool=pool)  # warm up
+        bare = median_ms(lambda: subprocess.run([sys.executable, "-c", "pass"], capture_output=True, check=True), args.reps)
+        sand = median_ms(lambda: run_python("pass", pool=pool), args.reps)
+        print(f"per-run: bare subprocess {bare:.1f} ms, sandbox {sand:.1f} ms, overhead {sand - bare:.1f} ms, ratio {sand / bare:.2f}x")
+
+        texts = ["```python\n" + r["code"] + "\n```" for r in rows]
+        tests = [CodeTests.mbpp(r) for r in rows]
+        t = time.perf_counter()
+        scores = score_code_many(texts, tests, pool=pool, timeout_s=30)
+        sand_s = time.perf_counter() - t
+        passed = sum(s.reward for s in scores)
+
+    def bare_run(r):
+        src = "\n".join([r["code"], r["test_setup_code"], *r["test_list"]])
+        return subprocess.run([sys.executable, "-c", src], capture_output=True, timeout=60).returncode == 0
+
+    t = time.perf_counter()
+    with ThreadPoolExecutor(args.workers) as ex:
+        bare_ok = sum(ex.map(bare_run, rows))
+    bare_s = time.perf_counter() - t
+    n = len(rows)
+    print(f"throughput: sandbox {n / sand_s:.1f} programs/s ({passed:.0f}/{n} pass, {sand_s:.1f} s), "
+          f"bare {n / bare_s:.1f} programs/s ({bare_ok}/{n} pass, {bare_s:.1f} s), ratio {sand_s / bare_s:.2f}x time")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
