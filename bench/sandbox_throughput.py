@@ -21,17 +21,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from rolecast.rewards.code import CodeTests, score_code_many
-from rolecast.rewards.sandbox import SandboxPool, run_python, sandbox_mode
+from rolecast.rewards.sandbox import Limits, SandboxPool, _bwrap_cmd, run_python, sandbox_mode
 from rolecast.tasks.datasets import dataset_file
-
-
-def median_ms(fn, reps: int) -> float:
-    times = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times) * 1000
 
 
 def main() -> None:
@@ -45,8 +36,21 @@ def main() -> None:
     with SandboxPool(args.workers) as pool:
         print(f"sandbox mode: {sandbox_mode()}, workers: {args.workers}")
         run_python("pass", pool=pool)  # warm up
-        bare = median_ms(lambda: subprocess.run([sys.executable, "-c", "pass"], capture_output=True, check=True), args.reps)
-        sand = median_ms(lambda: run_python("pass", pool=pool), args.reps)
+        # interleaved, so a neighbour's load on a shared machine hits all variants alike
+        variants = {
+            "bare subprocess": lambda: subprocess.run([sys.executable, "-c", "pass"], capture_output=True, check=True),
+            "bwrap + python only": lambda: subprocess.run(_bwrap_cmd(Limits()) + [sys.executable, "-I", "-S", "-c", "pass"], capture_output=True),
+            "sandbox run_python": lambda: run_python("pass", pool=pool),
+        }
+        times: dict[str, list[float]] = {k: [] for k in variants}
+        for _ in range(args.reps):
+            for k, fn in variants.items():
+                t = time.perf_counter()
+                fn()
+                times[k].append(time.perf_counter() - t)
+        med = {k: statistics.median(v) * 1000 for k, v in times.items()}
+        bare, sand = med["bare subprocess"], med["sandbox run_python"]
+        print("per-run medians: " + ", ".join(f"{k} {v:.1f} ms" for k, v in med.items()))
         print(f"per-run: bare subprocess {bare:.1f} ms, sandbox {sand:.1f} ms, overhead {sand - bare:.1f} ms, ratio {sand / bare:.2f}x")
 
         texts = ["```python\n" + r["code"] + "\n```" for r in rows]
