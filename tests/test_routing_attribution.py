@@ -24,13 +24,20 @@ def test_shared_isolated_and_map_routing():
 
 @pytest.mark.parametrize("mapping,needle", [
     ({"generator": "g"}, "aggregator"),  # a role missing from the map
-    ({"generator": "g", "aggregator": "a", "critic": "c"}, "critic"),  # not a role of this workflow
-    ({"generator/0": "g0", "aggregator": "a"}, "generator"),  # only an instance: other instances unrouted
-    ({"generator": "g.x", "aggregator": "a"}, "g.x"),  # not an identifier
+    ({"generator": "gen", "aggregator": "agg", "critic": "crit"}, "critic"),  # not a role of this workflow
+    ({"generator/0": "g0", "aggregator": "agg"}, "generator"),  # only an instance: other instances unrouted
+    ({"generator": "g.x", "aggregator": "agg"}, "g.x"),
+    ({"generator": "gen", "aggregator": "a"}, "lora_"),  # not an identifier
 ])
 def test_bad_routing_maps_name_the_entry(mapping, needle):
     with pytest.raises(ValueError, match=needle):
         build_routing(["generator", "aggregator"], "map", mapping)
+
+
+def test_a_policy_id_that_does_not_exist_is_named():
+    with pytest.raises(ValueError, match="'gen'.*does not exist"):
+        build_routing(["generator", "aggregator"], "map", {"generator": "gen", "aggregator": "agg"},
+                      policies=["generator_policy", "agg"])
 
 
 def turn(role, instance=None, index=0, claim=None):

@@ -35,6 +35,7 @@ def test_voting_isolated_lora_writes_per_role_metrics(tiny_model_dir, tmp_path):
     assert [r["step"] for r in rows] == [1, 2]
     r = rows[0]
     for key in ["reward", "role/generator/reward", "role/aggregator/adv_std", "policy/generator/grad_norm",
+                "role/generator/entropy", "role/aggregator/clip_fraction", "role/generator/kl",
                 "policy/aggregator/entropy", "policy/generator/clip_fraction", "wf/agree_majority",
                 "time/rollout", "time/update", "role/generator/truncated"]:
         assert key in r, key
@@ -93,8 +94,10 @@ def test_isolated_update_changes_no_other_policy(tiny_model_dir, mode):
     cfg = load_config(None, {"model.path": tiny_model_dir, "train.lr": 1e-2, "rollout.temperature": 1.0})
     opt = torch.optim.AdamW(policies.parameters("generator"), lr=1e-2)
     turns = _with_sampler_logprobs(_turns(policies, tok), policies, "generator", tok.pad_token_id)
-    stats = update_policy("generator", turns, cfg=cfg, policies=policies, optimizer=opt, pad_id=tok.pad_token_id,
-                          rng=random.Random(0), check_logprobs=True)
+    stats, tally = update_policy("generator", turns, cfg=cfg, policies=policies, optimizer=opt,
+                                 pad_id=tok.pad_token_id, rng=random.Random(0), check_logprobs=True)
+    # both epochs' tokens are tallied under the turns' role
+    assert tally["generator"]["tokens"] == 2 * sum(len(t.completion_ids) for t in turns)
     assert stats["optimizer_steps"] == 2  # testbed recipe: 2 epochs, one step per epoch
     after = {pid: policies.state_dict(pid) for pid in policies.policy_ids}
     assert any(not torch.equal(before["generator"][k], after["generator"][k]) for k in before["generator"])
@@ -113,8 +116,8 @@ def test_nan_step_is_skipped_and_logged(tiny_model_dir, caplog):
     before = policies.state_dict("generator")
     opt = torch.optim.AdamW(policies.parameters("generator"), lr=1e-2)
     with caplog.at_level("WARNING"):
-        stats = update_policy("generator", turns, cfg=cfg, policies=policies, optimizer=opt,
-                              pad_id=tok.pad_token_id, rng=random.Random(0), check_logprobs=False)
+        stats, _ = update_policy("generator", turns, cfg=cfg, policies=policies, optimizer=opt,
+                                 pad_id=tok.pad_token_id, rng=random.Random(0), check_logprobs=False)
     assert stats["skipped_nan"] == 2 and stats["optimizer_steps"] == 0
     assert "non-finite" in caplog.text
     after = policies.state_dict("generator")

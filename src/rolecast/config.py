@@ -56,6 +56,7 @@ class WorkflowSettings(_Strict):
 class RoutingSettings(_Strict):
     sharing: Literal["shared", "isolated", "map"] = "shared"
     map: dict[str, str] | None = None  # role or "role/i" -> policy id (sharing: map)
+    policies: list[str] | None = None  # optional: the policy ids that exist (catches typos in the map)
 
 
 class RolloutSettings(_Strict):
@@ -149,7 +150,7 @@ def check_run_config(cfg: RunConfig) -> None:
 
     spec = get_workflow(cfg.workflow.name)
     spec.check_options(cfg.workflow.options)
-    build_routing(spec.roles, cfg.routing.sharing, cfg.routing.map)
+    build_routing(spec.roles, cfg.routing.sharing, cfg.routing.map, cfg.routing.policies)
     task = make_task(cfg.task.name, **cfg.task.options)
     book = PromptBook(task.family, cfg.task.prompts)
     for role, names in spec.prompts.items():

@@ -39,7 +39,7 @@ def build_runtime(cfg: RunConfig) -> Runtime:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     spec = get_workflow(cfg.workflow.name)
-    routing = build_routing(spec.roles, cfg.routing.sharing, cfg.routing.map)
+    routing = build_routing(spec.roles, cfg.routing.sharing, cfg.routing.map, cfg.routing.policies)
     task = make_task(cfg.task.name, **cfg.task.options)
     prompts = PromptBook(task.family, cfg.task.prompts)
     tokenizer = load_tokenizer(cfg.model.path)

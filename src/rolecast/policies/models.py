@@ -93,10 +93,13 @@ class PolicySet:
     """Every policy id's parameters, on one base (LoRA) or as separate full models."""
 
     def __init__(self, model_path: str, policy_ids: list[str], *, mode: str = "lora", lora: dict | None = None,
-                 dtype: str = "float32", seed: int = 0):
+                 dtype: str = "float32", seed: int = 0, mixed_adapters: bool = True):
+        """`mixed_adapters` (LoRA only): generate every policy's requests in one batch, each row with its own
+        adapter (PEFT `adapter_names`); False: one forward pass per adapter, activated with `set_adapter`."""
         if not policy_ids:
             raise ValueError("PolicySet needs at least one policy id")
         self.mode = mode
+        self.mixed_adapters = mixed_adapters
         self.policy_ids = list(policy_ids)
         torch.manual_seed(seed)  # LoRA initialisation is random: make it depend on the run seed only
         base = load_model(model_path, dtype)
@@ -160,12 +163,18 @@ class PolicySet:
         yield self.reference
 
     def generation_groups(self, pids: list[str]) -> list[tuple[nn.Module, list[int], list[str] | None]]:
-        """Split a request list into forward passes: (model, request indices, per-row adapter names or None)."""
-        if self.mode == "lora":
+        """Split a request list into forward passes: (model, request indices, per-row adapter names or None).
+
+        With one pass per adapter (LoRA, `mixed_adapters=False`), the groups are returned as a lazy sequence
+        that activates each group's adapter right before the caller runs it: consume it in order, one group
+        at a time (as `HFBackend.generate` does)."""
+        if self.mode == "lora" and self.mixed_adapters:
             return [(self.models[pids[0]], list(range(len(pids))), list(pids))]
         groups: dict[str, list[int]] = {}
         for i, pid in enumerate(pids):
             groups.setdefault(pid, []).append(i)
+        if self.mode == "lora":
+            return _AdapterPasses(self.models[pids[0]], groups)
         return [(self.models[pid], idx, None) for pid, idx in groups.items()]
 
     def state_dict(self, pid: str) -> dict[str, torch.Tensor]:
@@ -194,3 +203,18 @@ class PolicySet:
             model.save_pretrained(str(out_dir), selected_adapters=[pid])
         else:
             model.save_pretrained(str(out_dir))
+
+
+class _AdapterPasses:
+    """One forward pass per LoRA adapter: iterating yields (model, indices, None) after `set_adapter(pid)`."""
+
+    def __init__(self, model: nn.Module, groups: dict[str, list[int]]):
+        self.model, self.groups = model, groups
+
+    def __len__(self) -> int:
+        return len(self.groups)
+
+    def __iter__(self):
+        for pid, idx in self.groups.items():
+            self.model.set_adapter(pid, inference_mode=True)  # frozen: generation must not mark it trainable
+            yield self.model, idx, None

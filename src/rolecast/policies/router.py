@@ -23,8 +23,12 @@ class Routing:
         return sorted(set(self.table.values()))
 
 
-def build_routing(roles: list[str], sharing: str, mapping: dict[str, str] | None = None) -> Routing:
-    """Check everything a routing needs before a model is loaded; errors name the bad entry."""
+def build_routing(roles: list[str], sharing: str, mapping: dict[str, str] | None = None,
+                  policies: list[str] | None = None) -> Routing:
+    """Check everything a routing needs before a model is loaded; errors name the bad entry.
+    `policies`, when given, declares the policy ids that exist: a map naming any other is a typo."""
+    if policies is not None and sharing != "map":
+        raise ValueError("routing.policies is only used with routing.sharing: map")
     if sharing == "shared":
         if mapping:
             raise ValueError("routing.map is only used with routing.sharing: map")
@@ -43,6 +47,9 @@ def build_routing(roles: list[str], sharing: str, mapping: dict[str, str] | None
             raise ValueError(f"routing.map: {key!r} is not a role of this workflow; roles: {roles}")
         if "/" in key and not key.split("/", 1)[1].isdigit():
             raise ValueError(f"routing.map: instance key {key!r} must look like role/<index>")
+        if policies is not None and pid not in policies:
+            raise ValueError(f"routing.map: policy {pid!r} for {key!r} does not exist; routing.policies declares "
+                             f"{sorted(policies)}")
         if not _POLICY_ID.match(str(pid)) or str(pid) in "lora_":
             # PEFT stores adapters under "lora_A.<name>": a name inside "lora_" collides with its prefix
             raise ValueError(f"routing.map: policy id {pid!r} for {key!r} must be an identifier (letters, digits, _) "

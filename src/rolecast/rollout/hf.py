@@ -14,6 +14,7 @@ from typing import Sequence
 
 import torch
 from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
 
 from ..policies.models import PolicySet, cache_keyword
 from .engine import GenRequest, Generation
@@ -79,44 +80,114 @@ class HFBackend:
 
     @torch.inference_mode()
     def _decode(self, model, prompts: list[list[int]], adapter_names: list[str] | None) -> list[Generation]:
-        B, P = len(prompts), max(len(p) for p in prompts)
+        B, P, T = len(prompts), max(len(p) for p in prompts), self.max_new_tokens
         input_ids = torch.full((B, P), self.pad_id, dtype=torch.long)
         mask = torch.zeros((B, P), dtype=torch.long)
         for i, p in enumerate(prompts):  # left padding: every row's next token sits in the last column
             input_ids[i, P - len(p):] = torch.tensor(p)
             mask[i, P - len(p):] = 1
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        kwargs = {cache_keyword(model): DynamicCache(), "use_cache": True, "logits_to_keep": 1}
+        # Decode-step inputs are views of buffers allocated once: the KV cache (no per-step torch.cat per
+        # layer), the attention mask and the position ids. Without padding the single-query decode steps need
+        # no mask at all; with padding and SDPA, a ready 4D boolean mask skips transformers' mask building.
+        cache = _preallocated_cache(P + T)
+        kwargs = {cache_keyword(model): cache, "use_cache": True, "logits_to_keep": 1}
         if adapter_names is not None:
             kwargs["adapter_names"] = adapter_names
         logits = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, **kwargs).logits[:, -1]
-        next_pos = positions[:, -1] + 1
+        step_mask = _decode_mask(model, mask, T)
+        step_pos = positions[:, -1:] + torch.arange(1, T + 1)  # [B, T]: row b's position of new token t+1
+        stops = self.stop_ids if self.stop_ids.numel() else None
         finished = torch.zeros(B, dtype=torch.bool)
-        tokens, logps = [], []
+        toks = torch.empty((B, T), dtype=torch.long)
+        lps = torch.empty((B, T), dtype=torch.float32)
+        pad = torch.full((B,), self.pad_id, dtype=torch.long)
         self.stats.batches.append(B)
-        for step in range(self.max_new_tokens):
-            tok, lp = sample_tokens(logits.float(), self.temperature, self.generator, self.top_p)
-            tok = torch.where(finished, torch.full_like(tok, self.pad_id), tok)
-            tokens.append(tok)
-            logps.append(lp)
-            finished |= torch.isin(tok, self.stop_ids)
-            if bool(finished.all()) or step == self.max_new_tokens - 1:
+        n = 0
+        for step in range(T):
+            tok, lp = sample_tokens(logits, self.temperature, self.generator, self.top_p)
+            if stops is not None:
+                tok = torch.where(finished, pad, tok)
+                finished |= torch.isin(tok, stops)
+            toks[:, step] = tok
+            lps[:, step] = lp
+            n = step + 1
+            if step == T - 1 or (stops is not None and bool(finished.all())):
                 break
-            mask = torch.cat([mask, torch.ones((B, 1), dtype=torch.long)], dim=1)
-            logits = model(input_ids=tok[:, None], attention_mask=mask, position_ids=next_pos[:, None], **kwargs).logits[:, -1]
-            next_pos = next_pos + 1
+            am = None if step_mask is None else step_mask[..., :P + n]
+            logits = model(input_ids=tok[:, None], attention_mask=am, position_ids=step_pos[:, step:step + 1],
+                           **kwargs).logits[:, -1]
             self.stats.forward_passes += 1
-        toks = torch.stack(tokens, 1).tolist()
-        lps = torch.stack(logps, 1).tolist()
+        toks_l = toks[:, :n].tolist()
+        lps_l = lps[:, :n].tolist()
         stop = set(self.stop_ids.tolist())
         gens = []
         for i in range(B):
-            row = toks[i]
-            end = next((j for j, t in enumerate(row) if t in stop), None)
-            n = len(row) if end is None else end + 1  # keep the stop token: the policy must learn to emit it
-            ids = row[:n]
-            self.stats.tokens += n
-            gens.append(Generation(prompt_ids=prompts[i], completion_ids=ids, logprobs=lps[i][:n],
+            row = toks_l[i]
+            end = next((j for j, t in enumerate(row) if t in stop), None) if stop else None
+            m = len(row) if end is None else end + 1  # keep the stop token: the policy must learn to emit it
+            ids = row[:m]
+            self.stats.tokens += m
+            gens.append(Generation(prompt_ids=prompts[i], completion_ids=ids, logprobs=lps_l[i][:m],
                                    text=self.tokenizer.decode(ids, skip_special_tokens=True),
                                    finish_reason="length" if end is None else "stop"))
         return gens
+
+
+class _PreallocatedLayer(DynamicLayer):
+    """A DynamicLayer whose keys/values live in one buffer sized for the whole generation: `update` copies
+    the new states into place and returns views, instead of concatenating (a full copy per layer per step)."""
+
+    def __init__(self, capacity: int):
+        super().__init__()
+        self.capacity = capacity
+        self.length = 0
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        self.device = key_states.device
+        b, h, _, dk = key_states.shape
+        self._k = key_states.new_empty((b, h, self.capacity, dk))
+        self._v = value_states.new_empty((b, value_states.shape[1], self.capacity, value_states.shape[-1]))
+        self.is_initialized = True
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        end = self.length + key_states.shape[-2]
+        if end > self.capacity:  # never in _decode; grow rather than fail if a caller feeds more
+            grow = end - self.capacity
+            self._k = torch.cat([self._k, self._k.new_empty(*self._k.shape[:2], grow, self._k.shape[-1])], dim=-2)
+            self._v = torch.cat([self._v, self._v.new_empty(*self._v.shape[:2], grow, self._v.shape[-1])], dim=-2)
+            self.capacity = end
+        self._k[:, :, self.length:end].copy_(key_states)
+        self._v[:, :, self.length:end].copy_(value_states)
+        self.length = end
+        self.keys, self.values = self._k[:, :, :end], self._v[:, :, :end]
+        return self.keys, self.values
+
+    def reset(self) -> None:
+        self.length = 0
+        super().reset()
+
+
+def _preallocated_cache(capacity: int) -> DynamicCache:
+    cache = DynamicCache()
+    cache.layer_class_to_replicate = lambda: _PreallocatedLayer(capacity)
+    return cache
+
+
+def _decode_mask(model, prompt_mask: torch.Tensor, new_tokens: int) -> torch.Tensor | None:
+    """The attention mask for decode steps over [prompt | generated]: None when no row is padded (a single
+    query attends to every cached position); else a buffer sliced per step, 4D boolean for SDPA (used as is
+    by transformers) or 2D for other attention implementations."""
+    if bool(prompt_mask.all()):
+        return None
+    B, P = prompt_mask.shape
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    if getattr(base.config, "_attn_implementation", None) == "sdpa":
+        full = torch.ones((B, 1, 1, P + new_tokens), dtype=torch.bool)
+        full[:, 0, 0, :P] = prompt_mask.bool()
+        return full
+    full = torch.ones((B, P + new_tokens), dtype=prompt_mask.dtype)
+    full[:, :P] = prompt_mask
+    return full

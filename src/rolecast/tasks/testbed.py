@@ -155,7 +155,11 @@ _DEF = re.compile(r"def f\(x\):.*")
 
 
 def extract_program(text: str | None) -> str | None:
-    """The last fenced block, else the last `def f(x): ...` line (a completion cut before its fence)."""
+    """The last fenced block, else the last `def f(x): ...` line (a completion cut before its fence).
+
+    A strict, dependency-free extraction used when the build judges the model without running it;
+    scoring uses the sandbox's own extraction (CodeTestbed.extract_answer).
+    """
     if not text:
         return None
     blocks = _FENCE.findall(text)
@@ -176,11 +180,10 @@ class CodeTestbed(Task):
     name = "testbed_code"
     family = "testbed"
 
-    def __init__(self, seed: int = 0, test_functions: int = 40, timeout_s: float = 5.0, memory_mb: int = 256):
+    def __init__(self, seed: int = 0, test_functions: int = 40, timeout_s: float = 5.0):
         self.seed = seed
         self.test_functions = test_functions
         self.timeout_s = timeout_s
-        self.memory_mb = memory_mb
 
     @cached_property
     def _split_functions(self) -> tuple[list[str], list[str]]:
@@ -207,47 +210,23 @@ class CodeTestbed(Task):
         return self._problems[split]
 
     def extract_answer(self, text: str | None) -> str | None:
-        return extract_program(text)
+        from rolecast.rewards.code import extract_program as sandbox_extract
 
-    def _harness(self, program: str, problem: Problem) -> str:
-        xs = [x for x, _ in problem.meta["tests"]]
-        return f"{program}\n\nprint(repr([f(x) for x in {xs!r}]))\n"
+        # The same extraction the scorer applies, so a logged answer is the program that was run.
+        return sandbox_extract(text)
 
-    def _judge(self, problem: Problem, program: str | None, result) -> Score:
-        if result.timed_out:
-            return Score(0.0, program, "timeout")
-        if result.returncode != 0:
-            last = (result.stderr or "").strip().splitlines()[-1:] or [result.reason or "nonzero exit"]
-            return Score(0.0, program, f"error: {last[0][:200]}")
-        want = repr([y for _, y in problem.meta["tests"]])
-        return Score(float(result.stdout.strip() == want), program)
+    def tests(self, problem: Problem):
+        """The problem's checks as sandbox asserts: the shown examples plus hidden inputs."""
+        from rolecast.rewards.code import CodeTests
+
+        return CodeTests(kind="asserts", asserts=tuple(f"assert f({x}) == {y}" for x, y in problem.meta["tests"]),
+                         timeout_s=self.timeout_s)
 
     def score(self, problem: Problem, text: str | None) -> Score:
         return self.score_many([problem], [text])[0]
 
     def score_many(self, problems: Sequence[Problem], texts: Sequence[str | None]) -> list[Score]:
-        run_python = _sandbox()
-        programs = [self.extract_answer(t) for t in texts]
-        todo = [i for i, p in enumerate(programs) if p is not None]
-        results: dict[int, object] = {}
-        if todo:
-            from concurrent.futures import ThreadPoolExecutor
+        # Model output is only ever executed in the project's sandbox, never with eval/exec here.
+        from rolecast.rewards.code import score_code_many
 
-            # Each run is a separate sandboxed process; threads only wait on them.
-            with ThreadPoolExecutor(max_workers=min(8, len(todo))) as pool:
-                futs = {i: pool.submit(run_python, self._harness(programs[i], problems[i]),
-                                       timeout_s=self.timeout_s, memory_mb=self.memory_mb) for i in todo}
-                results = {i: f.result() for i, f in futs.items()}
-        return [Score(0.0, None, "no program") if programs[i] is None else self._judge(problems[i], programs[i], results[i])
-                for i in range(len(problems))]
-
-
-def _sandbox():
-    # Model output is only ever executed in the project's sandbox, never with eval/exec here.
-    try:
-        from rolecast.rewards.code import run_python
-    except ImportError as e:
-        raise RuntimeError(
-            "testbed_code needs the code sandbox (rolecast.rewards.code.run_python), which is not available: " f"{e}"
-        ) from e
-    return run_python
+        return score_code_many(texts, [self.tests(p) for p in problems])

@@ -6,9 +6,9 @@ reproducible on one machine with the same thread count.
 
 from __future__ import annotations
 
-import argparse
+import copy
+import inspect
 import json
-import math
 import random
 import shutil
 import sys
@@ -26,7 +26,7 @@ from .model import MODEL_SHAPE, model_config, new_model
 from .tokenizer import IM_END, train_tokenizer
 
 DEFAULT_SEED = 0
-DEFAULT_STEPS = 900
+DEFAULT_STEPS = 1000
 DEFAULT_THREADS = 1
 
 # Examples per batch by role. The solver gets the most, but every role that judges also solves first
@@ -121,6 +121,7 @@ def greedy(model, tok, prompts: Sequence[list[int]], max_new_tokens: int, batch_
             # Left padding: positions must count real tokens only, or the padded rows see shifted RoPE.
             pos = (mask.cumsum(-1) - 1).clamp(min=0)
             out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True)
+            cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
             gen = []
             done = torch.zeros(len(chunk), dtype=torch.bool)
             for _ in range(max_new_tokens):
@@ -132,8 +133,10 @@ def greedy(model, tok, prompts: Sequence[list[int]], max_new_tokens: int, batch_
                     break
                 mask = torch.cat([mask, torch.ones(len(chunk), 1, dtype=mask.dtype)], dim=1)
                 pos = pos[:, -1:] + 1
-                out = model(input_ids=nxt[:, None], attention_mask=mask, position_ids=pos,
-                            past_key_values=out.past_key_values, use_cache=True)
+                # transformers 5 calls the KV cache `cache`, 4.x `past_key_values`.
+                cache = out["cache"] if "cache" in out else out.past_key_values
+                out = model(input_ids=nxt[:, None], attention_mask=mask, position_ids=pos, use_cache=True,
+                            **{cache_kw: cache})
             rows = torch.stack(gen, 1).tolist()
             for row in rows:
                 row = row[: row.index(eos)] if eos in row else row
@@ -184,16 +187,52 @@ def evaluate_roles(model, tok, examples: Sequence[T.Example]) -> dict[str, dict[
 
 # --- the build -------------------------------------------------------------------------------------------
 
-def _lr(step: int, steps: int, lr: float, warmup: int = 30) -> float:
-    if step < warmup:
-        return lr * (step + 1) / warmup
-    return lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup))))
+def _lr(step: int, lr: float, warmup: int = 30) -> float:
+    # Warmup, then constant: the weights after N steps do not depend on the total budget, so a snapshot
+    # taken at step N of a long build is exactly `build(steps=N)` (how the shipped step count was chosen).
+    return lr * min(1.0, (step + 1) / warmup)
 
 
-def build(out_dir: str | Path, *, seed: int = DEFAULT_SEED, steps: int = DEFAULT_STEPS, batch_size: int = 64,
-          lr: float = 1e-3, micro_batch: int = 32, threads: int = DEFAULT_THREADS, evaluate: bool = True, eval_every: int = 0,
+def _save(model, tok_dir: Path, out_dir: Path, info: dict[str, Any]) -> None:
+    """Tokenizer files + fp16 safetensors whose config says float32 + build_info.json, into out_dir."""
+    import torch
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for f in tok_dir.iterdir():
+        shutil.copy2(f, out_dir / f.name)
+    # fp16 halves the size (fp32 would be just over 10 MB); the config declares float32 so a plain
+    # from_pretrained upcasts to the fp32 model CPU training wants.
+    half = copy.deepcopy(model).to(torch.float16)
+    half.save_pretrained(out_dir, safe_serialization=True)
+    cfg_path = out_dir / "config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg["dtype"] = "float32"
+    cfg_path.write_text(json.dumps(cfg, indent=2) + "\n")
+    (out_dir / "build_info.json").write_text(json.dumps(info, indent=1) + "\n")
+
+
+def evaluate_dir(path: str | Path, *, per_role: int = 200, log: Callable[[str], None] = _log) -> dict[str, Any]:
+    """Evaluate a saved testbed on held-out examples of every role; writes the numbers into build_info.json."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = Path(path)
+    info = json.loads((path / "build_info.json").read_text())
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)  # what was shipped: fp16-rounded
+    tok = AutoTokenizer.from_pretrained(str(path))
+    t = time.time()
+    info["roles"] = evaluate_roles(model, tok, Curriculum(info["seed"]).held_out(info["seed"], per_role))
+    info["eval_seconds"] = round(time.time() - t, 1)
+    for k, v in info["roles"].items():
+        log(f"{k:28s} format {v['format']:.2f} accuracy {v['accuracy']:.2f}")
+    (path / "build_info.json").write_text(json.dumps(info, indent=1) + "\n")
+    return info
+
+
+def build(out_dir: str | Path, *, seed: int = DEFAULT_SEED, steps: int = DEFAULT_STEPS, batch_size: int = 32,
+          lr: float = 1e-3, micro_batch: int = 16, threads: int = DEFAULT_THREADS, evaluate: bool = True, eval_every: int = 0,
           eval_per_role: int = 200, corpus_transcripts: int = 4000, filler_per_generator: int = 200,
-          log: Callable[[str], None] = _log) -> Path:
+          snapshot_every: int = 0, log: Callable[[str], None] = _log) -> Path:
     """Build a testbed model into `out_dir` (tokenizer + fp16 safetensors + build_info.json) and return it.
 
     Deterministic for (seed, steps, batch_size, lr, threads, corpus sizes) on one machine: batches come
@@ -222,8 +261,17 @@ def build(out_dir: str | Path, *, seed: int = DEFAULT_SEED, steps: int = DEFAULT
         opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.01)
         rng = random.Random(f"testbed-train/{seed}")
         pad = tok.pad_token_id
-        eval_examples = cur.held_out(seed, eval_per_role) if (evaluate or eval_every) else []
-        solver_eval = [ex for ex in eval_examples if ex.task == "testbed" and ex.role == "solve"]
+        solver_eval = [ex for ex in cur.held_out(seed, 1) if ex.task == "testbed" and ex.role == "solve"]
+        out_dir.mkdir(parents=True, exist_ok=True)
+
+        def info_now(done: int) -> dict[str, Any]:
+            return {"seed": seed, "steps": done, "batch_size": batch_size, "lr": lr, "threads": threads,
+                    "params": params, "vocab_size": len(tok), "model": MODEL_SHAPE,
+                    "role_weights": ROLE_WEIGHTS, "code_share": CODE_SHARE,
+                    "corpus": {"transcripts": corpus_transcripts, "filler_per_generator": filler_per_generator},
+                    "train_tokens": tokens, "train_seconds": round(time.time() - t_train, 1),
+                    "wall_seconds": round(time.time() - t0, 1), "solver_curve": list(curve)}
+
         curve: list[dict[str, float]] = []
         t_train = time.time()
         tokens = 0
@@ -233,7 +281,7 @@ def build(out_dir: str | Path, *, seed: int = DEFAULT_SEED, steps: int = DEFAULT
             n_target = sum(len(c) for _, c in batch)
             tokens += sum(len(p) + len(c) for p, c in batch)
             for g in opt.param_groups:
-                g["lr"] = _lr(step, steps, lr)
+                g["lr"] = _lr(step, lr)
             opt.zero_grad(set_to_none=True)
             step_loss = 0.0
             # Length-sorted micro-batches: prompts range from ~15 to ~110 tokens, and padding every row to
@@ -262,36 +310,11 @@ def build(out_dir: str | Path, *, seed: int = DEFAULT_SEED, steps: int = DEFAULT
                 curve.append({"step": step + 1, "solver_accuracy": acc, "seconds": round(time.time() - t_train, 1)})
                 log(f"step {step + 1}: held-out solver accuracy {acc:.3f}")
                 model.train()
-        train_s = time.time() - t_train
-
-        # Ship fp16 (half the size; the fp32 artifact would be over 10 MB) but declare fp32 in the config so
-        # from_pretrained gives the fp32 model CPU training wants.
-        model.half()
-        model.save_pretrained(tmp, safe_serialization=True)
-        cfg_path = tmp / "config.json"
-        cfg = json.loads(cfg_path.read_text())
-        cfg["dtype"] = "float32"  # save_pretrained writes the tensors' dtype; loading should upcast by default
-        cfg_path.write_text(json.dumps(cfg, indent=2) + "\n")
-        model = type(model).from_pretrained(tmp, dtype=torch.float32)  # evaluate what was shipped
-
-        info: dict[str, Any] = {
-            "seed": seed, "steps": steps, "batch_size": batch_size, "lr": lr, "threads": threads,
-            "params": params, "vocab_size": len(tok), "model": MODEL_SHAPE,
-            "role_weights": ROLE_WEIGHTS, "code_share": CODE_SHARE,
-            "train_tokens": tokens, "train_seconds": round(train_s, 1),
-            "solver_curve": curve,
-        }
+            if snapshot_every and (step + 1) % snapshot_every == 0 and step + 1 < steps:
+                _save(model, tmp, out_dir / "snapshots" / f"step-{step + 1}", info_now(step + 1))
+        _save(model, tmp, out_dir, info_now(steps))
         if evaluate:
-            t_eval = time.time()
-            info["roles"] = evaluate_roles(model, tok, eval_examples)
-            info["eval_seconds"] = round(time.time() - t_eval, 1)
-            for k, v in info["roles"].items():
-                log(f"{k:28s} format {v['format']:.2f} accuracy {v['accuracy']:.2f}")
-        info["wall_seconds"] = round(time.time() - t0, 1)
-        (tmp / "build_info.json").write_text(json.dumps(info, indent=1) + "\n")
-        out_dir.mkdir(parents=True, exist_ok=True)
-        for f in tmp.iterdir():
-            shutil.copy2(f, out_dir / f.name)
+            evaluate_dir(out_dir, per_role=eval_per_role, log=log)
     finally:
         torch.set_num_threads(prev_threads)
         shutil.rmtree(tmp, ignore_errors=True)

@@ -34,7 +34,7 @@ from ..runtime import build_runtime
 from .advantages import episode_turn_advantages
 from .attribution import attribute, score_episodes
 from .checkpoint import capture_rng_state, latest_step, load_checkpoint, restore_rng_state, save_checkpoint
-from .losses import clipped_surrogate, entropy_from_logits, token_logprobs
+from .losses import clipped_surrogate, clipped_tokens, k3_kl, token_entropy, token_logprobs
 from .schedule import constant, warmup_cosine
 
 log = logging.getLogger("rolecast.train")
@@ -103,15 +103,20 @@ def completion_logprobs(model, batch: dict[str, torch.Tensor], temperature: floa
 # One policy's update
 
 
+TALLY_KEYS = ("tokens", "entropy", "clip_fraction", "approx_kl", "kl")
+
+
 def update_policy(pid: str, turns: list[Turn], *, cfg: RunConfig, policies: PolicySet, optimizer, pad_id: int,
-                  rng: random.Random, check_logprobs: bool) -> dict[str, float]:
+                  rng: random.Random, check_logprobs: bool) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+    """Update one policy on its turns. Returns the policy's stats and per-role token tallies (summed over
+    tokens, so the caller can merge roles that span several policies)."""
     tc = cfg.train
     if tc.mask_truncated:
         turns = [t for t in turns if t.finish_reason != "length"]
-    stats = {"optimizer_steps": 0.0, "skipped_nan": 0.0, "tokens": 0.0}
+    stats = {"optimizer_steps": 0.0, "skipped_nan": 0.0, "loss": 0.0}
+    tally: dict[str, dict[str, float]] = {}
     if not turns:
-        return stats
-    sums: dict[str, float] = {"clip_fraction": 0.0, "entropy": 0.0, "approx_kl": 0.0, "kl": 0.0, "loss": 0.0}
+        return stats, tally
     grad_norms: list[float] = []
     params = policies.parameters(pid)
     temperature = cfg.rollout.temperature
@@ -127,38 +132,46 @@ def update_policy(pid: str, turns: list[Turn], *, cfg: RunConfig, policies: Poli
             # the whole mini-batch's counts normalise every micro-batch, so accumulation equals one big batch
             norms = {"total_tokens": sum(len(t.completion_ids) for t in mb),
                      "total_seqs": sum(1 for t in mb if t.completion_ids)}
-            finite = True
-            mb_sums = dict.fromkeys(sums, 0.0)
+            finite, loss_sum = True, 0.0
+            mb_tally: dict[str, dict[str, float]] = {}
             with policies.training(pid) as model:
                 for micro in micro_batches(mb, tc.micro_batch_tokens):
                     batch = collate(micro, pad_id)
                     logp, logits = completion_logprobs(model, batch, temperature)
-                    mask = batch["mask"]
+                    mask, old, adv = batch["mask"], batch["old_logp"], batch["advantages"]
                     ref_logp = None
                     if tc.kl_coef > 0:
                         with torch.no_grad(), policies.reference_model() as ref:
                             ref_logp, _ = completion_logprobs(ref, batch, temperature)
                     if check_logprobs:
-                        gap = float(((logp.detach() - batch["old_logp"]).abs() * mask).sum() / mask.sum().clamp(min=1))
+                        gap = float(((logp.detach() - old).abs() * mask).sum() / mask.sum().clamp(min=1))
                         if gap > tc.logprob_check_tol:
                             raise RuntimeError(
                                 f"policy {pid!r}: trainer log-probs differ from the sampler's by {gap:.4f} per token "
                                 f"(tolerance {tc.logprob_check_tol}); generation and training do not compute the same "
                                 f"distribution (temperature, padding/position ids, dropout or dtype mismatch)")
                         check_logprobs = False
-                    loss, st = clipped_surrogate(logp, batch["old_logp"], batch["advantages"], mask,
-                                                 tc.clip_low, tc.clip_high, tc.loss_agg, ref_logp=ref_logp,
-                                                 kl_coef=tc.kl_coef, max_len=cfg.rollout.max_new_tokens, **norms)
+                    loss, _ = clipped_surrogate(logp, old, adv, mask, tc.clip_low, tc.clip_high, tc.loss_agg,
+                                                ref_logp=ref_logp, kl_coef=tc.kl_coef,
+                                                max_len=cfg.rollout.max_new_tokens, **norms)
                     if not torch.isfinite(loss):
                         finite = False
                         break
                     loss.backward()
-                    n_tok = float(mask.sum())
-                    with torch.no_grad():
-                        mb_sums["entropy"] += float(entropy_from_logits(logits.detach(), mask)) * n_tok
-                    for k in ("clip_fraction", "approx_kl", "kl"):
-                        mb_sums[k] += st.get(k, 0.0) * n_tok
-                    mb_sums["loss"] += float(loss.detach())
+                    loss_sum += float(loss.detach())
+                    with torch.no_grad():  # per-sequence sums, attributed to each turn's role
+                        lp = logp.detach()
+                        per_seq = {
+                            "tokens": mask.sum(-1),
+                            "entropy": (token_entropy(logits.detach()) * mask).sum(-1),
+                            "clip_fraction": (clipped_tokens(lp, old, adv, tc.clip_low, tc.clip_high) * mask).sum(-1),
+                            "approx_kl": ((old - lp) * mask).sum(-1),
+                            "kl": (k3_kl(lp, ref_logp) * mask).sum(-1) if ref_logp is not None else torch.zeros(len(micro)),
+                        }
+                    for i, t in enumerate(micro):
+                        row = mb_tally.setdefault(t.role, dict.fromkeys(TALLY_KEYS, 0.0))
+                        for k in TALLY_KEYS:
+                            row[k] += float(per_seq[k][i])
             grad_norm = torch.nn.utils.clip_grad_norm_(params, tc.max_grad_norm) if finite else torch.tensor(float("nan"))
             if not finite or not torch.isfinite(grad_norm):
                 # Never train on a NaN/inf step: drop its gradients, count it, say so.
@@ -168,15 +181,32 @@ def update_policy(pid: str, turns: list[Turn], *, cfg: RunConfig, policies: Poli
                 continue
             optimizer.step()
             stats["optimizer_steps"] += 1
+            stats["loss"] += loss_sum
             grad_norms.append(float(grad_norm))
-            stats["tokens"] += norms["total_tokens"]
-            for k in sums:
-                sums[k] += mb_sums[k]
-    n_tok = max(stats["tokens"], 1.0)
-    stats.update({k: v / n_tok for k, v in sums.items() if k != "loss"})
-    stats["loss"] = sums["loss"] / max(stats["optimizer_steps"], 1)
+            merge_tallies(tally, mb_tally)
+    stats["loss"] /= max(stats["optimizer_steps"], 1)
     stats["grad_norm"] = sum(grad_norms) / len(grad_norms) if grad_norms else float("nan")
-    return stats
+    stats.update(tally_means(merge_tallies({}, *tally.values())))
+    return stats, tally
+
+
+def merge_tallies(into: dict, *tallies: dict) -> dict:
+    """Add token tallies: {role: {key: sum}} into `into`, or plain {key: sum} rows when given rows."""
+    for t in tallies:
+        if t and isinstance(next(iter(t.values())), dict):
+            for role, row in t.items():
+                merge_tallies(into.setdefault(role, dict.fromkeys(TALLY_KEYS, 0.0)), row)
+        else:
+            for k, v in t.items():
+                into[k] = into.get(k, 0.0) + v
+    return into
+
+
+def tally_means(row: dict[str, float]) -> dict[str, float]:
+    n = row.get("tokens", 0.0)
+    out = {"tokens": n}
+    out.update({k: (row.get(k, 0.0) / n if n else float("nan")) for k in TALLY_KEYS if k != "tokens"})
+    return out
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -270,13 +300,15 @@ def train(cfg: RunConfig, *, resume: str | Path | None = None, stop_after: int |
             for t in ep.turns:
                 by_policy[t.policy_id].append(t)
         update_rng = random.Random(_step_seed(cfg.seed, step, 3))
-        policy_stats = {}
+        policy_stats: dict[str, dict[str, float]] = {}
+        role_tally: dict[str, dict[str, float]] = {}
         for pid, turns in by_policy.items():
             lr = schedulers[pid].get_last_lr()[0]  # the lr this step trains with
-            policy_stats[pid] = update_policy(pid, turns, cfg=cfg, policies=policies, optimizer=optimizers[pid],
-                                              pad_id=tokenizer.pad_token_id, rng=update_rng,
-                                              check_logprobs=(step == start))
+            policy_stats[pid], tally = update_policy(pid, turns, cfg=cfg, policies=policies,
+                                                     optimizer=optimizers[pid], pad_id=tokenizer.pad_token_id,
+                                                     rng=update_rng, check_logprobs=(step == start))
             policy_stats[pid]["lr"] = lr
+            merge_tallies(role_tally, tally)
             schedulers[pid].step()
         t_update = time.perf_counter()
 
@@ -284,6 +316,8 @@ def train(cfg: RunConfig, *, resume: str | Path | None = None, stop_after: int |
         metrics: dict[str, Any] = {"step": step + 1, **episode_metrics(episodes)}
         for pid, st in policy_stats.items():
             metrics.update({f"policy/{pid}/{k}": v for k, v in st.items()})
+        for role, row in sorted(role_tally.items()):
+            metrics.update({f"role/{role}/{k}": v for k, v in tally_means(row).items() if k != "tokens"})
         metrics.update({"time/rollout": t_rollout - t0, "time/reward": t_reward - t_rollout,
                         "time/update": t_update - t_reward, "time/step": t_update - t0,
                         "rollout/backend_calls": rstats.backend_calls, "rollout/requests": rstats.requests})

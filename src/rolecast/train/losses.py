@@ -37,18 +37,23 @@ def token_logprobs(logits: torch.Tensor, targets: torch.Tensor, chunk_tokens: in
     return (torch.cat(out) if out else flat.new_zeros(0, dtype=torch.float32)).reshape(B, T)
 
 
-def entropy_from_logits(logits: torch.Tensor, mask: torch.Tensor, chunk_tokens: int = 2048) -> torch.Tensor:
-    """Mean entropy (nats) of softmax(logits) over masked positions; 0-dim float32 tensor."""
+def token_entropy(logits: torch.Tensor, chunk_tokens: int = 2048) -> torch.Tensor:
+    """Entropy (nats) of softmax(logits) at every position, float32 `[B, T]`."""
     B, T, V = logits.shape
-    flat, m = logits.reshape(B * T, V), mask.reshape(B * T).float()
-    total = logits.new_zeros((), dtype=torch.float32)
+    flat = logits.reshape(B * T, V)
+    out = []
     for s in range(0, B * T, chunk_tokens):
         logp = torch.log_softmax(flat[s : s + chunk_tokens].float(), dim=-1)
         p = logp.exp()
         # -inf logits have p = 0; zero their logp first so 0 * -inf cannot turn into NaN (value or grad)
-        h = -(p * logp.masked_fill(p == 0, 0.0)).sum(-1)
-        total = total + (h * m[s : s + chunk_tokens]).sum()
-    return total / m.sum().clamp(min=1)
+        out.append(-(p * logp.masked_fill(p == 0, 0.0)).sum(-1))
+    return (torch.cat(out) if out else flat.new_zeros(0, dtype=torch.float32)).reshape(B, T)
+
+
+def entropy_from_logits(logits: torch.Tensor, mask: torch.Tensor, chunk_tokens: int = 2048) -> torch.Tensor:
+    """Mean entropy (nats) of softmax(logits) over masked positions; 0-dim float32 tensor."""
+    m = mask.float()
+    return (token_entropy(logits, chunk_tokens) * m).sum() / m.sum().clamp(min=1)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -146,6 +151,14 @@ def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> float:
     return float((x * mask).sum() / mask.sum().clamp(min=1))
 
 
+def clipped_tokens(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, clip_low: float = 0.2,
+                   clip_high: float = 0.28) -> torch.Tensor:
+    """`[B, T]` bool: tokens where the clipped branch is active (and so carries no gradient)."""
+    adv = advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages
+    ratio = (logp - old_logp).clamp(-20.0, 20.0).exp()
+    return (-adv * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)) > (-adv * ratio)
+
+
 def clipped_surrogate(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
@@ -176,7 +189,7 @@ def clipped_surrogate(
     clipped = -adv * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
     per_token = torch.maximum(unclipped, clipped)
     stats = {
-        "clip_fraction": _masked_mean((clipped > unclipped).to(m.dtype), m),
+        "clip_fraction": _masked_mean(clipped_tokens(logp, old_logp, advantages, clip_low, clip_high).to(m.dtype), m),
         "ratio_mean": _masked_mean(ratio.detach(), m),
         "approx_kl": _masked_mean(-log_ratio.detach(), m),
     }
