@@ -60,7 +60,7 @@ class RoutingSettings(_Strict):
 
 
 class RolloutSettings(_Strict):
-    backend: Literal["hf", "vllm"] = "hf"
+    backend: Literal["hf"] = "hf"  # a vLLM backend is planned, not yet available
     temperature: float = Field(0.7, ge=0)
     top_p: float = Field(1.0, gt=0, le=1)
     max_new_tokens: int = Field(1024, gt=0)

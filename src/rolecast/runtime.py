@@ -24,8 +24,6 @@ class Runtime:
 
 
 def make_backend(cfg: RunConfig, policies: PolicySet, tokenizer):
-    if cfg.rollout.backend == "vllm":
-        raise NotImplementedError("the vLLM backend is not available yet; use rollout.backend: hf")
     from .rollout.hf import HFBackend
 
     return HFBackend(policies, tokenizer, max_new_tokens=cfg.rollout.max_new_tokens,
