@@ -4,28 +4,15 @@ from __future__ import annotations
 
 import re
 
+from ..rewards.math import last_boxed as _last_boxed
+
 _STRATEGY = re.compile(r"STRATEGY\s*(\d+)\s*:\s*(.*?)(?=STRATEGY\s*\d+\s*:|\Z)", re.S | re.I)
 _DIGIT = re.compile(r"\d")
 
 
 def last_boxed(text: str | None) -> str | None:
-    """Content of the last \\boxed{...} (nested braces allowed), or None."""
-    if not text:
-        return None
-    start = text.rfind("\\boxed")
-    while start != -1:
-        i = text.find("{", start)
-        if i != -1 and text[start + len("\\boxed"):i].strip() == "":
-            depth = 0
-            for j in range(i, len(text)):
-                if text[j] == "{":
-                    depth += 1
-                elif text[j] == "}":
-                    depth -= 1
-                    if depth == 0:
-                        return text[i + 1:j].strip()
-        start = text.rfind("\\boxed", 0, start)
-    return None
+    """Content of the last \\boxed{...} (see rolecast.rewards.math.last_boxed), or None."""
+    return _last_boxed(text) if text else None
 
 
 def parse_choice(text: str | None, n: int) -> int:
