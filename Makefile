@@ -1,6 +1,6 @@
 # Two entry points: `make run` (set up + train the embedded testbed) and `make test` (set up + tests).
 # torch is pinned in the same pip command as everything else so pip takes the local CPU wheel
-# instead of resolving a multi-GB CUDA build.
+# instead of resolving a multi-GB CUDA build. constraints.txt pins the versions the suite was tested with.
 PYTHON ?= python3
 VENV := .venv
 TORCH ?= torch==2.13.0
@@ -11,7 +11,7 @@ EXTRAS ?= test
 $(VENV)/.installed-$(EXTRAS): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q "$(TORCH)" -e ".[$(EXTRAS)]"
+	$(VENV)/bin/pip install -q -c constraints.txt "$(TORCH)" -e ".[$(EXTRAS)]"
 	@bash scripts/install-sandbox.sh
 	@touch $@
 
