@@ -40,7 +40,7 @@ def shipped():
 
 def test_held_out_questions_never_in_train_pool(arith, code):
     test, train = arith.problems("test"), arith.problems("train")
-    assert len(test) == 400 and len(train) > 5000
+    assert len(test) == 400 and len(train) > 4000
     assert not {p.text for p in test} & {p.text for p in train}
     assert len({p.id for p in train}) == len(train) and len({p.id for p in test}) == len(test)
     # Both generators are in both splits, and the test split is the same object for the same seed.
@@ -83,15 +83,19 @@ def test_code_problems_are_consistent():
 
 def test_code_scoring_through_sandbox(code):
     pytest.importorskip("rolecast.rewards.code", reason="the code sandbox has not landed yet")
-    p = code.problems("test")[0]
+    p = next(q for q in code.problems("test") if re.fullmatch(r"x\*\d[+-]\d", q.answer))
     right = code_program(p.answer)
-    # Same function written differently still passes: it is run, not string-compared.
-    equivalent = code_program(p.answer.replace("x*", "(x)*") if "x*" in p.answer else p.answer + "+0")
+    # The same function written differently still passes: it is run, not string-compared.
+    equivalent = code_program(p.answer.replace("x*", "(x+0)*"))
     wrong = code_program(T.near_misses(p)[0])
-    scores = code.score_many([p] * 5, [right, equivalent, wrong, "def f(x) return 1", "```python\ndef f(x): return 1/0\n```"])
-    assert [s.reward for s in scores] == [1.0, 1.0, 0.0, 0.0, 0.0]
-    assert scores[3].reason == "no program"
-    assert "ZeroDivisionError" in scores[4].reason
+    # A lookup table of the shown examples fails the hidden inputs.
+    table = "```python\ndef f(x): return {%s}[x]\n```" % ", ".join(f"{x}: {y}" for x, y in p.meta["tests"][:3])
+    texts = [right, equivalent, wrong, table, "```python\ndef f(x) return 1\n```", "no code at all"]
+    scores = code.score_many([p] * len(texts), texts)
+    assert [s.reward for s in scores] == [1.0, 1.0, 0.0, 0.0, 0.0, 0.0]
+    assert code.score(p, right).reward == 1.0
+    assert "SyntaxError" in (scores[4].reason or "")
+    assert scores[5].answer is None
 
 
 # --- prompts and transcripts -------------------------------------------------------------------------
@@ -221,7 +225,7 @@ def test_build_is_deterministic(tmp_path):
     from rolecast.testbed import build
 
     # A tiny budget: same seed twice must give the same tokenizer and bit-identical weights.
-    kw = dict(seed=3, steps=20, batch_size=16, evaluate=False, corpus_transcripts=300, filler_per_generator=10,
+    kw = dict(seed=3, steps=20, solver_steps=10, batch_size=16, evaluate=False, corpus_transcripts=300, filler_per_generator=10,
               log=lambda _: None)
     a = build(tmp_path / "a", **kw)
     b = build(tmp_path / "b", **kw)

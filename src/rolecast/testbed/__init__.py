@@ -76,7 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     b = sub.add_parser("build", help="train tokenizer + model from scratch (deterministic for a seed)")
     b.add_argument("--out", default=None, help=f"output directory (default: the shipped artifact, {ARTIFACT_DIR})")
     b.add_argument("--seed", type=int, default=DEFAULT_SEED)
-    b.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="warm-start optimizer steps (batch 32)")
+    b.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="warm-start optimizer steps (batch 64; the first 500 train the solver only)")
     b.add_argument("--no-eval", action="store_true", help="skip the per-role evaluation")
     i = sub.add_parser("info", help="print a build's per-role numbers")
     i.add_argument("dir", nargs="?", default=None)
