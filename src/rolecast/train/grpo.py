@@ -94,7 +94,7 @@ def completion_logprobs(model, batch: dict[str, torch.Tensor], temperature: floa
     L = int(batch["L"])
     logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                    position_ids=batch["position_ids"], logits_to_keep=L + 1, use_cache=False).logits[:, :-1]
-    if temperature > 0:  # the sampler drew from softmax(logits / T): the ratio must use the same distribution
+    if temperature > 0 and temperature != 1.0:  # the sampler drew from softmax(logits / T): match it
         logits = logits / temperature
     return token_logprobs(logits, batch["targets"]), logits
 
@@ -135,7 +135,8 @@ def update_policy(pid: str, turns: list[Turn], *, cfg: RunConfig, policies: Poli
             finite, loss_sum = True, 0.0
             mb_tally: dict[str, dict[str, float]] = {}
             with policies.training(pid) as model:
-                for micro in micro_batches(mb, tc.micro_batch_tokens):
+                # similar lengths together: less padding per micro-batch (the loss is normalised globally)
+                for micro in micro_batches(sorted(mb, key=lambda t: t.num_tokens), tc.micro_batch_tokens):
                     batch = collate(micro, pad_id)
                     logp, logits = completion_logprobs(model, batch, temperature)
                     mask, old, adv = batch["mask"], batch["old_logp"], batch["advantages"]
