@@ -163,3 +163,24 @@ def test_micro_batches_respect_the_token_budget():
     chunks = micro_batches(turns, token_budget=12)
     assert [len(c) for c in chunks] == [2, 1, 1]  # 2x5=10 fits; adding 10 -> 3x10 > 12
     assert sum(len(c) for c in chunks) == 4
+
+
+def test_empty_completions_train_without_error(tiny_model_dir):
+    """A backend may return an empty completion (e.g. a stop on the first token elsewhere): no crash, no NaN."""
+    from rolecast.policies import load_tokenizer
+
+    tok = load_tokenizer(tiny_model_dir)
+    policies = PolicySet(tiny_model_dir, ["generator"], mode="lora", lora={"r": 4, "alpha": 8})
+    cfg = load_config(None, {"model.path": tiny_model_dir, "rollout.temperature": 1.0})
+    turns = _with_sampler_logprobs(_turns(policies, tok), policies, "generator", tok.pad_token_id)
+    empty = Turn("generator", "generator", "generator", [5, 6, 7], [], [], "", "stop")
+    empty.advantage = 1.0
+    opt = torch.optim.AdamW(policies.parameters("generator"), lr=1e-2)
+    stats, tally = update_policy("generator", turns + [empty], cfg=cfg, policies=policies, optimizer=opt,
+                                 pad_id=tok.pad_token_id, rng=random.Random(0), check_logprobs=True)
+    assert stats["skipped_nan"] == 0 and stats["optimizer_steps"] == 2
+    assert tally["generator"]["tokens"] == 2 * sum(len(t.completion_ids) for t in turns)
+    # only empty completions: nothing to learn from, still no error
+    stats, _ = update_policy("generator", [empty], cfg=cfg, policies=policies, optimizer=opt,
+                             pad_id=tok.pad_token_id, rng=random.Random(0), check_logprobs=False)
+    assert stats["skipped_nan"] == 0

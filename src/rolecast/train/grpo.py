@@ -111,6 +111,7 @@ def update_policy(pid: str, turns: list[Turn], *, cfg: RunConfig, policies: Poli
     """Update one policy on its turns. Returns the policy's stats and per-role token tallies (summed over
     tokens, so the caller can merge roles that span several policies)."""
     tc = cfg.train
+    turns = [t for t in turns if t.completion_ids]  # an empty completion carries no token to learn from
     if tc.mask_truncated:
         turns = [t for t in turns if t.finish_reason != "length"]
     stats = {"optimizer_steps": 0.0, "skipped_nan": 0.0, "loss": 0.0}
