@@ -19,6 +19,11 @@ Equal work on both sides (checked and printed):
   does per step (sample problems, rollout, score, attribute, advantages, update, step metrics), without
   file logging/checkpointing.
 - OMP_WAIT_POLICY=PASSIVE is set before torch loads (see below; --omp-wait to keep the default).
+
+Then, in the same process, rolecast's decode alone: HFBackend with the fast decode path (rollout/fast_qwen3.py,
+the default) vs the stock transformers forward per token (fast=False), alternating, same 16 requests and
+length, outputs checked identical (`--decode-reps 0` skips it; `--stock-decode` runs the GRPO steps with the
+stock forward, i.e. rolecast before the fast path).
 """
 
 from __future__ import annotations
@@ -113,7 +118,8 @@ class RolecastRunner:
         self.tok = load_tokenizer(model_dir)
         self.policies = PolicySet(model_dir, self.routing.policy_ids, mode="full", seed=0)
         self.backend = HFBackend(self.policies, self.tok, max_new_tokens=args.completion_len, temperature=1.0,
-                                 top_p=1.0, seed=0, ignore_eos=True)
+                                 top_p=1.0, seed=0, ignore_eos=True, fast=not args.stock_decode,
+                                 decode_threads=args.decode_threads)
         self.pid = self.routing.policy_ids[0]
         self.opt = torch.optim.AdamW(self.policies.parameters(self.pid), lr=args.lr, betas=(0.9, 0.999),
                                      weight_decay=0.0)
@@ -255,6 +261,34 @@ def run_trl(model_dir: str, args, out_dir: str, rolecast: RolecastRunner | None 
 # -------------------------------------------------------------------------------------------------------
 
 
+def decode_fast_vs_stock(model_dir: str, args) -> dict:
+    """HFBackend generation of one step's requests (prompts x group, exactly completion_len tokens each), fast
+    decode path vs stock forward, alternating; returns median seconds per variant (outputs must be identical)."""
+    from rolecast.policies import PolicySet, load_tokenizer
+    from rolecast.rollout.engine import GenRequest
+    from rolecast.rollout.hf import HFBackend
+
+    tok = load_tokenizer(model_dir)
+    policies = PolicySet(model_dir, ["p"], mode="full", seed=0)
+    reqs = [GenRequest("p", chat_messages(t)) for t in problems()[:args.prompts] for _ in range(args.group)]
+    times: dict[bool, list[float]] = {True: [], False: []}
+    outs: dict[bool, list] = {}
+    for rep in range(args.decode_reps + 1):  # the first round warms up
+        for fast in (True, False):
+            backend = HFBackend(policies, tok, max_new_tokens=args.completion_len, temperature=1.0, top_p=1.0,
+                                seed=rep, ignore_eos=True, fast=fast, decode_threads=args.decode_threads)
+            t0 = time.perf_counter()
+            gens = backend.generate(reqs)
+            if rep:
+                times[fast].append(time.perf_counter() - t0)
+            outs[fast] = [(g.completion_ids, g.logprobs) for g in gens]
+        same = [a[0] for a in outs[True]] == [b[0] for b in outs[False]]
+        lp = max(abs(x - y) for a, b in zip(outs[True], outs[False]) for x, y in zip(a[1], b[1]))
+        if not same or lp > 1e-5:
+            raise SystemExit(f"fast and stock decode differ (tokens identical: {same}, max log-prob diff {lp:.2e})")
+    return {"fast": statistics.median(times[True]), "stock": statistics.median(times[False])}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--vocab", choices=["tiny", "qwen"], default="tiny")
@@ -269,6 +303,10 @@ def main(argv=None) -> int:
     ap.add_argument("--only", choices=["both", "rolecast", "trl"], default="both")
     ap.add_argument("--profile", action="store_true", help="cProfile rolecast's timed steps (with --only rolecast)")
     ap.add_argument("--omp-wait", action="store_true", help="keep OpenMP's default (spinning) wait policy")
+    ap.add_argument("--stock-decode", action="store_true", help="rolecast decodes with the stock forward (fast=False)")
+    ap.add_argument("--decode-threads", type=int, default=None,
+                    help="rolecast's torch threads while generating (default: --threads, like TRL)")
+    ap.add_argument("--decode-reps", type=int, default=3, help="timed rounds of the fast vs stock decode comparison")
     args = ap.parse_args(argv)
     if args.warmup < 1:
         ap.error("--warmup must be >= 1 (TRL's first step time is measured from the end of the warm-up step)")
@@ -300,6 +338,10 @@ def main(argv=None) -> int:
             results.append(run_rolecast_alone(model_dir, args))
         else:
             results.append(run_trl(model_dir, args, str(Path(tmp) / "trl")))
+        decode = None
+        if args.decode_reps > 0:
+            print(f"rolecast decode alone, fast vs stock forward, {args.decode_reps} rounds ...", flush=True)
+            decode = decode_fast_vs_stock(model_dir, args)
 
     n_tok = args.prompts * args.group * args.completion_len
     print()
@@ -320,7 +362,15 @@ def main(argv=None) -> int:
     for r in results:
         if "rollout_s" in r:
             print(f"rolecast split (median): rollout {statistics.median(r['rollout_s']):.2f} s, "
-                  f"score+advantages+update {statistics.median(r['update_s']):.2f} s")
+                  f"score+advantages+update {statistics.median(r['update_s']):.2f} s"
+                  f"{' (stock decode)' if args.stock_decode else ''}"
+                  f"{f' (decode on {args.decode_threads} thread(s))' if args.decode_threads else ''}")
+    if decode:
+        print(f"rolecast HFBackend decode on {args.decode_threads or args.threads} thread(s), "
+              f"{args.prompts * args.group} x {args.completion_len} tokens (median of "
+              f"{args.decode_reps}, identical outputs): fast {decode['fast']:.2f} s ({n_tok / decode['fast']:,.0f} "
+              f"tok/s) vs stock forward {decode['stock']:.2f} s ({n_tok / decode['stock']:,.0f} tok/s): "
+              f"{decode['stock'] / decode['fast']:.2f}x")
     return 0
 
 

@@ -3,7 +3,9 @@
 A hand-written loop instead of `model.generate` because we need, for every sampled token, the exact
 log-prob under the sampling distribution (the trainer's importance ratio starts from it), a sampler
 that is exact but faster than `torch.multinomial` on large vocabularies, and one mixed-adapter batch
-across LoRA policies. Everything else (the model, its cache, its attention) is stock transformers.
+across LoRA policies. Prefill is the stock transformers forward; decode steps of plain (non-PEFT) Qwen3 /
+Qwen2 / Llama models run `fast_qwen3.FastDecoder` (the same function with far fewer ops per token), every
+other model the stock forward.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 from ..policies.models import PolicySet, cache_keyword
+from . import fast_qwen3
 from .engine import GenRequest, Generation
 from .sampler import sample_tokens
 
@@ -35,9 +38,20 @@ class GenStats:
     batches: list[int] = field(default_factory=list)
 
 
+# Module-level switch (tests, debugging): False sends every decode step through the stock forward.
+FAST_DECODE = True
+
+
 class HFBackend:
     def __init__(self, policies: PolicySet, tokenizer, *, max_new_tokens: int, temperature: float = 0.7,
-                 top_p: float = 1.0, max_batch: int = 256, seed: int = 0, ignore_eos: bool = False):
+                 top_p: float = 1.0, max_batch: int = 256, seed: int = 0, ignore_eos: bool = False,
+                 fast: bool = True, decode_threads: int | None = None):
+        """`fast`: decode steps through `fast_qwen3` where `fast_qwen3.supports(model)` (and FAST_DECODE).
+        `decode_threads`: torch intra-op threads while generating (None: unchanged). For small models on a
+        busy CPU one thread can be faster: a decode step is ~20 tiny matmul/attention calls, and each
+        parallel region waits for every worker thread to be scheduled (see docs/benchmarks.md)."""
+        self.fast = fast
+        self.decode_threads = decode_threads
         self.policies = policies
         self.tokenizer = tokenizer
         self.max_new_tokens = max_new_tokens
@@ -69,12 +83,18 @@ class HFBackend:
         t0 = time.perf_counter()
         prompts = [self.encode(r.messages) for r in requests]
         out: list[Generation | None] = [None] * len(requests)
-        for model, idx, adapters in self.policies.generation_groups([r.policy_id for r in requests]):
-            for s in range(0, len(idx), self.max_batch):
-                chunk = idx[s:s + self.max_batch]
-                names = [adapters[i] for i in range(s, s + len(chunk))] if adapters is not None else None
-                for i, gen in zip(chunk, self._decode(model, [prompts[i] for i in chunk], names)):
-                    out[i] = gen
+        threads = torch.get_num_threads()
+        if self.decode_threads:
+            torch.set_num_threads(self.decode_threads)
+        try:
+            for model, idx, adapters in self.policies.generation_groups([r.policy_id for r in requests]):
+                for s in range(0, len(idx), self.max_batch):
+                    chunk = idx[s:s + self.max_batch]
+                    names = [adapters[i] for i in range(s, s + len(chunk))] if adapters is not None else None
+                    for i, gen in zip(chunk, self._decode(model, [prompts[i] for i in chunk], names)):
+                        out[i] = gen
+        finally:
+            torch.set_num_threads(threads)
         self.stats.seconds += time.perf_counter() - t0
         return out  # type: ignore[return-value]
 
@@ -95,8 +115,14 @@ class HFBackend:
         if adapter_names is not None:
             kwargs["adapter_names"] = adapter_names
         logits = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, **kwargs).logits[:, -1]
-        step_mask = _decode_mask(model, mask, T)
         step_pos = positions[:, -1:] + torch.arange(1, T + 1)  # [B, T]: row b's position of new token t+1
+        fast = None
+        if self.fast and FAST_DECODE and adapter_names is None and fast_qwen3.supports(model):
+            # built per call: the trainer updates weights in place between calls (fused copies would go stale)
+            fast = fast_qwen3.FastDecoder(model)
+            cos, sin = fast.rope_tables(step_pos)
+            keys, values = [layer._k for layer in cache.layers], [layer._v for layer in cache.layers]
+        step_mask = _decode_mask(model, mask, T, bool_4d=fast is not None)
         stops = self.stop_ids if self.stop_ids.numel() else None
         finished = torch.zeros(B, dtype=torch.bool)
         toks = torch.empty((B, T), dtype=torch.long)
@@ -115,8 +141,11 @@ class HFBackend:
             if step == T - 1 or (stops is not None and bool(finished.all())):
                 break
             am = None if step_mask is None else step_mask[..., :P + n]
-            logits = model(input_ids=tok[:, None], attention_mask=am, position_ids=step_pos[:, step:step + 1],
-                           **kwargs).logits[:, -1]
+            if fast is not None:  # writes the new token's K/V at cache index P + step, as the stock cache would
+                logits = fast.step(tok, cos[step], sin[step], keys, values, P + step, am)
+            else:
+                logits = model(input_ids=tok[:, None], attention_mask=am, position_ids=step_pos[:, step:step + 1],
+                               **kwargs).logits[:, -1]
             self.stats.forward_passes += 1
         toks_l = toks[:, :n].tolist()
         lps_l = lps[:, :n].tolist()
@@ -176,15 +205,15 @@ def _preallocated_cache(capacity: int) -> DynamicCache:
     return cache
 
 
-def _decode_mask(model, prompt_mask: torch.Tensor, new_tokens: int) -> torch.Tensor | None:
+def _decode_mask(model, prompt_mask: torch.Tensor, new_tokens: int, bool_4d: bool = False) -> torch.Tensor | None:
     """The attention mask for decode steps over [prompt | generated]: None when no row is padded (a single
     query attends to every cached position); else a buffer sliced per step, 4D boolean for SDPA (used as is
-    by transformers) or 2D for other attention implementations."""
+    by transformers, and always by the fast path: `bool_4d`) or 2D for other attention implementations."""
     if bool(prompt_mask.all()):
         return None
     B, P = prompt_mask.shape
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    if getattr(base.config, "_attn_implementation", None) == "sdpa":
+    if bool_4d or getattr(base.config, "_attn_implementation", None) == "sdpa":
         full = torch.ones((B, 1, 1, P + new_tokens), dtype=torch.bool)
         full[:, 0, 0, :P] = prompt_mask.bool()
         return full

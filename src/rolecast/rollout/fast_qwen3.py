@@ -1,0 +1,142 @@
+"""One KV-cached decode step of a Qwen3 (or Qwen2 / Llama) causal LM as a flat sequence of tensor ops.
+
+Why: for a small model on CPU, the stock transformers forward spends most of a decode step outside the math:
+module calls and hooks, decorators, output dataclasses, mask and cache bookkeeping, and several small ops
+per layer that a single-token step does not need. `FastDecoder.step` computes the same function as
+`Qwen3ForCausalLM.forward` for one new token per row (read from the model's own weights, no copies
+except the fused projections below) with far fewer ops: per layer, two fused projections (q|k|v and
+gate|up), one RMSNorm over q and k together, RoPE on q and k together, one SDPA call with the query heads
+grouped per KV head (no K/V repeat), and the output / down projections.
+
+Prefill stays on the stock forward (one call per batch); it fills the preallocated KV cache of
+`rollout.hf` whose buffers the steps here extend in place.
+
+Exactness: every op mirrors modeling_qwen3.py (RMSNorm in fp32 then cast back, then weight *, RoPE as
+`x * cos + rotate_half(x) * sin` with cos/sin from the model's own rotary module, SDPA with the model's
+scaling, SiLU MLP, final norm, lm_head); the fused projections only concatenate output rows, so they
+compute the same dot products. tests/test_fast_decode.py checks per-step logits against the stock forward.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+# Architectures with exactly this layer: Qwen3 has q/k RMSNorm per head, Qwen2 and Llama do not (biases,
+# where a config has them, are handled generically).
+ARCHITECTURES = ("Qwen3ForCausalLM", "Qwen2ForCausalLM", "LlamaForCausalLM")
+
+
+def supports(model: nn.Module) -> bool:
+    """True for a plain (non-PEFT) model of a supported architecture whose layers are the stock ones: every
+    projection exactly `nn.Linear` (PEFT's LoRA layers replace them, so injected adapters fall back), full
+    attention only, SiLU MLP, fp32 or bf16 weights, and a static RoPE (cos/sin are tabulated once per call;
+    dynamic and longrope variants recompute frequencies from the sequence length as it grows)."""
+    if type(model).__name__ not in ARCHITECTURES or hasattr(model, "get_base_model"):
+        return False
+    cfg = model.config
+    inner = model.model
+    if getattr(cfg, "hidden_act", None) != "silu" or inner.embed_tokens.weight.dtype not in (torch.float32, torch.bfloat16):
+        return False
+    rope_type = getattr(getattr(inner, "rotary_emb", None), "rope_type", None)
+    if rope_type is None or "dynamic" in rope_type or rope_type == "longrope":
+        return False
+    if any(t != "full_attention" for t in getattr(cfg, "layer_types", None) or []):
+        return False
+    if type(model.lm_head) is not nn.Linear or len(inner.layers) != cfg.num_hidden_layers:
+        return False
+    for layer in inner.layers:
+        a, m = layer.self_attn, layer.mlp
+        if any(type(p) is not nn.Linear for p in (a.q_proj, a.k_proj, a.v_proj, a.o_proj, m.gate_proj, m.up_proj,
+                                                  m.down_proj)):
+            return False
+        if getattr(a, "sliding_window", None) is not None or getattr(m, "act_fn", None) is None:
+            return False
+    return True
+
+
+def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    # exactly Qwen3RMSNorm.forward: in fp32, cast back, then the weight
+    dtype = x.dtype
+    x = x.to(torch.float32)
+    x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * x.to(dtype)
+
+
+def _cat_bias(*linears: nn.Linear) -> torch.Tensor | None:
+    if all(lin.bias is None for lin in linears):
+        return None
+    return torch.cat([lin.bias if lin.bias is not None else lin.weight.new_zeros(lin.out_features) for lin in linears])
+
+
+class FastDecoder:
+    """The model's weights arranged for decode steps. Build one per generation call: the fused q|k|v and
+    gate|up weights are copies, so they go stale when the trainer updates the model in place."""
+
+    @torch.no_grad()
+    def __init__(self, model: nn.Module):
+        cfg, inner = model.config, model.model
+        self.model = model
+        self.eps = cfg.rms_norm_eps
+        self.n_heads, self.n_kv = cfg.num_attention_heads, cfg.num_key_value_heads
+        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        self.groups = self.n_heads // self.n_kv
+        self.scaling = inner.layers[0].self_attn.scaling
+        self.embed = inner.embed_tokens.weight
+        self.norm = inner.norm.weight
+        self.lm_head = model.lm_head  # weight and bias as the module has them (tied or not)
+        self.layers = []
+        for layer in inner.layers:
+            a, m = layer.self_attn, layer.mlp
+            qk_norm = None
+            if hasattr(a, "q_norm"):
+                # one RMSNorm over [q heads | k heads]: a per-head weight row for every head
+                qk_norm = torch.cat([a.q_norm.weight.expand(self.n_heads, -1), a.k_norm.weight.expand(self.n_kv, -1)])
+            self.layers.append((
+                layer.input_layernorm.weight,
+                torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]), _cat_bias(a.q_proj, a.k_proj, a.v_proj),
+                qk_norm, a.o_proj.weight, a.o_proj.bias,
+                layer.post_attention_layernorm.weight,
+                torch.cat([m.gate_proj.weight, m.up_proj.weight]), _cat_bias(m.gate_proj, m.up_proj),
+                m.down_proj.weight, m.down_proj.bias,
+            ))
+
+    @torch.no_grad()
+    def rope_tables(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos/sin for positions [B, T] from the model's own rotary module (its rope_theta and scaling), laid
+        out [T, B, 1, head_dim] so step t reads one contiguous slice that broadcasts over heads. The sin table
+        is pre-signed, [-sin_1 | sin_2] by halves, so that `rotate_half(x) * sin == swap_halves(x) * sin_signed`
+        (negation is exact)."""
+        dummy = self.embed.new_empty(1)  # rotary_emb reads only the dtype and device of its first argument
+        cos, sin = self.model.model.rotary_emb(dummy, positions)
+        half = self.head_dim // 2
+        sin = torch.cat([-sin[..., :half], sin[..., half:]], dim=-1)
+        return cos.transpose(0, 1)[:, :, None].contiguous(), sin.transpose(0, 1)[:, :, None].contiguous()
+
+    @torch.no_grad()
+    def step(self, tokens: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, keys: list[torch.Tensor],
+             values: list[torch.Tensor], n: int, mask: torch.Tensor | None) -> torch.Tensor:
+        """Logits [B, V] for `tokens [B]` at cache index `n` (positions n - padding, given through cos/sin
+        [B, 1, head_dim]). `keys`/`values` per layer: [B, kv_heads, capacity, head_dim], filled for [0, n);
+        this writes index n. `mask`: None or bool [B, 1, 1, n + 1] (True = attend), for left padding."""
+        B, H, Hk, d = tokens.shape[0], self.n_heads, self.n_kv, self.head_dim
+        half = d // 2
+        x = F.embedding(tokens, self.embed)  # [B, hidden]
+        for (ln1, wqkv, bqkv, qk_norm, wo, bo, ln2, wgu, bgu, wdown, bdown), K, V in zip(self.layers, keys, values):
+            h = _rms_norm(x, ln1, self.eps)
+            qkv = F.linear(h, wqkv, bqkv).view(B, H + 2 * Hk, d)
+            qk, v = qkv[:, :H + Hk], qkv[:, H + Hk:]
+            if qk_norm is not None:
+                qk = _rms_norm(qk, qk_norm, self.eps)
+            # RoPE: x * cos + rotate_half(x) * sin, with rotate_half(x) * sin == flip(halves of x) * signed sin
+            qk = qk * cos + qk.view(B, H + Hk, 2, half).flip(2).view(B, H + Hk, d) * sin
+            K[:, :, n] = qk[:, H:]
+            V[:, :, n] = v
+            # the H query heads grouped per KV head ([B, Hk, groups, d]): one query row per head, no K/V repeat
+            attn = F.scaled_dot_product_attention(qk[:, :H].reshape(B, Hk, self.groups, d), K[:, :, :n + 1],
+                                                  V[:, :, :n + 1], attn_mask=mask, scale=self.scaling)
+            x = x + F.linear(attn.reshape(B, H * d), wo, bo)
+            gate, up = F.linear(_rms_norm(x, ln2, self.eps), wgu, bgu).chunk(2, dim=-1)
+            x = x + F.linear(F.silu(gate) * up, wdown, bdown)
+        return self.lm_head(_rms_norm(x, self.norm, self.eps))

@@ -1,0 +1,200 @@
+"""The fast decode path (rollout/fast_qwen3.py) computes the stock transformers forward's function.
+
+Reference for the per-step logits: one stock forward over the whole [prompt | tokens] sequence, no KV cache,
+with transformers' own 2D padding mask and causal mask; the fast path runs stock prefill, then one
+`FastDecoder.step` per token on the preallocated cache. Prompts are left-padded to different lengths, so a
+wrong RoPE position, padding mask or cache index shows up (and the mutation tests check that it does).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rolecast.policies import PolicySet, load_tokenizer
+from rolecast.rollout import fast_qwen3, hf
+from rolecast.rollout.engine import GenRequest
+from rolecast.rollout.hf import HFBackend
+
+
+def _randomize(model, seed: int):
+    """HF initialises norms to 1 and biases to 0; make every weight matter (and logits far from uniform)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            scale = 0.2 if "norm" in name or "bias" in name else 0.08
+            p.copy_((1.0 if "norm" in name else 0.0) + torch.randn(p.shape, generator=g) * scale)
+    return model.eval()
+
+
+def _qwen3(**shape):
+    from rolecast.testbed.model import model_config, new_model
+
+    return _randomize(new_model(model_config(300, 1, 0, **shape), seed=0), 1)
+
+
+def _models():
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    small = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                 intermediate_size=128)
+    torch.manual_seed(0)
+    return {
+        "qwen3-tiny": _qwen3(**small),
+        "qwen3-testbed": _qwen3(),  # hidden 192, 4 layers, 6 heads / 2 KV, head_dim 32, tied lm_head
+        "qwen3-untied-theta1e6": _qwen3(**small, tie_word_embeddings=False, rope_theta=1e6),
+        "qwen2-bias": _randomize(Qwen2ForCausalLM(Qwen2Config(vocab_size=300, hidden_size=64, num_hidden_layers=2,
+                                                              num_attention_heads=4, num_key_value_heads=2,
+                                                              intermediate_size=128)), 2),
+        "llama-bias": _randomize(LlamaForCausalLM(LlamaConfig(vocab_size=300, hidden_size=64, num_hidden_layers=2,
+                                                              num_attention_heads=4, num_key_value_heads=1,
+                                                              intermediate_size=128, attention_bias=True,
+                                                              mlp_bias=True, rope_theta=5e5)), 3),
+    }
+
+
+MODELS = _models()
+LENGTHS = [3, 9, 14, 14, 6]  # left padding of 11, 5, 0, 0, 8
+
+
+def _fast_vs_full_forward(model, steps: int = 10, *, shift_positions: int = 0, drop_mask: bool = False):
+    """Max |fast step logits - full stock forward logits| over every step and row (teacher-forced tokens)."""
+    g = torch.Generator().manual_seed(0)
+    V, B, P = model.config.vocab_size, len(LENGTHS), max(LENGTHS)
+    ids = torch.zeros((B, P + steps), dtype=torch.long)
+    mask = torch.zeros((B, P + steps), dtype=torch.long)
+    for i, n in enumerate(LENGTHS):
+        ids[i, P - n:] = torch.randint(2, V, (n + steps,), generator=g)
+        mask[i, P - n:] = 1
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    with torch.inference_mode():
+        full = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits  # [B, P + steps, V]
+        cache = hf._preallocated_cache(P + steps)
+        prefill = model(input_ids=ids[:, :P], attention_mask=mask[:, :P], position_ids=pos[:, :P],
+                        **{hf.cache_keyword(model): cache}, use_cache=True, logits_to_keep=1).logits[:, -1]
+        worst = (prefill - full[:, P - 1]).abs().max().item()
+        fast = fast_qwen3.FastDecoder(model)
+        cos, sin = fast.rope_tables(pos[:, P:] + shift_positions)
+        step_mask = hf._decode_mask(model, mask[:, :P], steps, bool_4d=True)
+        keys, values = [lay._k for lay in cache.layers], [lay._v for lay in cache.layers]
+        for t in range(steps):
+            am = None if drop_mask else step_mask[..., :P + t + 1]
+            logits = fast.step(ids[:, P + t], cos[t], sin[t], keys, values, P + t, am)
+            assert logits.shape == (B, V)
+            worst = max(worst, (logits - full[:, P + t]).abs().max().item())
+    return worst
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_step_logits_equal_full_forward(name):
+    model = MODELS[name]
+    assert fast_qwen3.supports(model)
+    assert _fast_vs_full_forward(model) < 1e-4
+
+
+@pytest.mark.parametrize("mutation", [dict(shift_positions=1), dict(drop_mask=True)])
+def test_comparison_catches_wrong_positions_or_mask(mutation):
+    """The check above is sensitive: a RoPE position off by one, or no padding mask, breaks it."""
+    assert _fast_vs_full_forward(MODELS["qwen3-testbed"], **mutation) > 1e-2
+
+
+def test_bf16_close_to_stock_bf16():
+    model = _qwen3(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                   intermediate_size=128).to(torch.bfloat16)
+    assert fast_qwen3.supports(model)
+    # bf16 full forward vs incremental decode differ by bf16 rounding (~1e-2 relative), not by a wrong function
+    # (a wrong position or mask gives errors of order 1, see the mutation test)
+    assert _fast_vs_full_forward(model) < 0.1
+
+
+def test_peft_and_modified_models_are_not_supported(tiny_model_dir):
+    ps = PolicySet(tiny_model_dir, ["a"], mode="lora", lora={"r": 4, "alpha": 8}, seed=0)
+    model = ps.models["a"]
+    assert not fast_qwen3.supports(model)
+    assert not fast_qwen3.supports(model.get_base_model())  # LoRA layers injected into the base modules
+
+
+# --- HFBackend end to end: fast=True vs fast=False -------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def testbed_shape_dir(tiny_model_dir, tmp_path_factory):
+    """The tiny tokenizer with a randomised Qwen3 of the testbed shape."""
+    from rolecast.testbed.model import model_config, new_model
+
+    out = tmp_path_factory.mktemp("testbed_shape")
+    tok = load_tokenizer(tiny_model_dir)
+    tok.save_pretrained(out)
+    _randomize(new_model(model_config(len(tok), tok.eos_token_id, tok.pad_token_id), seed=0), 4).save_pretrained(out)
+    return str(out)
+
+
+def _requests(pid: str = "p") -> list[GenRequest]:
+    texts = ["solve: 1 + 2", "solve: 3 + 4 - 5 check the way", "pick: 7 - 2", "solve: 9", "plan: 4 + 4 - 1 work fix",
+             "fix: 6"]
+    return [GenRequest(pid, [{"role": "user", "content": t}]) for t in texts]
+
+
+def _generate(ps, tok, *, fast: bool, temperature: float, seed: int = 0, **kw):
+    calls = []
+    original = fast_qwen3.FastDecoder.step
+
+    def counting(self, *a, **k):
+        calls.append(1)
+        return original(self, *a, **k)
+
+    fast_qwen3.FastDecoder.step = counting
+    try:
+        backend = HFBackend(ps, tok, max_new_tokens=24, temperature=temperature, seed=seed, fast=fast, **kw)
+        gens = backend.generate(_requests())
+    finally:
+        fast_qwen3.FastDecoder.step = original
+    assert (len(calls) > 0) == fast  # the fast path really ran (or really did not)
+    return gens
+
+
+@pytest.mark.parametrize("which", ["tiny", "testbed_shape"])
+@pytest.mark.parametrize("temperature,ignore_eos", [(0.0, False), (1.0, True), (1.0, False), (0.7, True)])
+def test_backend_fast_equals_stock(request, which, temperature, ignore_eos):
+    path = request.getfixturevalue("tiny_model_dir" if which == "tiny" else "testbed_shape_dir")
+    ps, tok = PolicySet(path, ["p"], mode="full", seed=0), load_tokenizer(path)
+    stock = _generate(ps, tok, fast=False, temperature=temperature, ignore_eos=ignore_eos)
+    fast = _generate(ps, tok, fast=True, temperature=temperature, ignore_eos=ignore_eos)
+    assert len({len(g.prompt_ids) for g in fast}) > 2  # really left-padded
+    for a, b in zip(stock, fast):
+        assert a.completion_ids == b.completion_ids and a.finish_reason == b.finish_reason
+        torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), rtol=0, atol=1e-5)
+    if temperature > 0:  # a different seed samples something else: the equality above is not vacuous
+        other = _generate(ps, tok, fast=True, temperature=temperature, seed=1, ignore_eos=ignore_eos)
+        assert [g.completion_ids for g in other] != [g.completion_ids for g in fast]
+
+
+def test_backend_sees_in_place_weight_updates(testbed_shape_dir):
+    """The trainer updates weights in place between rollouts: the fast path must never use stale weights."""
+    ps, tok = PolicySet(testbed_shape_dir, ["p"], mode="full", seed=0), load_tokenizer(testbed_shape_dir)
+    before = _generate(ps, tok, fast=True, temperature=0.0, ignore_eos=True)
+    with torch.no_grad():
+        for p in ps.models["p"].parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    after_fast = _generate(ps, tok, fast=True, temperature=0.0, ignore_eos=True)
+    after_stock = _generate(ps, tok, fast=False, temperature=0.0, ignore_eos=True)
+    assert [g.completion_ids for g in after_fast] == [g.completion_ids for g in after_stock]
+    assert [g.completion_ids for g in after_fast] != [g.completion_ids for g in before]
+
+
+def test_module_switch_forces_stock(tiny_model_dir, monkeypatch):
+    ps, tok = PolicySet(tiny_model_dir, ["p"], mode="full", seed=0), load_tokenizer(tiny_model_dir)
+    monkeypatch.setattr(hf, "FAST_DECODE", False)
+    calls = []
+    monkeypatch.setattr(fast_qwen3.FastDecoder, "step", lambda *a, **k: calls.append(1))
+    HFBackend(ps, tok, max_new_tokens=4, temperature=0.0, fast=True).generate(_requests())
+    assert not calls
+
+
+def test_decode_threads_same_outputs_and_restored(tiny_model_dir):
+    ps, tok = PolicySet(tiny_model_dir, ["p"], mode="full", seed=0), load_tokenizer(tiny_model_dir)
+    torch.set_num_threads(2)
+    runs = [HFBackend(ps, tok, max_new_tokens=16, temperature=1.0, seed=0, ignore_eos=True, decode_threads=n)
+            .generate(_requests()) for n in (None, 1)]
+    assert torch.get_num_threads() == 2
+    assert [g.completion_ids for g in runs[0]] == [g.completion_ids for g in runs[1]]
