@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.utils.checkpoint
 
 from ..config import RunConfig, dump_config
 from ..diagnostics.metrics import episode_metrics
@@ -90,13 +91,36 @@ def micro_batches(turns: list[Turn], token_budget: int) -> list[list[Turn]]:
     return out
 
 
-def completion_logprobs(model, batch: dict[str, torch.Tensor], temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+def completion_logprobs(model, batch: dict[str, torch.Tensor], temperature: float,
+                        chunk_tokens: int = 1024) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probs of the completion tokens under softmax(logits / T) (the sampler's distribution), and the
+    per-token entropy (detached), both `[B, L]`.
+
+    The vocabulary projection runs per chunk of positions and is recomputed in backward, so the `[B, L, V]`
+    logits never exist at once (1.9 GB in fp32 for 16 x 193 positions of Qwen3's 151,936-token vocabulary)."""
     L = int(batch["L"])
-    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                   position_ids=batch["position_ids"], logits_to_keep=L + 1, use_cache=False).logits[:, :-1]
-    if temperature > 0 and temperature != 1.0:  # the sampler drew from softmax(logits / T): match it
-        logits = logits / temperature
-    return token_logprobs(logits, batch["targets"]), logits
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    hidden = base.get_decoder()(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                                position_ids=batch["position_ids"], use_cache=False).last_hidden_state
+    hidden = hidden[:, -L - 1:-1]  # the positions that predict each completion token
+    head = base.get_output_embeddings()
+    scale = 1.0 / temperature if temperature > 0 else 1.0
+    B, _, H = hidden.shape
+    flat_h, flat_t = hidden.reshape(B * L, H), batch["targets"].reshape(B * L)
+
+    def chunk_logp(h: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        return token_logprobs((head(h).float() * scale)[None], t[None])[0]
+
+    logps, entropies = [], []
+    for s in range(0, B * L, chunk_tokens):
+        h, t = flat_h[s:s + chunk_tokens], flat_t[s:s + chunk_tokens]
+        if torch.is_grad_enabled() and h.requires_grad:
+            logps.append(torch.utils.checkpoint.checkpoint(chunk_logp, h, t, use_reentrant=False))
+        else:
+            logps.append(chunk_logp(h, t))
+        with torch.no_grad():
+            entropies.append(token_entropy((head(h.detach()).float() * scale)[None])[0])
+    return torch.cat(logps).reshape(B, L), torch.cat(entropies).reshape(B, L)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -139,7 +163,7 @@ def update_policy(pid: str, turns: list[Turn], *, cfg: RunConfig, policies: Poli
                 # similar lengths together: less padding per micro-batch (the loss is normalised globally)
                 for micro in micro_batches(sorted(mb, key=lambda t: t.num_tokens), tc.micro_batch_tokens):
                     batch = collate(micro, pad_id)
-                    logp, logits = completion_logprobs(model, batch, temperature)
+                    logp, entropy = completion_logprobs(model, batch, temperature)
                     mask, old, adv = batch["mask"], batch["old_logp"], batch["advantages"]
                     ref_logp = None
                     if tc.kl_coef > 0:
@@ -165,7 +189,7 @@ def update_policy(pid: str, turns: list[Turn], *, cfg: RunConfig, policies: Poli
                         lp = logp.detach()
                         per_seq = {
                             "tokens": mask.sum(-1),
-                            "entropy": (token_entropy(logits.detach()) * mask).sum(-1),
+                            "entropy": (entropy * mask).sum(-1),
                             "clip_fraction": (clipped_tokens(lp, old, adv, tc.clip_low, tc.clip_high) * mask).sum(-1),
                             "approx_kl": ((old - lp) * mask).sum(-1),
                             "kl": (k3_kl(lp, ref_logp) * mask).sum(-1) if ref_logp is not None else torch.zeros(len(micro)),
