@@ -212,19 +212,16 @@ def update_policy(pid: str, turns: list[Turn], *, cfg: RunConfig, policies: Poli
             merge_tallies(tally, mb_tally)
     stats["loss"] /= max(stats["optimizer_steps"], 1)
     stats["grad_norm"] = sum(grad_norms) / len(grad_norms) if grad_norms else float("nan")
-    stats.update(tally_means(merge_tallies({}, *tally.values())))
+    stats.update(tally_means({k: sum(row[k] for row in tally.values()) for k in TALLY_KEYS}))
     return stats, tally
 
 
-def merge_tallies(into: dict, *tallies: dict) -> dict:
-    """Add token tallies: {role: {key: sum}} into `into`, or plain {key: sum} rows when given rows."""
-    for t in tallies:
-        if t and isinstance(next(iter(t.values())), dict):
-            for role, row in t.items():
-                merge_tallies(into.setdefault(role, dict.fromkeys(TALLY_KEYS, 0.0)), row)
-        else:
-            for k, v in t.items():
-                into[k] = into.get(k, 0.0) + v
+def merge_tallies(into: dict[str, dict[str, float]], tally: dict[str, dict[str, float]]) -> dict:
+    """Add per-role token sums ({role: {key: sum}}) into `into`."""
+    for role, row in tally.items():
+        dst = into.setdefault(role, dict.fromkeys(TALLY_KEYS, 0.0))
+        for k, v in row.items():
+            dst[k] += v
     return into
 
 
