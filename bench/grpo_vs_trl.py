@@ -304,8 +304,9 @@ def main(argv=None) -> int:
     ap.add_argument("--profile", action="store_true", help="cProfile rolecast's timed steps (with --only rolecast)")
     ap.add_argument("--omp-wait", action="store_true", help="keep OpenMP's default (spinning) wait policy")
     ap.add_argument("--stock-decode", action="store_true", help="rolecast decodes with the stock forward (fast=False)")
-    ap.add_argument("--decode-threads", type=int, default=None,
-                    help="rolecast's torch threads while generating (default: --threads, like TRL)")
+    ap.add_argument("--decode-threads", type=lambda v: None if v == "all" else v if v == "auto" else int(v),
+                    default="auto",
+                    help="rolecast's threads while generating: auto (rolecast's default), N, or all (= --threads, like TRL)")
     ap.add_argument("--decode-reps", type=int, default=3, help="timed rounds of the fast vs stock decode comparison")
     args = ap.parse_args(argv)
     if args.warmup < 1:

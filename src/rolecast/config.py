@@ -65,9 +65,9 @@ class RolloutSettings(_Strict):
     top_p: float = Field(1.0, gt=0, le=1)
     max_new_tokens: int = Field(1024, gt=0)
     max_batch: int = Field(256, gt=0)  # sequences per decode batch
-    # CPU threads while generating (None = torch's setting). Small-batch decode of a small model is bound by
-    # per-op overhead, and 1 thread can beat 2 (docs/benchmarks.md); the update keeps all threads.
-    decode_threads: int | None = Field(None, gt=0)
+    # CPU threads while generating: a number, None (torch's setting) or "auto" (one thread when a decode step
+    # is small enough to be bound by per-op overhead, see rollout/hf.py); the update keeps all threads.
+    decode_threads: int | Literal["auto"] | None = "auto"
 
 
 class TrainSettings(_Strict):

@@ -40,16 +40,20 @@ class GenStats:
 
 # Module-level switch (tests, debugging): False sends every decode step through the stock forward.
 FAST_DECODE = True
+# Below this many FLOPs per decode step (2 x parameters x rows) a step is bound by per-op overhead on a CPU,
+# and one thread beats two (measured on the 2.5M-parameter testbed shape at 16 rows: docs/benchmarks.md).
+AUTO_SINGLE_THREAD_FLOPS = 5e8
 
 
 class HFBackend:
     def __init__(self, policies: PolicySet, tokenizer, *, max_new_tokens: int, temperature: float = 0.7,
                  top_p: float = 1.0, max_batch: int = 256, seed: int = 0, ignore_eos: bool = False,
-                 fast: bool = True, decode_threads: int | None = None):
+                 fast: bool = True, decode_threads: int | str | None = "auto"):
         """`fast`: decode steps through `fast_qwen3` where `fast_qwen3.supports(model)` (and FAST_DECODE).
-        `decode_threads`: torch intra-op threads while generating (None: unchanged). For small models on a
-        busy CPU one thread can be faster: a decode step is ~20 tiny matmul/attention calls, and each
-        parallel region waits for every worker thread to be scheduled (see docs/benchmarks.md)."""
+        `decode_threads`: torch intra-op threads while generating (None: unchanged). For a small decode batch
+        one thread is faster: a decode step is ~20 tiny matmul/attention calls, and each parallel region
+        waits for every worker thread to be scheduled (see docs/benchmarks.md). "auto" uses one thread when
+        a decode step is under AUTO_SINGLE_THREAD_FLOPS (2 x parameters x rows), else leaves threads as set."""
         self.fast = fast
         self.decode_threads = decode_threads
         self.policies = policies
@@ -67,6 +71,15 @@ class HFBackend:
                                      dtype=torch.long)
         self.stats = GenStats()
         self._prompt_cache: dict[str, list[int]] = {}
+        self._param_counts: dict[int, int] = {}
+
+    def _threads_for(self, model, rows: int, default: int) -> int:
+        if self.decode_threads == "auto":
+            key = id(model)
+            if key not in self._param_counts:
+                self._param_counts[key] = sum(p.numel() for p in model.parameters())
+            return 1 if 2 * self._param_counts[key] * rows < AUTO_SINGLE_THREAD_FLOPS else default
+        return int(self.decode_threads) if self.decode_threads else default
 
     def reseed(self, seed: int) -> None:
         self.generator.manual_seed(seed)
@@ -84,13 +97,12 @@ class HFBackend:
         prompts = [self.encode(r.messages) for r in requests]
         out: list[Generation | None] = [None] * len(requests)
         threads = torch.get_num_threads()
-        if self.decode_threads:
-            torch.set_num_threads(self.decode_threads)
         try:
             for model, idx, adapters in self.policies.generation_groups([r.policy_id for r in requests]):
                 for s in range(0, len(idx), self.max_batch):
                     chunk = idx[s:s + self.max_batch]
                     names = [adapters[i] for i in range(s, s + len(chunk))] if adapters is not None else None
+                    torch.set_num_threads(self._threads_for(model, len(chunk), threads))
                     for i, gen in zip(chunk, self._decode(model, [prompts[i] for i in chunk], names)):
                         out[i] = gen
         finally:

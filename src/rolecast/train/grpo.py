@@ -91,6 +91,9 @@ def micro_batches(turns: list[Turn], token_budget: int) -> list[list[Turn]]:
     return out
 
 
+SMALL_VOCAB = 32_768  # up to this vocabulary size the [B, L, V] logits are kept instead of recomputed
+
+
 def completion_logprobs(model, batch: dict[str, torch.Tensor], temperature: float,
                         chunk_tokens: int = 1024) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-probs of the completion tokens under softmax(logits / T) (the sampler's distribution), and the
@@ -111,6 +114,11 @@ def completion_logprobs(model, batch: dict[str, torch.Tensor], temperature: floa
     def chunk_logp(h: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         return token_logprobs((head(h).float() * scale)[None], t[None])[0]
 
+    if head.weight.shape[0] <= SMALL_VOCAB:
+        # small vocabulary: the logits are cheap to keep, so no recomputation and one projection for both
+        logits = head(flat_h).float() * scale
+        return (token_logprobs(logits[None], flat_t[None])[0].reshape(B, L),
+                token_entropy(logits.detach()[None])[0].reshape(B, L))
     logps, entropies = [], []
     for s in range(0, B * L, chunk_tokens):
         h, t = flat_h[s:s + chunk_tokens], flat_t[s:s + chunk_tokens]
