@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 
-if "--omp-wait" not in os.sys.argv:  # see bench/grpo_vs_trl.py: passive OpenMP waits on a shared CPU
+if "--omp-passive" in os.sys.argv:  # see bench/grpo_vs_trl.py: passive OpenMP waits on a shared CPU
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import argparse
@@ -138,7 +138,7 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=2, help="timed runs per mode (alternating)")
     ap.add_argument("--routings", nargs="+", choices=list(ROUTINGS), default=list(ROUTINGS))
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--omp-wait", action="store_true", help="keep OpenMP's default (spinning) wait policy")
+    ap.add_argument("--omp-passive", action="store_true", help="OMP_WAIT_POLICY=PASSIVE (for a loaded machine)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     import logging
