@@ -76,8 +76,10 @@ _GSM_RE = re.compile(r"^\s*####\s*(.+?)\s*$", re.MULTILINE)
 _NUM_RE = re.compile(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?|-?\d+(?:\.\d+)?(?:\s*/\s*\d+)?|-?\.\d+")
 
 
-def last_boxed(text: str) -> str | None:
+def last_boxed(text: str | None) -> str | None:
     """Content of the last \\boxed{...} / \\fbox{...} (or ``\\boxed 5``), or None."""
+    if not text:
+        return None
     for m in reversed(list(_BOX_RE.finditer(text))):
         rest = m.end()
         j = rest

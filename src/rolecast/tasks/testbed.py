@@ -12,6 +12,7 @@ import re
 from functools import cached_property
 from typing import Sequence
 
+from ..rewards.math import last_boxed
 from .base import Problem, Score, Task, register_task
 
 # --- arithmetic -----------------------------------------------------------------------------------
@@ -21,26 +22,6 @@ GENERATORS = {
     "basic_arithmetic": dict(min_terms=2, max_terms=2, min_digits=1, max_digits=1, operators=("+", "-")),
 }
 _INT = re.compile(r"^[+-]?\d+$")
-
-
-def last_boxed(text: str | None) -> str | None:
-    """Content of the last \\boxed{...} (nested braces allowed), or None."""
-    if not text:
-        return None
-    start = text.rfind("\\boxed")
-    while start != -1:
-        i = text.find("{", start)
-        if i != -1 and text[start + len("\\boxed"):i].strip() == "":
-            depth = 0
-            for j in range(i, len(text)):
-                if text[j] == "{":
-                    depth += 1
-                elif text[j] == "}":
-                    depth -= 1
-                    if depth == 0:
-                        return text[i + 1:j].strip()
-        start = text.rfind("\\boxed", 0, start)
-    return None
 
 
 def _generate(name: str, size: int, seed: int) -> list[dict]:

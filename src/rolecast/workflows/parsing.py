@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import re
 
-from ..rewards.math import last_boxed as _last_boxed
+from ..rewards.math import last_boxed
+
+__all__ = ["last_boxed", "parse_choice", "parse_strategies", "parse_verdict"]
 
 _STRATEGY = re.compile(r"STRATEGY\s*(\d+)\s*:\s*(.*?)(?=STRATEGY\s*\d+\s*:|\Z)", re.S | re.I)
 _DIGIT = re.compile(r"\d")
-
-
-def last_boxed(text: str | None) -> str | None:
-    """Content of the last \\boxed{...} (see rolecast.rewards.math.last_boxed), or None."""
-    return _last_boxed(text) if text else None
 
 
 def parse_choice(text: str | None, n: int) -> int:
