@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .config import RunConfig
-from .evaluation import append_eval_row, evaluate
+from .evaluation import append_eval_row, eval_key, evaluate
 from .runtime import build_runtime
 from .train.checkpoint import list_checkpoints, load_checkpoint
 
@@ -44,9 +44,8 @@ def run_eval_command(cfg: RunConfig, *, checkpoint: str | None = None, every: in
         rt.backend.reseed(cfg.seed)
         res = evaluate(rt.spec, problems, task=rt.task, prompts=rt.prompts, router=rt.routing, backend=rt.backend,
                        n_samples=n, options=cfg.workflow.options, ks=ks)
-        key = {"run": str(src) if src else "base", "step": step, "tag": "checkpoint" if src else "base",
-               "workflow": rt.spec.name, "task": cfg.task.name, "split": cfg.task.eval_split,
-               "sharing": cfg.routing.sharing, "model": cfg.model.path}
+        key = eval_key(cfg, run=str(src) if src else "base", step=step, tag="checkpoint" if src else "base",
+                       workflow=rt.spec.name)
         append_eval_row(out_path, key, res)
         print(f"{step:>6} {res.pass1:>8.3f} {res.stderr:>7.3f} "
               + " ".join(f"{res.pass_k[k]:<8.3f}" for k in ks if k > 1))

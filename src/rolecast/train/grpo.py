@@ -28,7 +28,7 @@ import torch.utils.checkpoint
 from ..config import RunConfig, dump_config
 from ..diagnostics.metrics import episode_metrics
 from ..episode import Episode, Turn, group_turns
-from ..evaluation import append_eval_row, evaluate
+from ..evaluation import append_eval_row, eval_key, evaluate
 from ..policies import PolicySet
 from ..rollout.engine import RolloutStats, run_episodes
 from ..runtime import build_runtime
@@ -294,8 +294,7 @@ def train(cfg: RunConfig, *, resume: str | Path | None = None, stop_after: int |
                            n_samples=cfg.eval.n_samples, options=cfg.workflow.options, ks=(1, cfg.eval.n_samples))
         finally:
             backend.temperature = saved
-        key = {"run": str(run_dir), "step": step, "tag": tag, "workflow": spec.name, "task": cfg.task.name,
-               "split": cfg.task.eval_split, "sharing": cfg.routing.sharing, "model": cfg.model.path}
+        key = eval_key(cfg, run=str(run_dir), step=step, tag=tag, workflow=spec.name)
         return append_eval_row(run_dir / "eval.jsonl", key, res)
 
     summary: dict[str, Any] = {"run_dir": str(run_dir)}
