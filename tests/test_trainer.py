@@ -11,7 +11,7 @@ import torch
 from rolecast.config import load_config
 from rolecast.episode import Turn
 from rolecast.policies import PolicySet
-from rolecast.train.grpo import collate, completion_logprobs, micro_batches, train, update_policy
+from rolecast.train.grpo import batching_order, collate, completion_logprobs, micro_batches, train, update_policy
 
 
 def tiny_config(model_dir, run_dir, **overrides):
@@ -159,10 +159,58 @@ def test_sampler_logprobs_match_trainer_logprobs(tiny_model_dir):
 
 
 def test_micro_batches_respect_the_token_budget():
+    # cost of a chunk = distinct prompts x longest prompt + rows x longest completion
     turns = [Turn("r", "r", "p", [1] * n, [2] * 2, [0.0] * 2, "", "stop") for n in (3, 3, 8, 1)]
     chunks = micro_batches(turns, token_budget=12)
-    assert [len(c) for c in chunks] == [2, 1, 1]  # 2x5=10 fits; adding 10 -> 3x10 > 12
-    assert sum(len(c) for c in chunks) == 4
+    assert [len(c) for c in chunks] == [2, 1, 1]  # 1x3 + 2x2 = 7 fits; adding [1]*8: 2x8 + 3x2 = 22 > 12
+    # one shared prompt is counted once: 1x3 + 4x2 = 11 fits, where four separate prompts would cost 20
+    same = [Turn("r", "r", "p", [1] * 3, [2] * 2, [0.0] * 2, "", "stop") for _ in range(4)]
+    assert [len(c) for c in micro_batches(same, token_budget=12)] == [4]
+    assert [len(c) for c in micro_batches(same, token_budget=10)] == [3, 1]  # 1x3 + 4x2 = 11 > 10
+
+
+def test_batching_order_keeps_a_prompts_rows_together():
+    rows = [([5, 6], [1] * 3), ([7], [1]), ([5, 6], [1]), ([7], [1] * 4), ([5, 6], [1] * 2), ([4, 4], [1])]
+    turns = [Turn("r", "r", "p", p, c, [0.0] * len(c), "", "stop") for p, c in rows]
+    order = [(t.prompt_ids, len(t.completion_ids)) for t in batching_order(turns)]
+    assert order == [([7], 1), ([7], 4), ([4, 4], 1), ([5, 6], 1), ([5, 6], 2), ([5, 6], 3)]
+
+
+@pytest.mark.parametrize("mode", ["full", "lora"])
+def test_shared_prompt_forward_equals_the_full_forward(tiny_model_dir, mode):
+    """Rows that repeat a prompt run it once; log-probs, entropies and gradients equal the [B, P + L] forward,
+    with prompts of different lengths (left padding) and completions of different lengths (right padding)."""
+    from rolecast.policies import load_tokenizer
+
+    tok = load_tokenizer(tiny_model_dir)
+    policies = PolicySet(tiny_model_dir, ["generator"], mode=mode, lora={"r": 4, "alpha": 8})
+    g = torch.Generator().manual_seed(3)
+    prompts = [torch.randint(3, len(tok), (n,), generator=g).tolist() for n in (6, 9, 4)]
+    turns = []
+    which = [0, 0, 1, 0, 2, 1, 2, 1]  # a prompt's first row is not its index
+    for i, k in enumerate(which):
+        completion = torch.randint(3, len(tok), (2 + i % 4,), generator=g).tolist()
+        t = Turn("generator", "generator", "generator", prompts[k], completion, [0.0] * len(completion), "", "stop")
+        t.advantage = float(i % 3) - 1.0
+        turns.append(t)
+    shared, full = collate(turns, tok.pad_token_id), collate(turns, tok.pad_token_id, share_prompts=False)
+    assert shared["prompt_rows"].tolist() == [0, 2, 4] and shared["prompt_of_row"].tolist() == which
+    assert "prompt_rows" not in full
+    assert "prompt_rows" not in collate([turns[i] for i in (0, 2, 4)], tok.pad_token_id)  # no repeats: one forward
+    results = []
+    for batch in (shared, full):
+        with policies.training("generator") as model:
+            model.zero_grad()
+            logp, ent = completion_logprobs(model, batch, 0.7)
+            (logp * batch["mask"] * batch["advantages"][:, None]).sum().backward()
+            grads = [p.grad.clone() for p in model.parameters() if p.grad is not None]
+        results.append((logp.detach() * batch["mask"], ent * batch["mask"], grads))
+    (lp_a, ent_a, g_a), (lp_b, ent_b, g_b) = results
+    assert len(g_a) == len(g_b) > 0 and any(g.abs().sum() > 0 for g in g_a)
+    torch.testing.assert_close(lp_a, lp_b, atol=1e-5, rtol=0)
+    torch.testing.assert_close(ent_a, ent_b, atol=1e-5, rtol=0)
+    for a, b in zip(g_a, g_b):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
 
 
 def test_empty_completions_train_without_error(tiny_model_dir):
