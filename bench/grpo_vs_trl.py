@@ -306,8 +306,9 @@ def main(argv=None) -> int:
     ap.add_argument("--omp-passive", action="store_true", help="OMP_WAIT_POLICY=PASSIVE (for a loaded machine)")
     ap.add_argument("--stock-decode", action="store_true", help="rolecast decodes with the stock forward (fast=False)")
     ap.add_argument("--decode-threads", type=lambda v: None if v == "all" else v if v == "auto" else int(v),
-                    default="auto",
-                    help="rolecast's threads while generating: auto (rolecast's default), N, or all (= --threads, like TRL)")
+                    default=None,
+                    help="rolecast's threads while generating: all (= --threads, like TRL; rolecast's default), N, "
+                         "or auto (one thread for small decode steps)")
     ap.add_argument("--decode-reps", type=int, default=3, help="timed rounds of the fast vs stock decode comparison")
     args = ap.parse_args(argv)
     if args.warmup < 1:

@@ -198,3 +198,33 @@ def test_decode_threads_same_outputs_and_restored(tiny_model_dir):
             .generate(_requests()) for n in (None, 1)]
     assert torch.get_num_threads() == 2
     assert [g.completion_ids for g in runs[0]] == [g.completion_ids for g in runs[1]]
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_repeated_prompts_are_prefilled_once_with_the_same_outputs(testbed_shape_dir, monkeypatch, fast):
+    """A group's rows share one prefill (cache rows copied): same tokens and log-probs as prefilling every row,
+    and the prefill forward sees only the distinct prompts."""
+    ps, tok = PolicySet(testbed_shape_dir, ["p"], mode="full", seed=0), load_tokenizer(testbed_shape_dir)
+    reqs = [r for r in _requests() for _ in range(3)][::-1]  # 6 distinct prompts x 3, of different lengths
+    prefill_rows = []
+    model = ps.models["p"]
+    hook = model.register_forward_pre_hook(
+        lambda m, a, kw: prefill_rows.append(kw["input_ids"].shape) if kw["input_ids"].shape[1] > 1 else None,
+        with_kwargs=True)
+    try:
+        outs = {}
+        for share in (True, False):
+            monkeypatch.setattr(hf, "SHARE_PREFILL", share)
+            backend = HFBackend(ps, tok, max_new_tokens=12, temperature=1.0, seed=0, ignore_eos=True, fast=fast)
+            outs[share] = backend.generate(reqs)
+    finally:
+        hook.remove()
+    assert [s[0] for s in prefill_rows] == [6, 18]
+    for a, b in zip(outs[True], outs[False]):
+        assert a.completion_ids == b.completion_ids
+        torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), rtol=0, atol=1e-5)
+    assert len({tuple(g.completion_ids) for g in outs[True]}) > 6  # rows of one prompt sample differently
+
+
+def test_distinct_rows():
+    assert hf._distinct_rows(["a", "b", "a", "c", "b"]) == ([0, 1, 3], [0, 1, 0, 2, 1])

@@ -24,8 +24,9 @@ def two_adapters(tiny_model_dir):
 
 
 def _requests() -> list[GenRequest]:
-    # interleaved policies and prompts of different lengths (left padding), several rows per adapter
-    texts = ["solve: 1 + 2", "solve: 3 + 4 - 5 check", "pick: 7 - 2", "solve: 9", "plan 2: 4 + 4 - 1 work", "fix: 6"]
+    # interleaved policies and prompts of different lengths (left padding), several rows per adapter; every
+    # prompt goes to both adapters twice (a shared prefill must never cross adapters)
+    texts = ["solve: 1 + 2", "solve: 3 + 4 - 5 check", "plan 2: 4 + 4 - 1 work"]
     return [GenRequest(["gen", "agg"][i % 2], [{"role": "user", "content": texts[i % len(texts)]}])
             for i in range(12)]
 

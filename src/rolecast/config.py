@@ -65,9 +65,10 @@ class RolloutSettings(_Strict):
     top_p: float = Field(1.0, gt=0, le=1)
     max_new_tokens: int = Field(1024, gt=0)
     max_batch: int = Field(256, gt=0)  # sequences per decode batch
-    # CPU threads while generating: a number, None (torch's setting) or "auto" (one thread when a decode step
-    # is small enough to be bound by per-op overhead, see rollout/hf.py); the update keeps all threads.
-    decode_threads: int | Literal["auto"] | None = "auto"
+    # CPU threads while generating: None (the run's `threads`), a number, or "auto" (one thread when a decode
+    # step is small: on a loaded, shared machine OpenMP's threads wait for a free core at every op, see
+    # rollout/hf.py and docs/benchmarks.md); the update always uses the run's threads.
+    decode_threads: int | Literal["auto"] | None = None
 
 
 class TrainSettings(_Strict):

@@ -38,22 +38,25 @@ class GenStats:
     batches: list[int] = field(default_factory=list)
 
 
-# Module-level switch (tests, debugging): False sends every decode step through the stock forward.
+# Module-level switches (tests, debugging): False sends every decode step through the stock forward / prefills
+# every row, even rows that repeat a prompt.
 FAST_DECODE = True
-# Below this many FLOPs per decode step (2 x parameters x rows) a step is bound by per-op overhead on a CPU,
-# and one thread beats two (measured on the 2.5M-parameter testbed shape at 16 rows: docs/benchmarks.md).
+SHARE_PREFILL = True
+# "auto" decode threads: below this many FLOPs per decode step (2 x parameters x rows) one thread is used. On a
+# loaded machine (more runnable threads than cores) every parallel region of a small decode step waits for a
+# descheduled OpenMP worker, and one thread was up to several times faster; on a quiet machine two threads were
+# 3-12% faster at every batch size measured (docs/benchmarks.md), hence not the default.
 AUTO_SINGLE_THREAD_FLOPS = 5e8
 
 
 class HFBackend:
     def __init__(self, policies: PolicySet, tokenizer, *, max_new_tokens: int, temperature: float = 0.7,
                  top_p: float = 1.0, max_batch: int = 256, seed: int = 0, ignore_eos: bool = False,
-                 fast: bool = True, decode_threads: int | str | None = "auto"):
+                 fast: bool = True, decode_threads: int | str | None = None):
         """`fast`: decode steps through `fast_qwen3` where `fast_qwen3.supports(model)` (and FAST_DECODE).
-        `decode_threads`: torch intra-op threads while generating (None: unchanged). For a small decode batch
-        one thread is faster: a decode step is ~20 tiny matmul/attention calls, and each parallel region
-        waits for every worker thread to be scheduled (see docs/benchmarks.md). "auto" uses one thread when
-        a decode step is under AUTO_SINGLE_THREAD_FLOPS (2 x parameters x rows), else leaves threads as set."""
+        `decode_threads`: torch intra-op threads while generating (None: unchanged). "auto" uses one thread
+        when a decode step is under AUTO_SINGLE_THREAD_FLOPS (2 x parameters x rows), else leaves threads as
+        set: for loaded machines, where small decode steps lose most to waiting threads."""
         self.fast = fast
         self.decode_threads = decode_threads
         self.policies = policies
@@ -124,9 +127,24 @@ class HFBackend:
         # no mask at all; with padding and SDPA, a ready 4D boolean mask skips transformers' mask building.
         cache = _preallocated_cache(P + T)
         kwargs = {cache_keyword(model): cache, "use_cache": True, "logits_to_keep": 1}
+        # Each distinct (prompt, adapter) is prefilled once (a group samples one prompt G times), then its
+        # cache rows and next-token logits are copied to every row that shares it.
+        first, of_row = _distinct_rows([(tuple(p), adapter_names[i] if adapter_names else None)
+                                        for i, p in enumerate(prompts)])
+        rows = None if len(first) == B or not SHARE_PREFILL else torch.tensor(first)
         if adapter_names is not None:
-            kwargs["adapter_names"] = adapter_names
-        logits = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, **kwargs).logits[:, -1]
+            kwargs["adapter_names"] = adapter_names if rows is None else [adapter_names[i] for i in first]
+        if rows is None:
+            logits = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, **kwargs).logits[:, -1]
+        else:
+            logits = model(input_ids=input_ids[rows], attention_mask=mask[rows], position_ids=positions[rows],
+                           **kwargs).logits[:, -1]
+            expand = torch.tensor(of_row)
+            logits = logits[expand]
+            for layer in cache.layers:
+                layer.select_rows(expand)
+            if adapter_names is not None:
+                kwargs["adapter_names"] = adapter_names
         step_pos = positions[:, -1:] + torch.arange(1, T + 1)  # [B, T]: row b's position of new token t+1
         fast = None
         if self.fast and FAST_DECODE and adapter_names is None and fast_qwen3.supports(model):
@@ -206,9 +224,28 @@ class _PreallocatedLayer(DynamicLayer):
         self.keys, self.values = self._k[:, :, :end], self._v[:, :, :end]
         return self.keys, self.values
 
+    def select_rows(self, index: torch.Tensor) -> None:
+        """Row i of the cache becomes old row index[i] (one prefill shared by several rows)."""
+        self._k, self._v = self._k[index], self._v[index]
+        self.keys, self.values = self._k[:, :, :self.length], self._v[:, :, :self.length]
+
     def reset(self) -> None:
         self.length = 0
         super().reset()
+
+
+def _distinct_rows(keys: list) -> tuple[list[int], list[int]]:
+    """(the first row of each distinct key, each row's index into that list), e.g.
+    [a, b, a, c] -> ([0, 1, 3], [0, 1, 0, 2])."""
+    index: dict = {}
+    first: list[int] = []
+    of_row = []
+    for i, k in enumerate(keys):
+        if k not in index:
+            index[k] = len(first)
+            first.append(i)
+        of_row.append(index[k])
+    return first, of_row
 
 
 def _preallocated_cache(capacity: int) -> DynamicCache:
