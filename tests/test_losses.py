@@ -12,6 +12,7 @@ from rolecast.train.losses import (
     clipped_surrogate,
     entropy_from_logits,
     k3_kl,
+    linear_logprobs,
     normalisers,
     token_logprobs,
 )
@@ -153,3 +154,47 @@ def test_entropy_hand_values() -> None:
     assert h.item() == pytest.approx((math.log(4) + 1.5 * math.log(2) + 0.0) / 3, abs=1e-6)
     h.backward()
     assert torch.isfinite(logits.grad).all()
+
+
+@pytest.mark.parametrize("scale, chunk, bias", [(1.0, 5, False), (1 / 0.7, 3, True), (2.0, 1000, False)])
+def test_linear_logprobs_equal_autograd_through_log_softmax(scale, chunk, bias) -> None:
+    """The fused projection + log-prob + entropy (chunked, logits recomputed in backward) against plain autograd
+    over log_softmax(scale * (h W^T + b)), in float64: values and gradients for h, W and b."""
+    g = torch.Generator().manual_seed(0)
+    N, H, V = 11, 6, 23
+    h = torch.randn(N, H, dtype=D, generator=g, requires_grad=True)
+    w = torch.randn(V, H, dtype=D, generator=g, requires_grad=True)
+    b = torch.randn(V, dtype=D, generator=g, requires_grad=True) if bias else None
+    t = torch.randint(0, V, (N,), generator=g)
+    coeff = torch.randn(N, dtype=D, generator=g)  # an arbitrary upstream gradient
+
+    z = torch.nn.functional.linear(h, w, b) * scale
+    logp_all = torch.log_softmax(z, -1)
+    want_lp = logp_all.gather(-1, t[:, None]).squeeze(-1)
+    want_ent = -(logp_all.exp() * logp_all).sum(-1)
+    want_grads = torch.autograd.grad((want_lp * coeff).sum(), [h, w] + ([b] if bias else []))
+
+    lp, ent = linear_logprobs(h, w, b, t, scale=scale, chunk_rows=chunk)
+    assert not ent.requires_grad and lp.dtype == D
+    torch.testing.assert_close(lp, want_lp, rtol=0, atol=1e-10)
+    torch.testing.assert_close(ent, want_ent.detach(), rtol=0, atol=1e-10)
+    got_grads = torch.autograd.grad((lp * coeff).sum(), [h, w] + ([b] if bias else []))
+    for got, want in zip(got_grads, want_grads):
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-10)
+    # float32 inputs give float32 outputs, close to the float64 reference
+    lp32, _ = linear_logprobs(h.float(), w.float(), b.float() if bias else None, t, scale=scale, chunk_rows=chunk)
+    assert lp32.dtype == torch.float32
+    torch.testing.assert_close(lp32.double(), want_lp.detach(), rtol=1e-5, atol=1e-5)
+
+
+def test_linear_logprobs_hand_values_and_frozen_head() -> None:
+    # h = [1], W = [[0], [ln 3]]: logits [0, ln 3] -> p = [1/4, 3/4]; entropy = -(1/4 ln 1/4 + 3/4 ln 3/4)
+    h = torch.tensor([[1.0]], requires_grad=True)
+    w = torch.tensor([[0.0], [math.log(3)]])  # frozen (LoRA keeps the head frozen): no weight gradient
+    lp, ent = linear_logprobs(h, w, None, torch.tensor([1]))
+    assert lp.item() == pytest.approx(math.log(0.75), abs=1e-6)
+    assert ent.item() == pytest.approx(-(0.25 * math.log(0.25) + 0.75 * math.log(0.75)), abs=1e-6)
+    lp.sum().backward()
+    # d logp_1 / d h = W_1 - sum_v p_v W_v = ln 3 - 3/4 ln 3 = ln 3 / 4
+    assert h.grad.item() == pytest.approx(math.log(3) / 4, abs=1e-6)
+    assert w.grad is None

@@ -234,8 +234,9 @@ def test_empty_completions_train_without_error(tiny_model_dir):
     assert stats["skipped_nan"] == 0
 
 
-def test_chunked_vocabulary_projection_equals_the_direct_one(tiny_model_dir, monkeypatch):
-    """Large vocabularies take the chunked, recomputed path: same log-probs, entropies and gradients."""
+def test_fused_head_equals_the_head_module_path(tiny_model_dir, monkeypatch):
+    """The fused log-prob function (plain linear heads) and the per-chunk head-module path (other heads, e.g.
+    LoRA-wrapped) give the same log-probs, entropies and gradients, with ragged chunks on both."""
     import rolecast.train.grpo as grpo
     from rolecast.policies import load_tokenizer
 
@@ -243,15 +244,16 @@ def test_chunked_vocabulary_projection_equals_the_direct_one(tiny_model_dir, mon
     policies = PolicySet(tiny_model_dir, ["generator"], mode="full")
     batch = collate(_turns(policies, tok, n=5), tok.pad_token_id)
     results = []
-    for small_vocab, chunk in [(10**9, 1024), (0, 7)]:  # direct, then chunked with ragged chunks
-        monkeypatch.setattr(grpo, "SMALL_VOCAB", small_vocab)
+    for fused, chunk in [(True, 7), (False, 7), (False, 1024)]:
+        monkeypatch.setattr(grpo, "FUSED_HEAD", fused)
         with policies.training("generator") as model:
             model.zero_grad()
             logp, ent = completion_logprobs(model, batch, 0.7, chunk_tokens=chunk)
             (logp * batch["mask"]).sum().backward()
             grads = [p.grad.clone() for p in model.parameters()]
         results.append((logp.detach(), ent, grads))
-    (lp_a, ent_a, g_a), (lp_b, ent_b, g_b) = results
-    assert torch.allclose(lp_a, lp_b, atol=1e-5) and torch.allclose(ent_a, ent_b, atol=1e-5)
-    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(g_a, g_b))
+    (lp_a, ent_a, g_a) = results[0]
+    for lp_b, ent_b, g_b in results[1:]:
+        assert torch.allclose(lp_a, lp_b, atol=1e-5) and torch.allclose(ent_a, ent_b, atol=1e-5)
+        assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(g_a, g_b))
     assert any(g.abs().sum() > 0 for g in g_a)

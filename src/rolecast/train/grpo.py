@@ -37,7 +37,7 @@ from ..runtime import build_runtime
 from .advantages import episode_turn_advantages
 from .attribution import attribute, score_episodes
 from .checkpoint import capture_rng_state, latest_step, load_checkpoint, restore_rng_state, save_checkpoint
-from .losses import clipped_surrogate, clipped_tokens, k3_kl, token_entropy, token_logprobs
+from .losses import clipped_surrogate, clipped_tokens, k3_kl, linear_logprobs, token_entropy, token_logprobs
 from .schedule import constant, warmup_cosine
 
 log = logging.getLogger("rolecast.train")
@@ -121,7 +121,9 @@ def batching_order(turns: list[Turn]) -> list[Turn]:
     return sorted(turns, key=lambda t: (len(t.prompt_ids), t.prompt_ids, len(t.completion_ids)))
 
 
-SMALL_VOCAB = 32_768  # up to this vocabulary size the [B, L, V] logits are kept instead of recomputed
+# Module switch (tests, debugging): False projects through the head module per chunk (the path for heads
+# that are not a plain nn.Linear, e.g. LoRA-wrapped) instead of the fused log-prob function.
+FUSED_HEAD = True
 
 
 def completion_hidden_states(model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -154,12 +156,14 @@ def completion_hidden_states(model, batch: dict[str, torch.Tensor]) -> torch.Ten
 
 
 def completion_logprobs(model, batch: dict[str, torch.Tensor], temperature: float,
-                        chunk_tokens: int = 1024) -> tuple[torch.Tensor, torch.Tensor]:
+                        chunk_tokens: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-probs of the completion tokens under softmax(logits / T) (the sampler's distribution), and the
     per-token entropy (detached), both `[B, L]`.
 
-    The vocabulary projection runs per chunk of positions and is recomputed in backward, so the `[B, L, V]`
-    logits never exist at once (1.9 GB in fp32 for 16 x 193 positions of Qwen3's 151,936-token vocabulary)."""
+    The `[B, L, V]` logits never exist at once (1.9 GB in fp32 for 16 x 193 positions of Qwen3's 151,936-token
+    vocabulary): a plain linear head goes through `losses.linear_logprobs` (projection, log-prob and entropy
+    in one pass per chunk of positions, logits recomputed in backward); any other head module runs per chunk
+    under activation checkpointing."""
     L = int(batch["L"])
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     hidden = completion_hidden_states(base, batch)
@@ -167,15 +171,14 @@ def completion_logprobs(model, batch: dict[str, torch.Tensor], temperature: floa
     scale = 1.0 / temperature if temperature > 0 else 1.0
     B, _, H = hidden.shape
     flat_h, flat_t = hidden.reshape(B * L, H), batch["targets"].reshape(B * L)
+    if FUSED_HEAD and type(head) is torch.nn.Linear:
+        logp, entropy = linear_logprobs(flat_h, head.weight, head.bias, flat_t, scale, chunk_tokens)
+        return logp.float().reshape(B, L), entropy.float().reshape(B, L)
 
     def chunk_logp(h: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         return token_logprobs((head(h).float() * scale)[None], t[None])[0]
 
-    if head.weight.shape[0] <= SMALL_VOCAB:
-        # small vocabulary: the logits are cheap to keep, so no recomputation and one projection for both
-        logits = head(flat_h).float() * scale
-        return (token_logprobs(logits[None], flat_t[None])[0].reshape(B, L),
-                token_entropy(logits.detach()[None])[0].reshape(B, L))
+    chunk_tokens = chunk_tokens or 1024
     logps, entropies = [], []
     for s in range(0, B * L, chunk_tokens):
         h, t = flat_h[s:s + chunk_tokens], flat_t[s:s + chunk_tokens]
