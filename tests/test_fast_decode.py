@@ -73,7 +73,7 @@ def _fast_vs_full_forward(model, steps: int = 10, *, shift_positions: int = 0, d
         prefill = model(input_ids=ids[:, :P], attention_mask=mask[:, :P], position_ids=pos[:, :P],
                         **{hf.cache_keyword(model): cache}, use_cache=True, logits_to_keep=1).logits[:, -1]
         worst = (prefill - full[:, P - 1]).abs().max().item()
-        fast = fast_qwen3.FastDecoder(model)
+        fast = fast_qwen3.FastDecoder(model, rows=B)
         cos, sin = fast.rope_tables(pos[:, P:] + shift_positions)
         step_mask = hf._decode_mask(model, mask[:, :P], steps, bool_4d=True)
         keys, values = [lay._k for lay in cache.layers], [lay._v for lay in cache.layers]
@@ -228,3 +228,22 @@ def test_repeated_prompts_are_prefilled_once_with_the_same_outputs(testbed_shape
 
 def test_distinct_rows():
     assert hf._distinct_rows(["a", "b", "a", "c", "b"]) == ([0, 1, 3], [0, 1, 0, 2, 1])
+
+
+def test_projections_are_prepacked_where_onednn_is_available():
+    """The fp32 projections use oneDNN's prepacked weights when torch has oneDNN (x86 / arm64 builds), and
+    compute what F.linear computes, for the batch size they were packed for and any other."""
+    model = MODELS["qwen2-bias"]
+    fast = fast_qwen3.FastDecoder(model, rows=6)
+    linears = [fast.lm_head] + [p for layer in fast.layers for p in layer if isinstance(p, fast_qwen3._Linear)]
+    assert len(linears) == 1 + 4 * len(fast.layers)
+    if fast_qwen3._PACKED_OPS is not None:
+        assert all(lin.packed is not None for lin in linears)
+    g = torch.Generator().manual_seed(0)
+    for lin in linears:
+        for rows in (6, 1, 7):
+            x = torch.randn(rows, lin.weight.shape[1], generator=g)
+            torch.testing.assert_close(lin(x), torch.nn.functional.linear(x, lin.weight, lin.bias), rtol=1e-5,
+                                       atol=1e-5)
+    bf16 = fast_qwen3._Linear(linears[1].weight.bfloat16(), None, rows=6)
+    assert bf16.packed is None  # only fp32 is packed

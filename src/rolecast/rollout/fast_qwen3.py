@@ -14,7 +14,9 @@ Prefill stays on the stock forward (one call per batch); it fills the preallocat
 Exactness: every op mirrors modeling_qwen3.py (RMSNorm in fp32 then cast back, then weight *, RoPE as
 `x * cos + rotate_half(x) * sin` with cos/sin from the model's own rotary module, SDPA with the model's
 scaling, SiLU MLP, final norm, lm_head); the fused projections only concatenate output rows, so they
-compute the same dot products. tests/test_fast_decode.py checks per-step logits against the stock forward.
+compute the same dot products. In fp32 the projections run on oneDNN-prepacked weights (`_Linear`), which
+sum in a different order than F.linear (~1e-6). tests/test_fast_decode.py checks per-step logits against
+the stock forward (within 1e-5 here).
 """
 
 from __future__ import annotations
@@ -57,11 +59,53 @@ def supports(model: nn.Module) -> bool:
 
 
 def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    # exactly Qwen3RMSNorm.forward: in fp32, cast back, then the weight
+    # Qwen3RMSNorm.forward: normalise in fp32, cast back, then the weight. In fp32 torch's fused rms_norm is one
+    # op instead of six (same values: tests/test_fast_decode.py); a weight per head row applies after it.
+    if x.dtype == torch.float32:
+        if weight.dim() == 1:
+            return F.rms_norm(x, (x.shape[-1],), weight, eps)
+        return weight * F.rms_norm(x, (x.shape[-1],), None, eps)
     dtype = x.dtype
     x = x.to(torch.float32)
     x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
     return weight * x.to(dtype)
+
+
+class _Linear:
+    """y = x W^T + b for one projection of a decode step. In fp32 with oneDNN available, W is reordered once
+    into oneDNN's blocked layout for the decode batch (what torch.compile's CPU freezing does): the small
+    [rows x hidden] matmuls of a decode step then skip re-packing the weight every call, ~15% of a decode step
+    on the 2-core dev machine (docs/benchmarks.md). Elsewhere, or if the check at build fails, F.linear."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, rows: int):
+        self.weight, self.bias, self.packed = weight, bias, None
+        if weight.dtype == torch.float32 and _PACKED_OPS is not None:
+            try:
+                packed = _PACKED_OPS[0](weight, batch_size=rows)
+                probe = weight.new_ones(rows, weight.shape[1])
+                if torch.allclose(_PACKED_OPS[1](probe, packed, bias, "none", [], ""), F.linear(probe, weight, bias),
+                                  rtol=1e-4, atol=1e-4):
+                    self.packed = packed
+            except RuntimeError:
+                pass
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.packed is not None:
+            return _PACKED_OPS[1](x, self.packed, self.bias, "none", [], "")
+        return F.linear(x, self.weight, self.bias)
+
+
+def _packed_ops():
+    """oneDNN's weight reorder and prepacked linear (private ops used by torch.compile), or None."""
+    if not torch.backends.mkldnn.is_available():
+        return None
+    try:
+        return torch.ops.mkldnn._reorder_linear_weight, torch.ops.mkldnn._linear_pointwise
+    except (AttributeError, RuntimeError):
+        return None
+
+
+_PACKED_OPS = _packed_ops()
 
 
 def _cat_bias(*linears: nn.Linear) -> torch.Tensor | None:
@@ -75,7 +119,8 @@ class FastDecoder:
     gate|up weights are copies, so they go stale when the trainer updates the model in place."""
 
     @torch.no_grad()
-    def __init__(self, model: nn.Module):
+    def __init__(self, model: nn.Module, rows: int = 16):
+        """`rows`: the decode batch size (the packed weights' layout is chosen for it)."""
         cfg, inner = model.config, model.model
         self.model = model
         self.eps = cfg.rms_norm_eps
@@ -85,7 +130,7 @@ class FastDecoder:
         self.scaling = inner.layers[0].self_attn.scaling
         self.embed = inner.embed_tokens.weight
         self.norm = inner.norm.weight
-        self.lm_head = model.lm_head  # weight and bias as the module has them (tied or not)
+        self.lm_head = _Linear(model.lm_head.weight, model.lm_head.bias, rows)  # tied or not, as the module has it
         self.layers = []
         for layer in inner.layers:
             a, m = layer.self_attn, layer.mlp
@@ -95,11 +140,12 @@ class FastDecoder:
                 qk_norm = torch.cat([a.q_norm.weight.expand(self.n_heads, -1), a.k_norm.weight.expand(self.n_kv, -1)])
             self.layers.append((
                 layer.input_layernorm.weight,
-                torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]), _cat_bias(a.q_proj, a.k_proj, a.v_proj),
-                qk_norm, a.o_proj.weight, a.o_proj.bias,
+                _Linear(torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]),
+                        _cat_bias(a.q_proj, a.k_proj, a.v_proj), rows),
+                qk_norm, _Linear(a.o_proj.weight, a.o_proj.bias, rows),
                 layer.post_attention_layernorm.weight,
-                torch.cat([m.gate_proj.weight, m.up_proj.weight]), _cat_bias(m.gate_proj, m.up_proj),
-                m.down_proj.weight, m.down_proj.bias,
+                _Linear(torch.cat([m.gate_proj.weight, m.up_proj.weight]), _cat_bias(m.gate_proj, m.up_proj), rows),
+                _Linear(m.down_proj.weight, m.down_proj.bias, rows),
             ))
 
     @torch.no_grad()
@@ -123,9 +169,9 @@ class FastDecoder:
         B, H, Hk, d = tokens.shape[0], self.n_heads, self.n_kv, self.head_dim
         half = d // 2
         x = F.embedding(tokens, self.embed)  # [B, hidden]
-        for (ln1, wqkv, bqkv, qk_norm, wo, bo, ln2, wgu, bgu, wdown, bdown), K, V in zip(self.layers, keys, values):
+        for (ln1, qkv_proj, qk_norm, o_proj, ln2, gate_up, down), K, V in zip(self.layers, keys, values):
             h = _rms_norm(x, ln1, self.eps)
-            qkv = F.linear(h, wqkv, bqkv).view(B, H + 2 * Hk, d)
+            qkv = qkv_proj(h).view(B, H + 2 * Hk, d)
             qk, v = qkv[:, :H + Hk], qkv[:, H + Hk:]
             if qk_norm is not None:
                 qk = _rms_norm(qk, qk_norm, self.eps)
@@ -136,7 +182,7 @@ class FastDecoder:
             # the H query heads grouped per KV head ([B, Hk, groups, d]): one query row per head, no K/V repeat
             attn = F.scaled_dot_product_attention(qk[:, :H].reshape(B, Hk, self.groups, d), K[:, :, :n + 1],
                                                   V[:, :, :n + 1], attn_mask=mask, scale=self.scaling)
-            x = x + F.linear(attn.reshape(B, H * d), wo, bo)
-            gate, up = F.linear(_rms_norm(x, ln2, self.eps), wgu, bgu).chunk(2, dim=-1)
-            x = x + F.linear(F.silu(gate) * up, wdown, bdown)
+            x = x + o_proj(attn.reshape(B, H * d))
+            gate, up = gate_up(_rms_norm(x, ln2, self.eps)).chunk(2, dim=-1)
+            x = x + down(F.silu(gate) * up)
         return self.lm_head(_rms_norm(x, self.norm, self.eps))

@@ -149,7 +149,7 @@ class HFBackend:
         fast = None
         if self.fast and FAST_DECODE and adapter_names is None and fast_qwen3.supports(model):
             # built per call: the trainer updates weights in place between calls (fused copies would go stale)
-            fast = fast_qwen3.FastDecoder(model)
+            fast = fast_qwen3.FastDecoder(model, rows=B)
             cos, sin = fast.rope_tables(step_pos)
             keys, values = [layer._k for layer in cache.layers], [layer._v for layer in cache.layers]
         step_mask = _decode_mask(model, mask, T, bool_4d=fast is not None)
