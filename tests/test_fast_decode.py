@@ -227,7 +227,9 @@ def test_repeated_prompts_are_prefilled_once_with_the_same_outputs(testbed_shape
 
 
 def test_distinct_rows():
-    assert hf._distinct_rows(["a", "b", "a", "c", "b"]) == ([0, 1, 3], [0, 1, 0, 2, 1])
+    from rolecast.episode import distinct_rows
+
+    assert distinct_rows(["a", "b", "a", "c", "b"]) == ([0, 1, 3], [0, 1, 0, 2, 1])
 
 
 def test_projections_are_prepacked_where_onednn_is_available():

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Iterable, Literal
+from typing import Any, Callable, Hashable, Iterable, Literal
 
 FinishReason = Literal["stop", "length"]
 
@@ -94,3 +94,18 @@ def turns_by_policy(episodes: Iterable[Episode]) -> dict[str, list[Turn]]:
         for t in ep.turns:
             out[t.policy_id].append(t)
     return dict(out)
+
+
+def distinct_rows(keys: Iterable[Hashable]) -> tuple[list[int], list[int]]:
+    """(the first row of each distinct key, each row's index into that list), e.g.
+    [a, b, a, c] -> ([0, 1, 3], [0, 1, 0, 2]). Generation and the update use it to run a prompt that several
+    rows share (a group's samples, parallel agents of a role) through the model once."""
+    index: dict[Hashable, int] = {}
+    first: list[int] = []
+    of_row = []
+    for i, k in enumerate(keys):
+        if k not in index:
+            index[k] = len(first)
+            first.append(i)
+        of_row.append(index[k])
+    return first, of_row

@@ -18,6 +18,7 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
+from ..episode import distinct_rows
 from ..policies.models import PolicySet, cache_keyword
 from . import fast_qwen3
 from .engine import GenRequest, Generation
@@ -129,16 +130,15 @@ class HFBackend:
         kwargs = {cache_keyword(model): cache, "use_cache": True, "logits_to_keep": 1}
         # Each distinct (prompt, adapter) is prefilled once (a group samples one prompt G times), then its
         # cache rows and next-token logits are copied to every row that shares it.
-        first, of_row = _distinct_rows([(tuple(p), adapter_names[i] if adapter_names else None)
-                                        for i, p in enumerate(prompts)])
-        rows = None if len(first) == B or not SHARE_PREFILL else torch.tensor(first)
+        first, of_row = distinct_rows((tuple(p), adapter_names[i] if adapter_names else None)
+                                      for i, p in enumerate(prompts))
+        share = SHARE_PREFILL and len(first) < B
+        rows = torch.tensor(first) if share else slice(None)
         if adapter_names is not None:
-            kwargs["adapter_names"] = adapter_names if rows is None else [adapter_names[i] for i in first]
-        if rows is None:
-            logits = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, **kwargs).logits[:, -1]
-        else:
-            logits = model(input_ids=input_ids[rows], attention_mask=mask[rows], position_ids=positions[rows],
-                           **kwargs).logits[:, -1]
+            kwargs["adapter_names"] = [adapter_names[i] for i in first] if share else adapter_names
+        logits = model(input_ids=input_ids[rows], attention_mask=mask[rows], position_ids=positions[rows],
+                       **kwargs).logits[:, -1]
+        if share:
             expand = torch.tensor(of_row)
             logits = logits[expand]
             for layer in cache.layers:
@@ -232,20 +232,6 @@ class _PreallocatedLayer(DynamicLayer):
     def reset(self) -> None:
         self.length = 0
         super().reset()
-
-
-def _distinct_rows(keys: list) -> tuple[list[int], list[int]]:
-    """(the first row of each distinct key, each row's index into that list), e.g.
-    [a, b, a, c] -> ([0, 1, 3], [0, 1, 0, 2])."""
-    index: dict = {}
-    first: list[int] = []
-    of_row = []
-    for i, k in enumerate(keys):
-        if k not in index:
-            index[k] = len(first)
-            first.append(i)
-        of_row.append(index[k])
-    return first, of_row
 
 
 def _preallocated_cache(capacity: int) -> DynamicCache:

@@ -28,7 +28,7 @@ from transformers import DynamicCache
 
 from ..config import RunConfig, dump_config
 from ..diagnostics.metrics import episode_metrics
-from ..episode import Episode, Turn, group_turns
+from ..episode import Episode, Turn, distinct_rows, group_turns
 from ..evaluation import append_eval_row, eval_key, evaluate
 from ..policies import PolicySet
 from ..policies.models import cache_keyword
@@ -70,27 +70,20 @@ def collate(turns: list[Turn], pad_id: int, share_prompts: bool = True) -> dict[
     ids = torch.full((B, P + L), pad_id, dtype=torch.long)
     attn = torch.zeros((B, P + L), dtype=torch.long)
     old = torch.zeros((B, L))
-    first_row: dict[tuple[int, ...], int] = {}  # prompt -> its first row
-    prompt_index: dict[tuple[int, ...], int] = {}  # prompt -> 0..U-1
-    prompt_of_row = []
     for i, t in enumerate(turns):
         p, c = len(t.prompt_ids), len(t.completion_ids)
         ids[i, P - p:P] = torch.tensor(t.prompt_ids)
         ids[i, P:P + c] = torch.tensor(t.completion_ids)
         attn[i, P - p:P + c] = 1
         old[i, :c] = torch.tensor(t.logprobs)
-        key = tuple(t.prompt_ids)
-        if key not in first_row:
-            first_row[key] = i
-            prompt_index[key] = len(prompt_index)
-        prompt_of_row.append(prompt_index[key])
     positions = (attn.cumsum(-1) - 1).clamp(min=0)  # left padding needs explicit positions
     batch = {"input_ids": ids, "attention_mask": attn, "position_ids": positions, "targets": ids[:, P:],
              "mask": attn[:, P:].float(), "old_logp": old,
              "advantages": torch.tensor([t.advantage for t in turns], dtype=torch.float32), "L": torch.tensor(L)}
-    if share_prompts and len(first_row) < B:
-        batch["prompt_rows"] = torch.tensor(list(first_row.values()), dtype=torch.long)
-        batch["prompt_of_row"] = torch.tensor(prompt_of_row, dtype=torch.long)
+    first, of_row = distinct_rows(tuple(t.prompt_ids) for t in turns)
+    if share_prompts and len(first) < B:
+        batch["prompt_rows"] = torch.tensor(first, dtype=torch.long)
+        batch["prompt_of_row"] = torch.tensor(of_row, dtype=torch.long)
     return batch
 
 
