@@ -239,7 +239,7 @@ def test_projections_are_prepacked_where_onednn_is_available():
     fast = fast_qwen3.FastDecoder(model, rows=6)
     linears = [fast.lm_head] + [p for layer in fast.layers for p in layer if isinstance(p, fast_qwen3._Linear)]
     assert len(linears) == 1 + 4 * len(fast.layers)
-    if fast_qwen3._PACKED_OPS is not None:
+    if fast_qwen3._packed_ops() is not None:
         assert all(lin.packed is not None for lin in linears)
     g = torch.Generator().manual_seed(0)
     for lin in linears:

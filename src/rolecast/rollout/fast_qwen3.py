@@ -21,6 +21,8 @@ the stock forward (within 1e-5 here).
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -75,37 +77,39 @@ class _Linear:
     """y = x W^T + b for one projection of a decode step. In fp32 with oneDNN available, W is reordered once
     into oneDNN's blocked layout for the decode batch (what torch.compile's CPU freezing does): the small
     [rows x hidden] matmuls of a decode step then skip re-packing the weight every call, ~15% of a decode step
-    on the 2-core dev machine (docs/benchmarks.md). Elsewhere, or if the check at build fails, F.linear."""
+    on the 2-core dev machine (docs/benchmarks.md). Elsewhere, or where packing fails, F.linear."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, rows: int):
         self.weight, self.bias, self.packed = weight, bias, None
-        if weight.dtype == torch.float32 and _PACKED_OPS is not None:
+        ops = _packed_ops()
+        if weight.dtype == torch.float32 and ops is not None:
             try:
-                packed = _PACKED_OPS[0](weight, batch_size=rows)
-                probe = weight.new_ones(rows, weight.shape[1])
-                if torch.allclose(_PACKED_OPS[1](probe, packed, bias, "none", [], ""), F.linear(probe, weight, bias),
-                                  rtol=1e-4, atol=1e-4):
-                    self.packed = packed
+                self.packed, self.packed_linear = ops[0](weight, batch_size=rows), ops[1]
             except RuntimeError:
                 pass
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.packed is not None:
-            return _PACKED_OPS[1](x, self.packed, self.bias, "none", [], "")
+            return self.packed_linear(x, self.packed, self.bias, "none", [], "")
         return F.linear(x, self.weight, self.bias)
 
 
+@functools.cache
 def _packed_ops():
-    """oneDNN's weight reorder and prepacked linear (private ops used by torch.compile), or None."""
+    """oneDNN's weight reorder and prepacked linear (private ops used by torch.compile), or None where torch
+    lacks them or they disagree with F.linear on a probe."""
     if not torch.backends.mkldnn.is_available():
         return None
     try:
-        return torch.ops.mkldnn._reorder_linear_weight, torch.ops.mkldnn._linear_pointwise
+        reorder, linear = torch.ops.mkldnn._reorder_linear_weight, torch.ops.mkldnn._linear_pointwise
+        g = torch.Generator().manual_seed(0)
+        w, b, x = torch.randn(24, 16, generator=g), torch.randn(24, generator=g), torch.randn(5, 16, generator=g)
+        if torch.allclose(linear(x, reorder(w, batch_size=5), b, "none", [], ""), F.linear(x, w, b), rtol=1e-4,
+                          atol=1e-5):
+            return reorder, linear
     except (AttributeError, RuntimeError):
-        return None
-
-
-_PACKED_OPS = _packed_ops()
+        pass
+    return None
 
 
 def _cat_bias(*linears: nn.Linear) -> torch.Tensor | None:
