@@ -107,11 +107,27 @@ def test_bf16_close_to_stock_bf16():
     assert _fast_vs_full_forward(model) < 0.1
 
 
-def test_peft_and_modified_models_are_not_supported(tiny_model_dir):
+def test_lora_is_merged_and_other_peft_variants_are_not_supported(tiny_model_dir):
+    """Plain LoRA layers decode on the fast path (adapter merged into a weight copy); DoRA, a merged adapter or
+    disabled adapters fall back to the stock forward."""
+    from peft import LoraConfig, get_peft_model
+
     ps = PolicySet(tiny_model_dir, ["a"], mode="lora", lora={"r": 4, "alpha": 8}, seed=0)
-    model = ps.models["a"]
-    assert not fast_qwen3.supports(model)
-    assert not fast_qwen3.supports(model.get_base_model())  # LoRA layers injected into the base modules
+    assert fast_qwen3.supports(ps.models["a"]) and fast_qwen3.supports(ps.models["a"].get_base_model())
+    dora = get_peft_model(PolicySet(tiny_model_dir, ["b"], mode="full").models["b"],
+                          LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", use_dora=True))
+    assert not fast_qwen3.supports(dora.eval())
+    with ps.models["a"].disable_adapter():
+        assert not fast_qwen3.supports(ps.models["a"])
+
+
+def _random_lora(ps, seed: int):
+    """PEFT initialises lora_B to zero (adapter = base model); give every adapter its own function."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in ps.models[ps.policy_ids[0]].named_parameters():
+            if "lora_" in name:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.2)
 
 
 # --- HFBackend end to end: fast=True vs fast=False -------------------------------------------------------
@@ -249,3 +265,36 @@ def test_projections_are_prepacked_where_onednn_is_available():
                                        atol=1e-5)
     bf16 = fast_qwen3._Linear(linears[1].weight.bfloat16(), None, rows=6)
     assert bf16.packed is None  # only fp32 is packed
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_lora_adapters_decode_fast_with_the_stock_outputs(testbed_shape_dir, temperature):
+    """Two LoRA policies generated one adapter at a time (set_adapter): the fast path on merged weights gives the
+    stock PEFT forward's tokens and log-probs for each, and the adapters really differ."""
+    ps, tok = PolicySet(testbed_shape_dir, ["gen", "agg"], mode="lora", lora={"r": 8, "alpha": 16}, seed=0,
+                        mixed_adapters=False), load_tokenizer(testbed_shape_dir)
+    _random_lora(ps, seed=1)
+    reqs = [GenRequest(pid, r.messages) for r in _requests() for pid in ("gen", "agg")]
+    outs = {}
+    for fast in (True, False):
+        calls = []
+        original = fast_qwen3.FastDecoder.step
+
+        def counting(self, *a, **k):
+            calls.append(1)
+            return original(self, *a, **k)
+
+        fast_qwen3.FastDecoder.step = counting
+        try:
+            backend = HFBackend(ps, tok, max_new_tokens=10, temperature=temperature, seed=0, ignore_eos=True,
+                                fast=fast)
+            outs[fast] = backend.generate(reqs)
+        finally:
+            fast_qwen3.FastDecoder.step = original
+        assert bool(calls) == fast
+    for a, b in zip(outs[True], outs[False]):
+        assert a.completion_ids == b.completion_ids
+        # x (W + s B A)^T rounds differently from x W^T + s (x A^T) B^T: relative 1e-5 on log-probs of ~-4
+        torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), rtol=1e-5, atol=1e-5)
+    gen, agg = outs[True][0::2], outs[True][1::2]
+    assert [g.completion_ids for g in gen] != [g.completion_ids for g in agg]

@@ -9,14 +9,17 @@ gate|up), one RMSNorm over q and k together, RoPE on q and k together, one SDPA 
 grouped per KV head (no K/V repeat), and the output / down projections.
 
 Prefill stays on the stock forward (one call per batch); it fills the preallocated KV cache of
-`rollout.hf` whose buffers the steps here extend in place.
+`rollout.hf` whose buffers the steps here extend in place. A PEFT model with plain LoRA adapters decodes here
+too, with its active adapters merged into copies of the projection weights (W + scaling * B A); rows routed to
+several adapters at once stay on PEFT's forward.
 
 Exactness: every op mirrors modeling_qwen3.py (RMSNorm in fp32 then cast back, then weight *, RoPE as
 `x * cos + rotate_half(x) * sin` with cos/sin from the model's own rotary module, SDPA with the model's
 scaling, SiLU MLP, final norm, lm_head); the fused projections only concatenate output rows, so they
 compute the same dot products. In fp32 the projections run on oneDNN-prepacked weights (`_Linear`), which
-sum in a different order than F.linear (~1e-6). tests/test_fast_decode.py checks per-step logits against
-the stock forward (within 1e-5 here).
+sum in a different order than F.linear (~1e-6), and merged LoRA weights round differently from PEFT's two
+low-rank matmuls (log-probs within ~1e-5 relative). tests/test_fast_decode.py checks per-step logits against
+the stock forward (within 1e-5 here) and LoRA generation against PEFT's.
 """
 
 from __future__ import annotations
@@ -33,11 +36,14 @@ ARCHITECTURES = ("Qwen3ForCausalLM", "Qwen2ForCausalLM", "LlamaForCausalLM")
 
 
 def supports(model: nn.Module) -> bool:
-    """True for a plain (non-PEFT) model of a supported architecture whose layers are the stock ones: every
-    projection exactly `nn.Linear` (PEFT's LoRA layers replace them, so injected adapters fall back), full
-    attention only, SiLU MLP, fp32 or bf16 weights, and a static RoPE (cos/sin are tabulated once per call;
-    dynamic and longrope variants recompute frequencies from the sequence length as it grows)."""
-    if type(model).__name__ not in ARCHITECTURES or hasattr(model, "get_base_model"):
+    """True for a model of a supported architecture whose layers are the stock ones: every projection an
+    `nn.Linear`, or a PEFT LoRA layer over one whose active adapters are plain LoRA (merged into a weight copy
+    per generation call, `_projection`), full attention only, SiLU MLP, fp32 or bf16 weights, and a static
+    RoPE (cos/sin are tabulated once per call; dynamic and longrope variants recompute frequencies from the
+    sequence length as it grows). Rows routed to different adapters (PEFT `adapter_names`) stay on the stock
+    forward: the caller passes those separately."""
+    model = model.get_base_model() if hasattr(model, "get_base_model") else model
+    if type(model).__name__ not in ARCHITECTURES:
         return False
     cfg = model.config
     inner = model.model
@@ -52,12 +58,36 @@ def supports(model: nn.Module) -> bool:
         return False
     for layer in inner.layers:
         a, m = layer.self_attn, layer.mlp
-        if any(type(p) is not nn.Linear for p in (a.q_proj, a.k_proj, a.v_proj, a.o_proj, m.gate_proj, m.up_proj,
-                                                  m.down_proj)):
+        if not all(_mergeable(p) for p in (a.q_proj, a.k_proj, a.v_proj, a.o_proj, m.gate_proj, m.up_proj, m.down_proj)):
             return False
         if getattr(a, "sliding_window", None) is not None or getattr(m, "act_fn", None) is None:
             return False
     return True
+
+
+def _mergeable(module: nn.Module) -> bool:
+    """A plain nn.Linear, or a PEFT LoRA layer over one computing x W^T + b + sum of its active adapters'
+    scaling * B(A(x)) (dropout is off in eval mode): no DoRA or other variant, no LoRA bias, not merged."""
+    if type(module) is nn.Linear:
+        return True
+    if type(getattr(module, "base_layer", None)) is not nn.Linear or not hasattr(module, "get_delta_weight"):
+        return False
+    if module.merged or module.disable_adapters or module.training or getattr(module, "fan_in_fan_out", False):
+        return False
+    return all(a not in getattr(module, "lora_variant", {}) and module.lora_B[a].bias is None
+               for a in module.active_adapters if a in module.lora_A)
+
+
+def _projection(module: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(W, b) with module(x) == x W^T + b: the layer's own weight, or for LoRA the base weight plus the active
+    adapters' deltas (a copy; the same sum `merge_and_unload` would make)."""
+    if type(module) is nn.Linear:
+        return module.weight, module.bias
+    weight = module.base_layer.weight
+    for a in module.active_adapters:
+        if a in module.lora_A:
+            weight = weight + module.get_delta_weight(a).to(weight.dtype)
+    return weight, module.base_layer.bias
 
 
 def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -112,19 +142,24 @@ def _packed_ops():
     return None
 
 
-def _cat_bias(*linears: nn.Linear) -> torch.Tensor | None:
-    if all(lin.bias is None for lin in linears):
-        return None
-    return torch.cat([lin.bias if lin.bias is not None else lin.weight.new_zeros(lin.out_features) for lin in linears])
+def _fused(*modules: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One projection computing several at once: their weights (and biases, zero where absent) stacked."""
+    projections = [_projection(m) for m in modules]
+    weight = torch.cat([w for w, _ in projections])
+    if all(b is None for _, b in projections):
+        return weight, None
+    return weight, torch.cat([b if b is not None else w.new_zeros(w.shape[0]) for w, b in projections])
 
 
 class FastDecoder:
     """The model's weights arranged for decode steps. Build one per generation call: the fused q|k|v and
-    gate|up weights are copies, so they go stale when the trainer updates the model in place."""
+    gate|up weights (and LoRA-merged weights) are copies, so they go stale when the trainer updates the model
+    in place."""
 
     @torch.no_grad()
     def __init__(self, model: nn.Module, rows: int = 16):
         """`rows`: the decode batch size (the packed weights' layout is chosen for it)."""
+        model = model.get_base_model() if hasattr(model, "get_base_model") else model
         cfg, inner = model.config, model.model
         self.model = model
         self.eps = cfg.rms_norm_eps
@@ -134,7 +169,7 @@ class FastDecoder:
         self.scaling = inner.layers[0].self_attn.scaling
         self.embed = inner.embed_tokens.weight
         self.norm = inner.norm.weight
-        self.lm_head = _Linear(model.lm_head.weight, model.lm_head.bias, rows)  # tied or not, as the module has it
+        self.lm_head = _Linear(*_projection(model.lm_head), rows)  # tied or not, as the module has it
         self.layers = []
         for layer in inner.layers:
             a, m = layer.self_attn, layer.mlp
@@ -144,12 +179,11 @@ class FastDecoder:
                 qk_norm = torch.cat([a.q_norm.weight.expand(self.n_heads, -1), a.k_norm.weight.expand(self.n_kv, -1)])
             self.layers.append((
                 layer.input_layernorm.weight,
-                _Linear(torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]),
-                        _cat_bias(a.q_proj, a.k_proj, a.v_proj), rows),
-                qk_norm, _Linear(a.o_proj.weight, a.o_proj.bias, rows),
+                _Linear(*_fused(a.q_proj, a.k_proj, a.v_proj), rows),
+                qk_norm, _Linear(*_projection(a.o_proj), rows),
                 layer.post_attention_layernorm.weight,
-                _Linear(torch.cat([m.gate_proj.weight, m.up_proj.weight]), _cat_bias(m.gate_proj, m.up_proj), rows),
-                _Linear(m.down_proj.weight, m.down_proj.bias, rows),
+                _Linear(*_fused(m.gate_proj, m.up_proj), rows),
+                _Linear(*_projection(m.down_proj), rows),
             ))
 
     @torch.no_grad()

@@ -3,9 +3,10 @@
 A hand-written loop instead of `model.generate` because we need, for every sampled token, the exact
 log-prob under the sampling distribution (the trainer's importance ratio starts from it), a sampler
 that is exact but faster than `torch.multinomial` on large vocabularies, and one mixed-adapter batch
-across LoRA policies. Prefill is the stock transformers forward; decode steps of plain (non-PEFT) Qwen3 /
-Qwen2 / Llama models run `fast_qwen3.FastDecoder` (the same function with far fewer ops per token), every
-other model the stock forward.
+across LoRA policies. Prefill is the stock transformers forward; decode steps of Qwen3 / Qwen2 / Llama
+models, plain or with one LoRA adapter active per batch, run `fast_qwen3.FastDecoder` (the same function with
+far fewer ops per token, LoRA merged into a weight copy); mixed-adapter batches and other models the stock
+forward.
 """
 
 from __future__ import annotations
