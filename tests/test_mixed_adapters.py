@@ -86,3 +86,17 @@ def test_single_adapter_request_list_uses_set_adapter(two_adapters):
     for a, b in zip(mixed, plain):
         assert a.completion_ids == b.completion_ids
         torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("mixed", [True, False])
+def test_config_chooses_mixed_batches_or_one_pass_per_adapter(tiny_model_dir, mixed):
+    from rolecast.config import load_config
+    from rolecast.runtime import build_runtime
+
+    cfg = load_config(None, {"model.path": tiny_model_dir, "model.trainable": "lora", "model.lora.r": 4,
+                             "routing.sharing": "isolated", "workflow.name": "voting",
+                             "rollout.mixed_adapters": mixed})
+    rt = build_runtime(cfg)
+    assert rt.policies.mixed_adapters is mixed
+    groups = rt.policies.generation_groups(["generator", "aggregator", "generator"])
+    assert [len(idx) for _, idx, _ in groups] == ([3] if mixed else [2, 1])

@@ -42,5 +42,6 @@ def build_runtime(cfg: RunConfig) -> Runtime:
     prompts = PromptBook(task.family, cfg.task.prompts)
     tokenizer = load_tokenizer(cfg.model.path)
     policies = PolicySet(cfg.model.path, routing.policy_ids, mode=cfg.model.trainable,
-                         lora=cfg.model.lora.model_dump(), dtype=cfg.model.dtype, seed=cfg.seed)
+                         lora=cfg.model.lora.model_dump(), dtype=cfg.model.dtype, seed=cfg.seed,
+                         mixed_adapters=cfg.rollout.mixed_adapters)
     return Runtime(spec, routing, task, prompts, tokenizer, policies, make_backend(cfg, policies, tokenizer))
