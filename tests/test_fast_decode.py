@@ -151,7 +151,7 @@ def _requests(pid: str = "p") -> list[GenRequest]:
     return [GenRequest(pid, [{"role": "user", "content": t}]) for t in texts]
 
 
-def _generate(ps, tok, *, fast: bool, temperature: float, seed: int = 0, **kw):
+def _generate(ps, tok, *, fast: bool, temperature: float, seed: int = 0, requests=None, max_new_tokens=24, **kw):
     calls = []
     original = fast_qwen3.FastDecoder.step
 
@@ -161,8 +161,9 @@ def _generate(ps, tok, *, fast: bool, temperature: float, seed: int = 0, **kw):
 
     fast_qwen3.FastDecoder.step = counting
     try:
-        backend = HFBackend(ps, tok, max_new_tokens=24, temperature=temperature, seed=seed, fast=fast, **kw)
-        gens = backend.generate(_requests())
+        backend = HFBackend(ps, tok, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, fast=fast,
+                            **kw)
+        gens = backend.generate(requests or _requests())
     finally:
         fast_qwen3.FastDecoder.step = original
     assert (len(calls) > 0) == fast  # the fast path really ran (or really did not)
@@ -275,23 +276,8 @@ def test_lora_adapters_decode_fast_with_the_stock_outputs(testbed_shape_dir, tem
                         mixed_adapters=False), load_tokenizer(testbed_shape_dir)
     _random_lora(ps, seed=1)
     reqs = [GenRequest(pid, r.messages) for r in _requests() for pid in ("gen", "agg")]
-    outs = {}
-    for fast in (True, False):
-        calls = []
-        original = fast_qwen3.FastDecoder.step
-
-        def counting(self, *a, **k):
-            calls.append(1)
-            return original(self, *a, **k)
-
-        fast_qwen3.FastDecoder.step = counting
-        try:
-            backend = HFBackend(ps, tok, max_new_tokens=10, temperature=temperature, seed=0, ignore_eos=True,
-                                fast=fast)
-            outs[fast] = backend.generate(reqs)
-        finally:
-            fast_qwen3.FastDecoder.step = original
-        assert bool(calls) == fast
+    outs = {fast: _generate(ps, tok, fast=fast, temperature=temperature, requests=reqs, max_new_tokens=10,
+                            ignore_eos=True) for fast in (True, False)}
     for a, b in zip(outs[True], outs[False]):
         assert a.completion_ids == b.completion_ids
         # x (W + s B A)^T rounds differently from x W^T + s (x A^T) B^T: relative 1e-5 on log-probs of ~-4
