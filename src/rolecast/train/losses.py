@@ -90,13 +90,12 @@ class _LinearLogprobs(torch.autograd.Function):
             dz[torch.arange(h.shape[0]), targets[s:s + ctx.chunk]] += g
             if ctx.scale != 1.0:
                 dz.mul_(ctx.scale)
-            dz = dz.to(hidden.dtype)
-            if grad_h is not None:
-                grad_h[s:s + ctx.chunk] = dz @ weight
-            if grad_w is not None:
-                grad_w.addmm_(dz.t().to(lse.dtype), h.to(lse.dtype))
+            if grad_w is not None:  # accumulated in the compute dtype, before dz is cast to the model's
+                grad_w.addmm_(dz.t(), h.to(lse.dtype))
             if grad_b is not None:
-                grad_b += dz.to(lse.dtype).sum(0)
+                grad_b += dz.sum(0)
+            if grad_h is not None:
+                grad_h[s:s + ctx.chunk] = dz.to(hidden.dtype) @ weight
         return (grad_h, grad_w.to(weight.dtype) if grad_w is not None else None,
                 grad_b.to(bias.dtype) if grad_b is not None else None, None, None, None)
 
