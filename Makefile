@@ -1,6 +1,7 @@
 # Two entry points: `make run` (set up + train the embedded testbed) and `make test` (set up + tests).
 # torch is pinned in the same pip command as everything else so pip takes the local CPU wheel
-# instead of resolving a multi-GB CUDA build. constraints.txt pins the versions the suite was tested with.
+# instead of resolving a multi-GB CUDA build; the `cpu` extra (numba kernels for decode) is always installed
+# here. constraints.txt pins the versions the suite was tested with.
 PYTHON ?= python3
 VENV := .venv
 TORCH ?= torch==2.13.0
@@ -11,7 +12,7 @@ EXTRAS ?= test
 $(VENV)/.installed-$(EXTRAS): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -c constraints.txt "$(TORCH)" -e ".[$(EXTRAS)]"
+	$(VENV)/bin/pip install -q -c constraints.txt "$(TORCH)" -e ".[cpu,$(EXTRAS)]"
 	@bash scripts/install-sandbox.sh
 	@touch $@
 

@@ -74,6 +74,7 @@ def _fast_vs_full_forward(model, steps: int = 10, *, shift_positions: int = 0, d
                         **{hf.cache_keyword(model): cache}, use_cache=True, logits_to_keep=1).logits[:, -1]
         worst = (prefill - full[:, P - 1]).abs().max().item()
         fast = fast_qwen3.FastDecoder(model, rows=B)
+        assert (fast.kernels is not None) == (fast_qwen3.CPU_KERNELS and model.dtype == torch.float32)
         cos, sin = fast.rope_tables(pos[:, P:] + shift_positions)
         step_mask = hf._decode_mask(model, mask[:, :P], steps, bool_4d=True)
         keys, values = [lay._k for lay in cache.layers], [lay._v for lay in cache.layers]
@@ -85,15 +86,24 @@ def _fast_vs_full_forward(model, steps: int = 10, *, shift_positions: int = 0, d
     return worst
 
 
+@pytest.fixture(params=["kernels", "torch-ops"])
+def small_ops(request, monkeypatch):
+    """The decode step's norms, RoPE and cache writes as numba kernels (rollout/cpu_kernels.py) or as torch ops."""
+    if request.param == "kernels":
+        pytest.importorskip("numba")
+    monkeypatch.setattr(fast_qwen3, "CPU_KERNELS", request.param == "kernels")
+    return request.param
+
+
 @pytest.mark.parametrize("name", list(MODELS))
-def test_step_logits_equal_full_forward(name):
+def test_step_logits_equal_full_forward(name, small_ops):
     model = MODELS[name]
     assert fast_qwen3.supports(model)
     assert _fast_vs_full_forward(model) < 1e-4
 
 
 @pytest.mark.parametrize("mutation", [dict(shift_positions=1), dict(drop_mask=True)])
-def test_comparison_catches_wrong_positions_or_mask(mutation):
+def test_comparison_catches_wrong_positions_or_mask(mutation, small_ops):
     """The check above is sensitive: a RoPE position off by one, or no padding mask, breaks it."""
     assert _fast_vs_full_forward(MODELS["qwen3-testbed"], **mutation) > 1e-2
 
@@ -105,6 +115,53 @@ def test_bf16_close_to_stock_bf16():
     # bf16 full forward vs incremental decode differ by bf16 rounding (~1e-2 relative), not by a wrong function
     # (a wrong position or mask gives errors of order 1, see the mutation test)
     assert _fast_vs_full_forward(model) < 0.1
+
+
+def test_kernels_compute_the_torch_ops():
+    """Each kernel against the torch ops it replaces, on hand-built arrays: a residual add + RMSNorm, and a
+    layer's q/k RMSNorm + RoPE + cache write, with and without q/k norm weights."""
+    kernels = pytest.importorskip("rolecast.rollout.cpu_kernels")
+    g = torch.Generator().manual_seed(0)
+    B, H, Hk, d, cap, n, eps = 3, 4, 2, 8, 6, 4, 1e-6
+    x, delta, w = torch.randn(B, 16, generator=g), torch.randn(B, 16, generator=g), torch.randn(16, generator=g)
+    out = torch.empty(B, 16)
+    kernels.rms_norm(x.numpy(), w.numpy(), eps, out.numpy())
+    torch.testing.assert_close(out, w * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+    expect_x = x + delta
+    kernels.add_rms_norm(x.numpy(), delta.numpy(), w.numpy(), eps, out.numpy())
+    torch.testing.assert_close(x, expect_x)  # the residual stream, updated in place
+    torch.testing.assert_close(out, w * expect_x * torch.rsqrt(expect_x.pow(2).mean(-1, keepdim=True) + eps))
+
+    qkv = torch.randn(B, H + 2 * Hk, d, generator=g)
+    angle = torch.randn(B, 1, d // 2, generator=g)
+    cos, sin = torch.cat([angle.cos()] * 2, -1), torch.cat([angle.sin()] * 2, -1)
+    signed_sin = torch.cat([-sin[..., :d // 2], sin[..., d // 2:]], -1)
+    rotate_half = lambda t: torch.cat([-t[..., d // 2:], t[..., :d // 2]], -1)  # noqa: E731 (modeling_qwen3's)
+    for qk_w in (torch.randn(H + Hk, d, generator=g), torch.empty(0, d)):
+        K, V = torch.zeros(B, Hk, cap, d), torch.zeros(B, Hk, cap, d)
+        q = torch.empty(B, H, d)
+        kernels.qk_norm_rope_store(qkv.numpy(), qk_w.numpy(), cos.numpy(), signed_sin.numpy(), eps, q.numpy(),
+                                   K.numpy(), V.numpy(), n)
+        qk = qkv[:, :H + Hk]
+        if len(qk_w):
+            qk = qk_w * qk * torch.rsqrt(qk.pow(2).mean(-1, keepdim=True) + eps)
+        rotated = qk * cos + rotate_half(qk) * sin
+        torch.testing.assert_close(q, rotated[:, :H])
+        torch.testing.assert_close(K[:, :, n], rotated[:, H:])
+        torch.testing.assert_close(V[:, :, n], qkv[:, H + Hk:])
+        assert not K[:, :, :n].any() and not V[:, :, n + 1:].any()  # only index n is written
+
+
+def test_kernels_only_for_fp32_on_cpu(monkeypatch):
+    pytest.importorskip("numba")
+    model = MODELS["qwen3-tiny"]
+    assert fast_qwen3.FastDecoder(model, rows=2).kernels is not None
+    monkeypatch.setattr(fast_qwen3, "CPU_KERNELS", False)
+    assert fast_qwen3.FastDecoder(model, rows=2).kernels is None
+    monkeypatch.setattr(fast_qwen3, "CPU_KERNELS", True)
+    bf16 = _qwen3(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+                  intermediate_size=64).to(torch.bfloat16)
+    assert fast_qwen3.FastDecoder(bf16, rows=2).kernels is None
 
 
 def test_lora_is_merged_and_other_peft_variants_are_not_supported(tiny_model_dir):
@@ -180,7 +237,8 @@ def test_backend_fast_equals_stock(request, which, temperature, ignore_eos):
     assert len({len(g.prompt_ids) for g in fast}) > 2  # really left-padded
     for a, b in zip(stock, fast):
         assert a.completion_ids == b.completion_ids and a.finish_reason == b.finish_reason
-        torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), rtol=0, atol=1e-5)
+        # fp32 summation order (packed projections, kernel norms, SDPA's GQA mode): ~1e-6 relative on log-probs
+        torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), rtol=1e-5, atol=1e-5)
     if temperature > 0:  # a different seed samples something else: the equality above is not vacuous
         other = _generate(ps, tok, fast=True, temperature=temperature, seed=1, ignore_eos=ignore_eos)
         assert [g.completion_ids for g in other] != [g.completion_ids for g in fast]
@@ -249,10 +307,14 @@ def test_distinct_rows():
     assert distinct_rows(["a", "b", "a", "c", "b"]) == ([0, 1, 3], [0, 1, 0, 2, 1])
 
 
-def test_projections_are_prepacked_where_onednn_is_available():
-    """The fp32 projections use oneDNN's prepacked weights when torch has oneDNN (x86 / arm64 builds), and
-    compute what F.linear computes, for the batch size they were packed for and any other."""
-    model = MODELS["qwen2-bias"]
+def test_projections_are_prepacked_where_onednn_is_available(monkeypatch):
+    """The fp32 projections of at least PACK_MIN_ELEMENTS use oneDNN's prepacked weights when torch has oneDNN
+    (x86 / arm64 builds), and compute what F.linear computes, for the batch size they were packed for and any
+    other; smaller ones use F.linear."""
+    model = MODELS["qwen2-bias"]  # hidden 64: every weight under the default threshold
+    assert all(p.packed is None for layer in fast_qwen3.FastDecoder(model, rows=6).layers for p in layer
+               if isinstance(p, fast_qwen3._Linear))
+    monkeypatch.setattr(fast_qwen3, "PACK_MIN_ELEMENTS", 0)
     fast = fast_qwen3.FastDecoder(model, rows=6)
     linears = [fast.lm_head] + [p for layer in fast.layers for p in layer if isinstance(p, fast_qwen3._Linear)]
     assert len(linears) == 1 + 4 * len(fast.layers)

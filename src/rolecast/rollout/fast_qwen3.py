@@ -5,8 +5,12 @@ module calls and hooks, decorators, output dataclasses, mask and cache bookkeepi
 per layer that a single-token step does not need. `FastDecoder.step` computes the same function as
 `Qwen3ForCausalLM.forward` for one new token per row (read from the model's own weights, no copies
 except the fused projections below) with far fewer ops: per layer, two fused projections (q|k|v and
-gate|up), one RMSNorm over q and k together, RoPE on q and k together, one SDPA call with the query heads
-grouped per KV head (no K/V repeat), and the output / down projections.
+gate|up), one RMSNorm over q and k together, RoPE on q and k together, one SDPA call in grouped-query mode (no K/V
+repeat), and the output / down projections.
+
+On CPU in fp32 with numba installed, the residual adds, RMSNorms, RoPE and cache writes run as three fused
+kernels per layer (`cpu_kernels`), the projections and SDPA stay torch ops; without numba every op is a
+torch op.
 
 Prefill stays on the stock forward (one call per batch); it fills the preallocated KV cache of
 `rollout.hf` whose buffers the steps here extend in place. A PEFT model with plain LoRA adapters decodes here
@@ -99,16 +103,24 @@ def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor
     return weight * x.to(dtype)
 
 
+# Measured on the testbed shape, 16 rows (docs/benchmarks.md): packed vs F.linear per call 52 vs 32 us for q|k|v
+# (320 x 192), 37 vs 18 us for o (192 x 192), 109 vs 129 us for gate|up (1536 x 192), 137 vs 157 us for a
+# 2048-token head.
+PACK_MIN_ELEMENTS = 1 << 17
+
+
 class _Linear:
-    """y = x W^T + b for one projection of a decode step. In fp32 with oneDNN available, W is reordered once
-    into oneDNN's blocked layout for the decode batch (what torch.compile's CPU freezing does): the small
-    [rows x hidden] matmuls of a decode step then skip re-packing the weight every call, ~15% of a decode step
-    on the 2-core dev machine (docs/benchmarks.md). Elsewhere, or where packing fails, F.linear."""
+    """y = x W^T + b for one projection of a decode step. In fp32 with oneDNN available, a weight of at least
+    PACK_MIN_ELEMENTS is reordered once into oneDNN's blocked layout for the decode batch (what torch.compile's
+    CPU freezing does): the small [rows x hidden] matmuls of a decode step then skip re-packing the weight every
+    call, ~15% of a decode step on the 2-core dev machine (docs/benchmarks.md). Smaller weights (the testbed's
+    q|k|v and o projections) were faster through F.linear, whose fixed cost per call is lower. Elsewhere, or
+    where packing fails, F.linear."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, rows: int):
         self.weight, self.bias, self.packed = weight, bias, None
         ops = _packed_ops()
-        if weight.dtype == torch.float32 and ops is not None:
+        if weight.dtype == torch.float32 and ops is not None and weight.numel() >= PACK_MIN_ELEMENTS:
             try:
                 self.packed, self.packed_linear = ops[0](weight, batch_size=rows), ops[1]
             except RuntimeError:
@@ -138,6 +150,20 @@ def _packed_ops():
     return None
 
 
+# Module-level switch (tests, debugging): False keeps every small op of a decode step a torch op.
+CPU_KERNELS = True
+
+
+@functools.cache
+def cpu_kernels():
+    """rollout.cpu_kernels, or None where numba is not installed."""
+    try:
+        from . import cpu_kernels as kernels
+    except ImportError:
+        return None
+    return kernels
+
+
 def _fused(*modules: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
     """One projection computing several at once: their weights (and biases, zero where absent) stacked."""
     projections = [_projection(m) for m in modules]
@@ -158,13 +184,15 @@ class FastDecoder:
         model = model.get_base_model() if hasattr(model, "get_base_model") else model
         cfg, inner = model.config, model.model
         self.model = model
+        weight = inner.embed_tokens.weight
+        cpu_fp32 = weight.dtype == torch.float32 and weight.device.type == "cpu"
+        self.kernels = cpu_kernels() if CPU_KERNELS and cpu_fp32 else None
         self.eps = cfg.rms_norm_eps
         self.n_heads, self.n_kv = cfg.num_attention_heads, cfg.num_key_value_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-        self.groups = self.n_heads // self.n_kv
         self.scaling = inner.layers[0].self_attn.scaling
         self.embed = inner.embed_tokens.weight
-        self.norm = inner.norm.weight
+        self.norm = self._norm_weight(inner.norm.weight)
         self.lm_head = _Linear(*_projection(model.lm_head), rows)  # tied or not, as the module has it
         self.layers = []
         for layer in inner.layers:
@@ -173,11 +201,13 @@ class FastDecoder:
             if hasattr(a, "q_norm"):
                 # one RMSNorm over [q heads | k heads]: a per-head weight row for every head
                 qk_norm = torch.cat([a.q_norm.weight.expand(self.n_heads, -1), a.k_norm.weight.expand(self.n_kv, -1)])
+            if self.kernels is not None:  # the kernel's "no q/k norm" is an empty weight
+                qk_norm = (qk_norm if qk_norm is not None else weight.new_empty(0, self.head_dim)).detach().numpy()
             self.layers.append((
-                layer.input_layernorm.weight,
+                self._norm_weight(layer.input_layernorm.weight),
                 _Linear(*_fused(a.q_proj, a.k_proj, a.v_proj), rows),
                 qk_norm, _Linear(*_projection(a.o_proj), rows),
-                layer.post_attention_layernorm.weight,
+                self._norm_weight(layer.post_attention_layernorm.weight),
                 _Linear(*_fused(m.gate_proj, m.up_proj), rows),
                 _Linear(*_projection(m.down_proj), rows),
             ))
@@ -201,22 +231,49 @@ class FastDecoder:
         [B, 1, head_dim]). `keys`/`values` per layer: [B, kv_heads, capacity, head_dim], filled for [0, n);
         this writes index n. `mask`: None or bool [B, 1, 1, n + 1] (True = attend), for left padding."""
         B, H, Hk, d = tokens.shape[0], self.n_heads, self.n_kv, self.head_dim
-        half = d // 2
-        x = F.embedding(tokens, self.embed)  # [B, hidden]
+        x = F.embedding(tokens, self.embed)  # [B, hidden]: the residual stream
+        out = None  # the last sublayer's output, not yet added to x
         for (ln1, qkv_proj, qk_norm, o_proj, ln2, gate_up, down), K, V in zip(self.layers, keys, values):
-            h = _rms_norm(x, ln1, self.eps)
-            qkv = qkv_proj(h).view(B, H + 2 * Hk, d)
-            qk, v = qkv[:, :H + Hk], qkv[:, H + Hk:]
-            if qk_norm is not None:
-                qk = _rms_norm(qk, qk_norm, self.eps)
-            # RoPE: x * cos + rotate_half(x) * sin, with rotate_half(x) * sin == flip(halves of x) * signed sin
-            qk = qk * cos + qk.view(B, H + Hk, 2, half).flip(2).view(B, H + Hk, d) * sin
-            K[:, :, n] = qk[:, H:]
-            V[:, :, n] = v
-            # the H query heads grouped per KV head ([B, Hk, groups, d]): one query row per head, no K/V repeat
-            attn = F.scaled_dot_product_attention(qk[:, :H].reshape(B, Hk, self.groups, d), K[:, :, :n + 1],
-                                                  V[:, :, :n + 1], attn_mask=mask, scale=self.scaling)
-            x = x + o_proj(attn.reshape(B, H * d))
-            gate, up = gate_up(_rms_norm(x, ln2, self.eps)).chunk(2, dim=-1)
-            x = x + down(F.silu(gate) * up)
-        return self.lm_head(_rms_norm(x, self.norm, self.eps))
+            x, h = self._add_norm(x, out, ln1)
+            q = self._qk_rope_store(qkv_proj(h).view(B, H + 2 * Hk, d), qk_norm, cos, sin, K, V, n)
+            # SDPA's grouped-query mode: each KV head serves its query heads without a K/V repeat
+            attn = F.scaled_dot_product_attention(q.view(B, H, 1, d), K[:, :, :n + 1], V[:, :, :n + 1],
+                                                  attn_mask=mask, scale=self.scaling, enable_gqa=True)
+            x, h = self._add_norm(x, o_proj(attn.reshape(B, H * d)), ln2)
+            gate, up = gate_up(h).chunk(2, dim=-1)
+            out = down(F.silu(gate) * up)
+        return self.lm_head(self._add_norm(x, out, self.norm)[1])
+
+    def _norm_weight(self, weight: torch.Tensor):
+        return weight.detach().numpy() if self.kernels is not None else weight
+
+    def _add_norm(self, x: torch.Tensor, delta: torch.Tensor | None, weight) -> tuple[torch.Tensor, torch.Tensor]:
+        """(x + delta, rms_norm(x + delta) * weight); with the kernels x is updated in place (a step's own tensor)."""
+        if self.kernels is None:
+            x = x if delta is None else x + delta
+            return x, _rms_norm(x, weight, self.eps)
+        h = torch.empty_like(x)
+        if delta is None:
+            self.kernels.rms_norm(x.numpy(), weight, self.eps, h.numpy())
+        else:
+            self.kernels.add_rms_norm(x.numpy(), delta.numpy(), weight, self.eps, h.numpy())
+        return x, h
+
+    def _qk_rope_store(self, qkv: torch.Tensor, qk_norm, cos: torch.Tensor, sin: torch.Tensor, K: torch.Tensor,
+                       V: torch.Tensor, n: int) -> torch.Tensor:
+        """Queries [B, H, d] after the q/k RMSNorm and RoPE; the new key (normed, rotated) and value are written
+        to cache index n."""
+        B, H, Hk, d = qkv.shape[0], self.n_heads, self.n_kv, self.head_dim
+        if self.kernels is not None:
+            q = qkv.new_empty(B, H, d)
+            self.kernels.qk_norm_rope_store(qkv.numpy(), qk_norm, cos.numpy(), sin.numpy(), self.eps, q.numpy(),
+                                            K.numpy(), V.numpy(), n)
+            return q
+        qk, v = qkv[:, :H + Hk], qkv[:, H + Hk:]
+        if qk_norm is not None:
+            qk = _rms_norm(qk, qk_norm, self.eps)
+        # RoPE: x * cos + rotate_half(x) * sin, with rotate_half(x) * sin == flip(halves of x) * signed sin
+        qk = qk * cos + qk.view(B, H + Hk, 2, d // 2).flip(2).view(B, H + Hk, d) * sin
+        K[:, :, n] = qk[:, H:]
+        V[:, :, n] = v
+        return qk[:, :H]
