@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from rolecast.policies import PolicySet, load_tokenizer
-from rolecast.rollout import fast_qwen3, hf
+from rolecast.rollout import cpu_kernels, fast_qwen3, hf
 from rolecast.rollout.engine import GenRequest
 from rolecast.rollout.hf import HFBackend
 
@@ -74,7 +74,7 @@ def _fast_vs_full_forward(model, steps: int = 10, *, shift_positions: int = 0, d
                         **{hf.cache_keyword(model): cache}, use_cache=True, logits_to_keep=1).logits[:, -1]
         worst = (prefill - full[:, P - 1]).abs().max().item()
         fast = fast_qwen3.FastDecoder(model, rows=B)
-        assert (fast.kernels is not None) == (fast_qwen3.CPU_KERNELS and model.dtype == torch.float32)
+        assert (fast.kernels is not None) == (cpu_kernels.ENABLED and model.dtype == torch.float32)
         cos, sin = fast.rope_tables(pos[:, P:] + shift_positions)
         step_mask = hf._decode_mask(model, mask[:, :P], steps, bool_4d=True)
         keys, values = [lay._k for lay in cache.layers], [lay._v for lay in cache.layers]
@@ -91,7 +91,7 @@ def small_ops(request, monkeypatch):
     """The decode step's norms, RoPE and cache writes as numba kernels (rollout/cpu_kernels.py) or as torch ops."""
     if request.param == "kernels":
         pytest.importorskip("numba")
-    monkeypatch.setattr(fast_qwen3, "CPU_KERNELS", request.param == "kernels")
+    monkeypatch.setattr(cpu_kernels, "ENABLED", request.param == "kernels")
     return request.param
 
 
@@ -120,7 +120,7 @@ def test_bf16_close_to_stock_bf16():
 def test_kernels_compute_the_torch_ops():
     """Each kernel against the torch ops it replaces, on hand-built arrays: a residual add + RMSNorm, and a
     layer's q/k RMSNorm + RoPE + cache write, with and without q/k norm weights."""
-    kernels = pytest.importorskip("rolecast.rollout.cpu_kernels")
+    kernels = pytest.importorskip("rolecast.rollout._numba_kernels")
     g = torch.Generator().manual_seed(0)
     B, H, Hk, d, cap, n, eps = 3, 4, 2, 8, 6, 4, 1e-6
     x, delta, w = torch.randn(B, 16, generator=g), torch.randn(B, 16, generator=g), torch.randn(16, generator=g)
@@ -156,9 +156,9 @@ def test_kernels_only_for_fp32_on_cpu(monkeypatch):
     pytest.importorskip("numba")
     model = MODELS["qwen3-tiny"]
     assert fast_qwen3.FastDecoder(model, rows=2).kernels is not None
-    monkeypatch.setattr(fast_qwen3, "CPU_KERNELS", False)
+    monkeypatch.setattr(cpu_kernels, "ENABLED", False)
     assert fast_qwen3.FastDecoder(model, rows=2).kernels is None
-    monkeypatch.setattr(fast_qwen3, "CPU_KERNELS", True)
+    monkeypatch.setattr(cpu_kernels, "ENABLED", True)
     bf16 = _qwen3(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, head_dim=16,
                   intermediate_size=64).to(torch.bfloat16)
     assert fast_qwen3.FastDecoder(bf16, rows=2).kernels is None

@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from rolecast.rollout import cpu_kernels
 from rolecast.rollout.sampler import _inverse_cdf, sample_tokens
 
 N = 200_000
@@ -14,6 +15,16 @@ LOGITS6 = torch.tensor([0.5, -1.0, 2.0, 0.0, 1.0, -3.0])
 # Upper 1e-4 tail of chi-square with 5 degrees of freedom: a correct sampler fails with prob 1e-4 for a
 # random seed, and the seeds here are fixed; an off-by-one or wrong temperature gives statistics in the 1000s.
 CHI2_DF5_P1E4 = 25.74
+
+
+@pytest.fixture(autouse=True, params=["kernel", "torch-ops"])
+def search(request, monkeypatch):
+    """Every test runs with the running sum and search as the numba kernel (rollout/cpu_kernels.py) and as
+    torch ops."""
+    if request.param == "kernel":
+        pytest.importorskip("numba")
+    monkeypatch.setattr(cpu_kernels, "ENABLED", request.param == "kernel")
+    return request.param
 
 
 def _chi2(tokens: torch.Tensor, probs: torch.Tensor) -> float:
@@ -101,3 +112,20 @@ def test_top_p_samples_renormalised_nucleus() -> None:
     # a tiny top_p keeps just the argmax, logprob 0
     tokens, logprobs = sample_tokens(logits[:10], 1.0, None, top_p=1e-6)
     assert tokens.tolist() == [1] * 10 and torch.allclose(logprobs, torch.zeros(10))
+
+
+def test_kernel_draws_what_the_torch_ops_draw(monkeypatch) -> None:
+    """Same tokens and float64 totals from both paths, for random weights with zeros and uniforms at the edges."""
+    pytest.importorskip("numba")
+    g = torch.Generator().manual_seed(0)
+    w = torch.rand(64, 3000, generator=g) ** 4
+    w[w < 0.05] = 0.0
+    u = torch.rand(64, 1, generator=g, dtype=torch.float64)
+    u[:3, 0] = torch.tensor([0.0, 1.0, 1.0 - 1e-17])
+    out = {}
+    for enabled in (True, False):
+        monkeypatch.setattr(cpu_kernels, "ENABLED", enabled)
+        out[enabled] = _inverse_cdf(w, u)
+    assert torch.equal(out[True][0], out[False][0])
+    assert torch.equal(out[True][1], out[False][1])
+    assert (w.gather(1, out[True][0][:, None]) > 0).all()

@@ -34,6 +34,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import cpu_kernels
+
 # Architectures with exactly this layer: Qwen3 has q/k RMSNorm per head, Qwen2 and Llama do not (biases,
 # where a config has them, are handled generically).
 ARCHITECTURES = ("Qwen3ForCausalLM", "Qwen2ForCausalLM", "LlamaForCausalLM")
@@ -150,20 +152,6 @@ def _packed_ops():
     return None
 
 
-# Module-level switch (tests, debugging): False keeps every small op of a decode step a torch op.
-CPU_KERNELS = True
-
-
-@functools.cache
-def cpu_kernels():
-    """rollout.cpu_kernels, or None where numba is not installed."""
-    try:
-        from . import cpu_kernels as kernels
-    except ImportError:
-        return None
-    return kernels
-
-
 def _fused(*modules: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
     """One projection computing several at once: their weights (and biases, zero where absent) stacked."""
     projections = [_projection(m) for m in modules]
@@ -186,7 +174,7 @@ class FastDecoder:
         self.model = model
         weight = inner.embed_tokens.weight
         cpu_fp32 = weight.dtype == torch.float32 and weight.device.type == "cpu"
-        self.kernels = cpu_kernels() if CPU_KERNELS and cpu_fp32 else None
+        self.kernels = cpu_kernels.load() if cpu_fp32 else None
         self.eps = cfg.rms_norm_eps
         self.n_heads, self.n_kv = cfg.num_attention_heads, cfg.num_key_value_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads

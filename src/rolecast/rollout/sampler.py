@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import torch
 
+from . import cpu_kernels
+
 
 def _draw(weights: torch.Tensor, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
     u = torch.rand(weights.shape[0], 1, generator=generator, dtype=torch.float64, device=weights.device)
@@ -24,6 +26,13 @@ def _draw(weights: torch.Tensor, generator: torch.Generator | None) -> tuple[tor
 def _inverse_cdf(weights: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Index per row of non-negative, unnormalised `weights [B, V]` for uniforms `u [B, 1]` in [0, 1];
     also returns the row totals (float64)."""
+    kernels = cpu_kernels.load()
+    if kernels is not None and weights.device.type == "cpu" and weights.dtype == torch.float32:
+        # the same running sum, target and search in one pass per row (cpu_kernels; same tokens and totals)
+        tokens = torch.empty(weights.shape[0], dtype=torch.long)
+        totals = torch.empty(weights.shape[0], dtype=torch.float64)
+        kernels.inverse_cdf(weights.contiguous().numpy(), u.numpy(), tokens.numpy(), totals.numpy())
+        return tokens, totals
     cdf = weights.double().cumsum_(-1)
     total = cdf[:, -1:]
     # Keep the target strictly below the last cdf value even if u * total rounds up to it; then
