@@ -22,9 +22,10 @@ Equal work on both sides (checked and printed):
 - OpenMP's default wait policy (what users get); --omp-passive sets OMP_WAIT_POLICY=PASSIVE (see below).
 
 Then, in the same process, rolecast's decode alone: HFBackend with the fast decode path (rollout/fast_qwen3.py,
-the default) vs the stock transformers forward per token (fast=False), alternating, same 16 requests and
-length, outputs checked identical (`--decode-reps 0` skips it; `--stock-decode` runs the GRPO steps with the
-stock forward, i.e. rolecast before the fast path).
+the default), the same path with its numba kernels off (rollout/cpu_kernels.py; torch ops only) and the stock
+transformers forward per token (fast=False), alternating, same 16 requests and length, outputs checked
+identical (`--decode-reps 0` skips it; `--stock-decode` runs the GRPO steps with the stock forward, i.e.
+rolecast before the fast path; `--no-cpu-kernels` runs them without the kernels).
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import build_tiny_model, machine  # noqa: E402
+
+from rolecast.rollout import cpu_kernels  # noqa: E402
 
 PROMPT = "solve: {a} + {b} - {c}. Work it out step by step, check the result, and put the final answer in a box."
 
@@ -279,22 +282,34 @@ def decode_fast_vs_stock(model_dir: str, args) -> dict:
                 if "lora_B" in name:
                     p.copy_(torch.randn(p.shape, generator=g) * 0.02)
     reqs = [GenRequest("p", chat_messages(t)) for t in problems()[:args.prompts] for _ in range(args.group)]
-    times: dict[bool, list[float]] = {True: [], False: []}
-    outs: dict[bool, list] = {}
-    for rep in range(args.decode_reps + 1):  # the first round warms up
-        for fast in (True, False):
-            backend = HFBackend(policies, tok, max_new_tokens=args.completion_len, temperature=1.0, top_p=1.0,
-                                seed=rep, ignore_eos=True, fast=fast, decode_threads=args.decode_threads)
-            t0 = time.perf_counter()
-            gens = backend.generate(reqs)
-            if rep:
-                times[fast].append(time.perf_counter() - t0)
-            outs[fast] = [(g.completion_ids, g.logprobs) for g in gens]
-        same = [a[0] for a in outs[True]] == [b[0] for b in outs[False]]
-        lp = max(abs(x - y) for a, b in zip(outs[True], outs[False]) for x, y in zip(a[1], b[1]))
-        if not same or lp > (1e-4 if args.decode_lora else 1e-5):  # merged LoRA rounds differently
-            raise SystemExit(f"fast and stock decode differ (tokens identical: {same}, max log-prob diff {lp:.2e})")
-    return {"fast": statistics.median(times[True]), "stock": statistics.median(times[False])}
+    # (name, fast path, numba kernels): the kernels variant only where numba is installed
+    variants = [("fast", True, True), ("fast, torch ops", True, False), ("stock", False, False)]
+    if cpu_kernels.load() is None:
+        variants = variants[1:]
+    times: dict[str, list[float]] = {name: [] for name, _, _ in variants}
+    outs: dict[str, list] = {}
+    try:
+        for rep in range(args.decode_reps + 1):  # the first round warms up
+            for name, fast, kernels in variants:
+                cpu_kernels.ENABLED = kernels
+                backend = HFBackend(policies, tok, max_new_tokens=args.completion_len, temperature=1.0, top_p=1.0,
+                                    seed=rep, ignore_eos=True, fast=fast, decode_threads=args.decode_threads)
+                t0 = time.perf_counter()
+                gens = backend.generate(reqs)
+                if rep:
+                    times[name].append(time.perf_counter() - t0)
+                outs[name] = [(g.completion_ids, g.logprobs) for g in gens]
+            for name, _, _ in variants[:-1]:
+                same = [a[0] for a in outs[name]] == [b[0] for b in outs["stock"]]
+                # relative: fp32 summation order differs (packed projections, kernels; merged LoRA rounds differently)
+                lp = max(abs(x - y) / max(1.0, abs(y)) for a, b in zip(outs[name], outs["stock"])
+                         for x, y in zip(a[1], b[1]))
+                if not same or lp > (1e-4 if args.decode_lora else 1e-5):
+                    raise SystemExit(f"{name} and stock decode differ (tokens identical: {same}, max relative log-prob "
+                                     f"diff {lp:.2e})")
+    finally:
+        cpu_kernels.ENABLED = True
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def main(argv=None) -> int:
@@ -319,12 +334,16 @@ def main(argv=None) -> int:
                     default=None,
                     help="rolecast's threads while generating: all (= --threads, like TRL; rolecast's default), N, "
                          "or auto (one thread for small decode steps)")
+    ap.add_argument("--no-cpu-kernels", action="store_true",
+                    help="rolecast without the numba decode kernels (rollout/cpu_kernels.py): torch ops only")
     ap.add_argument("--decode-reps", type=int, default=3, help="timed rounds of the fast vs stock decode comparison")
     args = ap.parse_args(argv)
     if args.warmup < 1:
         ap.error("--warmup must be >= 1 (TRL's first step time is measured from the end of the warm-up step)")
     args.steps = args.steps or (4 if args.vocab == "tiny" else 2)
     torch.set_num_threads(args.threads)
+    if args.no_cpu_kernels:
+        cpu_kernels.ENABLED = False
     import logging
     import warnings
 
@@ -380,14 +399,14 @@ def main(argv=None) -> int:
             print(f"rolecast split (median): rollout {statistics.median(r['rollout_s']):.2f} s, "
                   f"score+advantages+update {statistics.median(r['update_s']):.2f} s"
                   f"{' (stock decode)' if args.stock_decode else ''}"
+                  f"{' (no numba kernels)' if args.no_cpu_kernels else ''}"
                   f"{f' (decode on {args.decode_threads} thread(s))' if args.decode_threads else ''}")
     if decode:
         print(f"rolecast HFBackend decode{' (LoRA policy)' if args.decode_lora else ''} on "
-              f"{args.decode_threads or args.threads} thread(s), "
-              f"{args.prompts * args.group} x {args.completion_len} tokens (median of "
-              f"{args.decode_reps}, identical outputs): fast {decode['fast']:.2f} s ({n_tok / decode['fast']:,.0f} "
-              f"tok/s) vs stock forward {decode['stock']:.2f} s ({n_tok / decode['stock']:,.0f} tok/s): "
-              f"{decode['stock'] / decode['fast']:.2f}x")
+              f"{args.decode_threads or args.threads} thread(s), {args.prompts * args.group} x {args.completion_len} "
+              f"tokens (median of {args.decode_reps}, same tokens as the stock forward):")
+        for name, sec in decode.items():
+            print(f"  {name}: {sec:.2f} s ({n_tok / sec:,.0f} tok/s), {decode['stock'] / sec:.2f}x the stock forward")
     return 0
 
 

@@ -5,7 +5,8 @@ around them. Each RMSNorm alone is seven tensor ops (cast, square, mean, add, rs
 every op pays ~5-15 us of dispatch and allocation for a few thousand floats. `fast_qwen3.FastDecoder` calls
 kernels instead: one pass per residual add + RMSNorm, and one pass for the q/k RMSNorm, RoPE and the K/V cache
 write of a layer; the sampler's float64 running sum and search are one pass per row. Measured on the 2-core
-dev CPU (docs/benchmarks.md): a 16 x 192-token decode of the testbed-shaped model 1.08 -> 0.82 s.
+dev CPU (docs/benchmarks.md): `HFBackend` decoding 16 x 192 tokens of the testbed-shaped model took
+0.93-1.02 s with the kernels, 1.07-1.20 s without.
 
 Exactness: RMSNorm is the same fp32 arithmetic as modeling_qwen3.py in a different summation order (squares
 summed sequentially; torch sums them in vectorised blocks), so outputs differ by ~1e-7 relative; RoPE's
