@@ -74,7 +74,7 @@ def _fast_vs_full_forward(model, steps: int = 10, *, shift_positions: int = 0, d
                         **{hf.cache_keyword(model): cache}, use_cache=True, logits_to_keep=1).logits[:, -1]
         worst = (prefill - full[:, P - 1]).abs().max().item()
         fast = fast_qwen3.FastDecoder(model, rows=B)
-        assert (fast.kernels is not None) == (cpu_kernels.ENABLED and model.dtype == torch.float32)
+        assert (fast.kernels is not None) == (cpu_kernels.load() is not None and model.dtype == torch.float32)
         cos, sin = fast.rope_tables(pos[:, P:] + shift_positions)
         step_mask = hf._decode_mask(model, mask[:, :P], steps, bool_4d=True)
         keys, values = [lay._k for lay in cache.layers], [lay._v for lay in cache.layers]
@@ -150,6 +150,19 @@ def test_kernels_compute_the_torch_ops():
         torch.testing.assert_close(K[:, :, n], rotated[:, H:])
         torch.testing.assert_close(V[:, :, n], qkv[:, H + Hk:])
         assert not K[:, :, :n].any() and not V[:, :, n + 1:].any()  # only index n is written
+
+
+def test_without_numba_the_torch_ops_run(monkeypatch):
+    import sys
+
+    import rolecast.rollout
+
+    monkeypatch.setitem(sys.modules, "rolecast.rollout._numba_kernels", None)  # import fails as without numba
+    monkeypatch.delattr(rolecast.rollout, "_numba_kernels", raising=False)
+    monkeypatch.setattr(cpu_kernels, "_import", cpu_kernels._import.__wrapped__)  # no cached module
+    assert cpu_kernels.load() is None
+    assert fast_qwen3.FastDecoder(MODELS["qwen3-tiny"], rows=2).kernels is None
+    assert _fast_vs_full_forward(MODELS["qwen3-tiny"]) < 1e-4
 
 
 def test_kernels_only_for_fp32_on_cpu(monkeypatch):

@@ -20,6 +20,9 @@ decode batch's rows are a few thousand floats, less than a parallel region costs
 from __future__ import annotations
 
 import functools
+import logging
+
+log = logging.getLogger(__name__)
 
 # Module-level switch (tests, debugging): False keeps every op a torch op even where numba is installed.
 ENABLED = True
@@ -35,5 +38,8 @@ def _import():
     try:
         from . import _numba_kernels
     except ImportError:
+        return None
+    except Exception as e:  # e.g. numba installed but unusable here (no writable cache directory)
+        log.warning("numba kernels unavailable (%s: %s); decode steps use torch ops", type(e).__name__, e)
         return None
     return _numba_kernels

@@ -253,6 +253,8 @@ class FastDecoder:
         to cache index n."""
         B, H, Hk, d = qkv.shape[0], self.n_heads, self.n_kv, self.head_dim
         if self.kernels is not None:
+            if not 0 <= n < K.shape[2]:  # the kernel does not bounds-check its cache writes
+                raise IndexError(f"cache index {n} outside the KV cache's {K.shape[2]} positions")
             q = qkv.new_empty(B, H, d)
             self.kernels.qk_norm_rope_store(qkv.numpy(), qk_norm, cos.numpy(), sin.numpy(), self.eps, q.numpy(),
                                             K.numpy(), V.numpy(), n)
