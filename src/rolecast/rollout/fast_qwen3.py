@@ -5,8 +5,8 @@ module calls and hooks, decorators, output dataclasses, mask and cache bookkeepi
 per layer that a single-token step does not need. `FastDecoder.step` computes the same function as
 `Qwen3ForCausalLM.forward` for one new token per row (read from the model's own weights, no copies
 except the fused projections below) with far fewer ops: per layer, two fused projections (q|k|v and
-gate|up), one RMSNorm over q and k together, RoPE on q and k together, one SDPA call in grouped-query mode (no K/V
-repeat), and the output / down projections.
+gate|up), one RMSNorm over q and k together, RoPE on q and k together, one SDPA call in grouped-query mode
+(no K/V repeat), and the output / down projections.
 
 On CPU in fp32 with numba installed, the residual adds, RMSNorms, RoPE and cache writes run as three fused
 kernels per layer (`cpu_kernels`), the projections and SDPA stay torch ops; without numba every op is a
@@ -172,14 +172,13 @@ class FastDecoder:
         model = model.get_base_model() if hasattr(model, "get_base_model") else model
         cfg, inner = model.config, model.model
         self.model = model
-        weight = inner.embed_tokens.weight
-        cpu_fp32 = weight.dtype == torch.float32 and weight.device.type == "cpu"
+        self.embed = inner.embed_tokens.weight
+        cpu_fp32 = self.embed.dtype == torch.float32 and self.embed.device.type == "cpu"
         self.kernels = cpu_kernels.load() if cpu_fp32 else None
         self.eps = cfg.rms_norm_eps
         self.n_heads, self.n_kv = cfg.num_attention_heads, cfg.num_key_value_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         self.scaling = inner.layers[0].self_attn.scaling
-        self.embed = inner.embed_tokens.weight
         self.norm = self._norm_weight(inner.norm.weight)
         self.lm_head = _Linear(*_projection(model.lm_head), rows)  # tied or not, as the module has it
         self.layers = []
@@ -190,7 +189,7 @@ class FastDecoder:
                 # one RMSNorm over [q heads | k heads]: a per-head weight row for every head
                 qk_norm = torch.cat([a.q_norm.weight.expand(self.n_heads, -1), a.k_norm.weight.expand(self.n_kv, -1)])
             if self.kernels is not None:  # the kernel's "no q/k norm" is an empty weight
-                qk_norm = (qk_norm if qk_norm is not None else weight.new_empty(0, self.head_dim)).detach().numpy()
+                qk_norm = (qk_norm if qk_norm is not None else self.embed.new_empty(0, self.head_dim)).detach().numpy()
             self.layers.append((
                 self._norm_weight(layer.input_layernorm.weight),
                 _Linear(*_fused(a.q_proj, a.k_proj, a.v_proj), rows),
@@ -233,6 +232,7 @@ class FastDecoder:
         return self.lm_head(self._add_norm(x, out, self.norm)[1])
 
     def _norm_weight(self, weight: torch.Tensor):
+        """A norm weight as `_add_norm` takes it: a numpy view for the kernels, else the tensor."""
         return weight.detach().numpy() if self.kernels is not None else weight
 
     def _add_norm(self, x: torch.Tensor, delta: torch.Tensor | None, weight) -> tuple[torch.Tensor, torch.Tensor]:

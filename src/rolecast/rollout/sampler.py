@@ -31,7 +31,7 @@ def _inverse_cdf(weights: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor, 
         # the same running sum, target and search in one pass per row (cpu_kernels; same tokens and totals)
         tokens = torch.empty(weights.shape[0], dtype=torch.long)
         totals = torch.empty(weights.shape[0], dtype=torch.float64)
-        kernels.inverse_cdf(weights.contiguous().numpy(), u.numpy(), tokens.numpy(), totals.numpy())
+        kernels.inverse_cdf(weights.detach().contiguous().numpy(), u.numpy(), tokens.numpy(), totals.numpy())
         return tokens, totals
     cdf = weights.double().cumsum_(-1)
     total = cdf[:, -1:]
