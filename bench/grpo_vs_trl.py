@@ -284,6 +284,7 @@ def decode_fast_vs_stock(model_dir: str, args) -> dict:
     reqs = [GenRequest("p", chat_messages(t)) for t in problems()[:args.prompts] for _ in range(args.group)]
     # (name, fast path, numba kernels): the kernels variant only where numba is installed
     variants = [("fast", True, True), ("fast, torch ops", True, False), ("stock", False, False)]
+    enabled = cpu_kernels.ENABLED  # --no-cpu-kernels: off for the GRPO steps and, restored below, after this
     if cpu_kernels.load() is None:
         variants = variants[1:]
     times: dict[str, list[float]] = {name: [] for name, _, _ in variants}
@@ -308,7 +309,7 @@ def decode_fast_vs_stock(model_dir: str, args) -> dict:
                     raise SystemExit(f"{name} and stock decode differ (tokens identical: {same}, max relative log-prob "
                                      f"diff {lp:.2e})")
     finally:
-        cpu_kernels.ENABLED = True
+        cpu_kernels.ENABLED = enabled
     return {name: statistics.median(t) for name, t in times.items()}
 
 
