@@ -7,7 +7,7 @@ VENV := .venv
 TORCH ?= torch==2.13.0
 EXTRAS ?= test
 
-.PHONY: setup run test test-all bench clean
+.PHONY: setup run lint test test-all bench clean
 
 $(VENV)/.installed-$(EXTRAS): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,7 +21,11 @@ setup: $(VENV)/.installed-$(EXTRAS)
 run: setup
 	$(VENV)/bin/rolecast train
 
-test: setup
+# the lint and type gate: any finding fails `make test` (and so CI)
+lint: setup
+	$(VENV)/bin/ruff check src tests bench examples scripts
+
+test: lint
 	$(VENV)/bin/python -m pytest -q -m "not slow"
 
 test-all: setup

@@ -303,8 +303,8 @@ def decode_fast_vs_stock(model_dir: str, args) -> dict:
             for name, _, _ in variants[:-1]:
                 same = [a[0] for a in outs[name]] == [b[0] for b in outs["stock"]]
                 # relative: fp32 summation order differs (packed projections, kernels; merged LoRA rounds differently)
-                lp = max(abs(x - y) / max(1.0, abs(y)) for a, b in zip(outs[name], outs["stock"])
-                         for x, y in zip(a[1], b[1]))
+                lp = max(abs(x - y) / max(1.0, abs(y)) for a, b in zip(outs[name], outs["stock"], strict=True)
+                         for x, y in zip(a[1], b[1], strict=True))
                 if not same or lp > (1e-4 if args.decode_lora else 1e-5):
                     raise SystemExit(f"{name} and stock decode differ (tokens identical: {same}, max relative log-prob "
                                      f"diff {lp:.2e})")

@@ -248,7 +248,7 @@ def test_backend_fast_equals_stock(request, which, temperature, ignore_eos):
     stock = _generate(ps, tok, fast=False, temperature=temperature, ignore_eos=ignore_eos)
     fast = _generate(ps, tok, fast=True, temperature=temperature, ignore_eos=ignore_eos)
     assert len({len(g.prompt_ids) for g in fast}) > 2  # really left-padded
-    for a, b in zip(stock, fast):
+    for a, b in zip(stock, fast, strict=True):
         assert a.completion_ids == b.completion_ids and a.finish_reason == b.finish_reason
         # fp32 summation order (packed projections, kernel norms, SDPA's GQA mode): ~1e-6 relative on log-probs
         torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), rtol=1e-5, atol=1e-5)
@@ -308,7 +308,7 @@ def test_repeated_prompts_are_prefilled_once_with_the_same_outputs(testbed_shape
     finally:
         hook.remove()
     assert [s[0] for s in prefill_rows] == [6, 18]
-    for a, b in zip(outs[True], outs[False]):
+    for a, b in zip(outs[True], outs[False], strict=True):
         assert a.completion_ids == b.completion_ids
         torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), rtol=0, atol=1e-5)
     assert len({tuple(g.completion_ids) for g in outs[True]}) > 6  # rows of one prompt sample differently
@@ -353,7 +353,7 @@ def test_lora_adapters_decode_fast_with_the_stock_outputs(testbed_shape_dir, tem
     reqs = [GenRequest(pid, r.messages) for r in _requests() for pid in ("gen", "agg")]
     outs = {fast: _generate(ps, tok, fast=fast, temperature=temperature, requests=reqs, max_new_tokens=10,
                             ignore_eos=True) for fast in (True, False)}
-    for a, b in zip(outs[True], outs[False]):
+    for a, b in zip(outs[True], outs[False], strict=True):
         assert a.completion_ids == b.completion_ids
         # x (W + s B A)^T rounds differently from x W^T + s (x A^T) B^T: relative 1e-5 on log-probs of ~-4
         torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), rtol=1e-5, atol=1e-5)

@@ -124,7 +124,7 @@ def test_micro_batches_accumulate_to_full_batch(mode: str) -> None:
     total = sum(micro)
     micro_grads = torch.autograd.grad(total, list(model.parameters()))
     assert abs(total.item() - full.item()) < 1e-6
-    for g_full, g_micro in zip(full_grads, micro_grads):
+    for g_full, g_micro in zip(full_grads, micro_grads, strict=True):
         torch.testing.assert_close(g_micro, g_full, atol=1e-6, rtol=0)
     # the local-normaliser version is NOT equal (guards against the test passing vacuously)
     local = sum(loss_on(s, {}) for s in (slice(0, 2), slice(2, 5), slice(5, 7)))
@@ -179,7 +179,7 @@ def test_linear_logprobs_equal_autograd_through_log_softmax(scale, chunk, bias) 
     torch.testing.assert_close(lp, want_lp, rtol=0, atol=1e-10)
     torch.testing.assert_close(ent, want_ent.detach(), rtol=0, atol=1e-10)
     got_grads = torch.autograd.grad((lp * coeff).sum(), [h, w] + ([b] if bias else []))
-    for got, want in zip(got_grads, want_grads):
+    for got, want in zip(got_grads, want_grads, strict=True):
         torch.testing.assert_close(got, want, rtol=0, atol=1e-10)
     # float32 inputs give float32 outputs, close to the float64 reference
     lp32, _ = linear_logprobs(h.float(), w.float(), b.float() if bias else None, t, scale=scale, chunk_rows=chunk)

@@ -208,5 +208,5 @@ def test_every_reference_answer_matches_itself(data_dir):
     golds = _gold_answers(data_dir)
     assert len(golds) > 4000
     results = verify_in_process([(g, g) for g in golds])
-    bad = [(g, r) for g, r in zip(golds, results) if not r[0]]
+    bad = [(g, r) for g, r in zip(golds, results, strict=True) if not r[0]]
     assert bad == []

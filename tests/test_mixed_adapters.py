@@ -47,7 +47,7 @@ def test_mixed_batch_equals_one_pass_per_adapter(two_adapters, ignore_eos):
     mixed, mixed_stats = _generate(ps, tok, reqs, mixed=True, ignore_eos=ignore_eos)
     split, split_stats = _generate(ps, tok, reqs, mixed=False, ignore_eos=ignore_eos)
     assert mixed_stats.batches == [12] and sorted(split_stats.batches) == [6, 6]  # really one vs two passes
-    for i, (a, b) in enumerate(zip(mixed, split)):
+    for i, (a, b) in enumerate(zip(mixed, split, strict=True)):
         assert a.prompt_ids == b.prompt_ids
         assert a.completion_ids == b.completion_ids, f"request {i} ({reqs[i].policy_id})"
         assert a.finish_reason == b.finish_reason
@@ -83,7 +83,7 @@ def test_single_adapter_request_list_uses_set_adapter(two_adapters):
     base = HFBackend(ps, tok, max_new_tokens=12, temperature=0.0, seed=0)
     mixed = base._decode(ps.models["gen"], [base.encode(r.messages) for r in reqs], ["gen"] * len(reqs))
     plain, _ = _generate(ps, tok, reqs, mixed=True)
-    for a, b in zip(mixed, plain):
+    for a, b in zip(mixed, plain, strict=True):
         assert a.completion_ids == b.completion_ids
         torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), rtol=0, atol=1e-5)
 

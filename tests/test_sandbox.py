@@ -309,20 +309,20 @@ def test_all_humaneval_references_pass(pool, data_dir):
     texts = ["```python\n" + r["prompt"] + r["canonical_solution"] + "\n```" for r in rows]
     tests = [CodeTests.humaneval(r) for r in rows]
     scores = score_code_many(texts, tests, pool=pool, timeout_s=REF_TIMEOUT_S)
-    assert [r["task_id"] for r, s in zip(rows, scores) if s.reward != 1.0] == []
+    assert [r["task_id"] for r, s in zip(rows, scores, strict=True) if s.reward != 1.0] == []
     scores = score_code_many([r["canonical_solution"] for r in rows], tests, pool=pool, extract=False, timeout_s=REF_TIMEOUT_S)
-    assert [r["task_id"] for r, s in zip(rows, scores) if s.reward != 1.0] == []
+    assert [r["task_id"] for r, s in zip(rows, scores, strict=True) if s.reward != 1.0] == []
 
 
 def test_all_mbpp_references_pass(pool, data_dir):
     rows = _rows(data_dir / "mbpp/mbpp.jsonl")
     assert len(rows) == 974
     scores = score_code_many(["```python\n" + r["code"] + "\n```" for r in rows], [CodeTests.mbpp(r) for r in rows], pool=pool, timeout_s=REF_TIMEOUT_S)
-    assert [r["task_id"] for r, s in zip(rows, scores) if s.reward != 1.0] == []
+    assert [r["task_id"] for r, s in zip(rows, scores, strict=True) if s.reward != 1.0] == []
 
 
 def test_all_mbpp_sanitized_references_pass(pool, data_dir):
     rows = _rows(data_dir / "mbpp/sanitized-mbpp.jsonl")
     assert len(rows) == 427
     scores = score_code_many(["```python\n" + r["code"] + "\n```" for r in rows], [CodeTests.mbpp(r) for r in rows], pool=pool, timeout_s=REF_TIMEOUT_S)
-    assert [r["task_id"] for r, s in zip(rows, scores) if s.reward != 1.0] == []
+    assert [r["task_id"] for r, s in zip(rows, scores, strict=True) if s.reward != 1.0] == []

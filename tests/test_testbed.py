@@ -89,7 +89,8 @@ def test_code_scoring_through_sandbox(code):
     equivalent = code_program(p.answer.replace("x*", "(x+0)*"))
     wrong = code_program(T.near_misses(p)[0])
     # A lookup table of the shown examples fails the hidden inputs.
-    table = "```python\ndef f(x): return {%s}[x]\n```" % ", ".join(f"{x}: {y}" for x, y in p.meta["tests"][:3])
+    pairs = ", ".join(f"{x}: {y}" for x, y in p.meta["tests"][:3])
+    table = f"```python\ndef f(x): return {{{pairs}}}[x]\n```"
     texts = [right, equivalent, wrong, table, "```python\ndef f(x) return 1\n```", "no code at all"]
     scores = code.score_many([p] * len(texts), texts)
     assert [s.reward for s in scores] == [1.0, 1.0, 0.0, 0.0, 0.0, 0.0]
@@ -214,7 +215,7 @@ def test_shipped_solver_accuracy_leaves_room_for_rl(shipped, arith):
         for p in probs
     ]
     outs = greedy(model, tok, [tok.encode(s, add_special_tokens=False) for s in prompts], 8)
-    acc = sum(arith.score(p, o).reward for p, o in zip(probs, outs)) / len(probs)
+    acc = sum(arith.score(p, o).reward for p, o in zip(probs, outs, strict=True)) / len(probs)
     assert all(o.startswith("\\boxed{") for o in outs)
     assert 0.2 < acc < 0.75, acc
 

@@ -150,7 +150,7 @@ def test_sampler_logprobs_match_trainer_logprobs(tiny_model_dir):
     gens = backend.generate(reqs)
     for pid in ("alpha", "beta"):
         turns = [Turn("r", "r", pid, g.prompt_ids, g.completion_ids, g.logprobs, g.text, g.finish_reason)
-                 for r, g in zip(reqs, gens) if r.policy_id == pid]
+                 for r, g in zip(reqs, gens, strict=True) if r.policy_id == pid]
         batch = collate(turns, tok.pad_token_id)
         with torch.no_grad(), policies.training(pid) as model:
             logp, _ = completion_logprobs(model, batch, 0.7)
@@ -209,7 +209,7 @@ def test_shared_prompt_forward_equals_the_full_forward(tiny_model_dir, mode):
     assert len(g_a) == len(g_b) > 0 and any(g.abs().sum() > 0 for g in g_a)
     torch.testing.assert_close(lp_a, lp_b, atol=1e-5, rtol=0)
     torch.testing.assert_close(ent_a, ent_b, atol=1e-5, rtol=0)
-    for a, b in zip(g_a, g_b):
+    for a, b in zip(g_a, g_b, strict=True):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
 
 
@@ -255,5 +255,5 @@ def test_fused_head_equals_the_head_module_path(tiny_model_dir, monkeypatch):
     (lp_a, ent_a, g_a) = results[0]
     for lp_b, ent_b, g_b in results[1:]:
         assert torch.allclose(lp_a, lp_b, atol=1e-5) and torch.allclose(ent_a, ent_b, atol=1e-5)
-        assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(g_a, g_b))
+        assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(g_a, g_b, strict=True))
     assert any(g.abs().sum() > 0 for g in g_a)

@@ -140,7 +140,7 @@ class RunConfig(_Strict):
     checkpoint: CheckpointSettings = CheckpointSettings()
 
     @model_validator(mode="after")
-    def _cross_checks(self) -> "RunConfig":
+    def _cross_checks(self) -> RunConfig:
         check_run_config(self)
         return self
 
@@ -151,8 +151,8 @@ def check_run_config(cfg: RunConfig) -> None:
     from .prompts import PromptBook
     from .tasks import make_task
     from .train.advantages import ADVANTAGES
-    from .train.losses import AGGREGATIONS
     from .train.attribution import ATTRIBUTIONS
+    from .train.losses import AGGREGATIONS
     from .workflows import get_workflow
 
     spec = get_workflow(cfg.workflow.name)

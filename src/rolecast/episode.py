@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Hashable, Iterable, Literal
+from typing import Any, Literal
 
 FinishReason = Literal["stop", "length"]
 
@@ -62,7 +63,7 @@ class Episode:
         return json.dumps(asdict(self), ensure_ascii=False)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Episode":
+    def from_dict(cls, d: dict[str, Any]) -> Episode:
         d = dict(d)
         d["turns"] = [Turn(**t) for t in d.get("turns", [])]
         return cls(**d)

@@ -12,9 +12,9 @@ from __future__ import annotations
 import copy
 import inspect
 import logging
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import torch
 from torch import nn

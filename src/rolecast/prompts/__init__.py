@@ -8,7 +8,7 @@ templates. A workflow asks for a prompt by name; a user overrides any entry with
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +42,7 @@ def _load_yaml(path: Path) -> dict[str, dict[str, str]]:
     return data
 
 
-@lru_cache(maxsize=None)
+@cache
 def _compiled(family: str, override: str | None) -> dict[str, dict[str, jinja2.Template]]:
     path = PROMPT_DIR / f"{family}.yaml"
     if not path.exists():

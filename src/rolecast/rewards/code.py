@@ -36,8 +36,9 @@ import ast
 import json
 import math
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from rolecast.rewards.sandbox import CaseResult, Job, JobResult, Limits, SandboxPool, default_pool
 from rolecast.tasks.base import Score
@@ -131,7 +132,7 @@ class CodeTests:
     # constructors from dataset rows -------------------------------------------------------------------
 
     @classmethod
-    def mbpp(cls, row: Mapping[str, Any]) -> "CodeTests":
+    def mbpp(cls, row: Mapping[str, Any]) -> CodeTests:
         """MBPP full (``test_setup_code`` + ``test_list``) or sanitized (``test_imports`` + ``test_list``)."""
         tests = row.get("test_list")
         if not tests:
@@ -145,14 +146,14 @@ class CodeTests:
         )
 
     @classmethod
-    def humaneval(cls, row: Mapping[str, Any]) -> "CodeTests":
+    def humaneval(cls, row: Mapping[str, Any]) -> CodeTests:
         for k in ("prompt", "test", "entry_point"):
             if not row.get(k):
                 raise ValueError(f"HumanEval row {row.get('task_id')!r} has no {k!r}")
         return cls(kind="humaneval", prompt=row["prompt"], test=row["test"], entry_point=row["entry_point"])
 
     @classmethod
-    def livecodebench(cls, tests: str | Sequence[Mapping[str, Any]], fn_name: str | None = None) -> "CodeTests":
+    def livecodebench(cls, tests: str | Sequence[Mapping[str, Any]], fn_name: str | None = None) -> CodeTests:
         """LiveCodeBench / DeepCoder ``tests``: ``[{"input", "output", "testtype": "stdin"|"functional"}]``."""
         if isinstance(tests, str):
             tests = json.loads(tests)
@@ -244,11 +245,11 @@ def stdout_matches(got: bytes, expected: str) -> bool:
         return True
     if len(a) != len(b):
         return False
-    for la, lb in zip(a, b):
+    for la, lb in zip(a, b, strict=True):
         ta, tb = la.split(), lb.split()
         if len(ta) != len(tb):
             return False
-        for x, y in zip(ta, tb):
+        for x, y in zip(ta, tb, strict=True):
             if x == y:
                 continue
             fx, fy = _num(x), _num(y)
@@ -263,7 +264,7 @@ def _json_equal(a: Any, b: Any) -> bool:
     if isinstance(a, (int, float)) and isinstance(b, (int, float)):
         return a == b or _close(float(a), float(b))
     if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(_json_equal(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(_json_equal(x, y) for x, y in zip(a, b, strict=True))
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(_json_equal(a[k], b[k]) for k in a)
     return a == b
@@ -341,6 +342,6 @@ def score_code_many(
     jobs = [build_job(programs[i], tests_list[i], partial=partial, timeout_s=timeout_s) for i in todo]
     results = (pool or default_pool()).run_many(jobs) if jobs else []
     scores: list[Score] = [Score(0.0, None, "no_code")] * len(texts)
-    for i, res in zip(todo, results):
+    for i, res in zip(todo, results, strict=True):
         scores[i] = judge(res, tests_list[i], partial=partial, program=programs[i])
     return scores

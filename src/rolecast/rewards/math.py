@@ -39,8 +39,8 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
 
 from rolecast.tasks.base import Score
 
@@ -291,7 +291,7 @@ class MathVerifier:
             raise ValueError(f"score_many: {len(golds)} gold answers but {len(texts)} texts")
         n = self.workers
         if n <= 1 or len(golds) <= 1:
-            return [self.score(g, t) for g, t in zip(golds, texts)]
+            return [self.score(g, t) for g, t in zip(golds, texts, strict=True)]
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(n) as ex:

@@ -9,8 +9,9 @@ coroutine stepping rather than asyncio, so the order of calls, and therefore sam
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Protocol
 
 from ..episode import Episode, Turn
 from ..prompts import PromptBook
@@ -44,7 +45,7 @@ Router = Callable[[str, str], str]  # (role, instance) -> policy id
 class _Task:
     coro: Any
     episode: int
-    parent: "_Task | None" = None
+    parent: _Task | None = None
     slot: int = 0
     waiting: int = 0
     results: list[Any] = field(default_factory=list)
@@ -122,7 +123,7 @@ def run_episodes(
             if stats is not None:
                 stats.backend_calls += 1
                 stats.requests += len(requests)
-            for (t, op), req, gen in zip(batch, requests, generations):
+            for (t, op), req, gen in zip(batch, requests, generations, strict=True):
                 ep = episodes[t.episode]
                 turn = Turn(role=op.role, instance=op.instance, policy_id=req.policy_id, prompt_ids=gen.prompt_ids,
                             completion_ids=gen.completion_ids, logprobs=gen.logprobs, text=gen.text,
@@ -130,7 +131,7 @@ def run_episodes(
                 ep.turns.append(turn)
                 runnable.append((t, turn))
 
-    for ep, ctx in zip(episodes, contexts):
+    for ep, ctx in zip(episodes, contexts, strict=True):
         ep.metrics.update(ctx.metrics)
         ep.metadata.update(ctx.metadata)
         ep.metadata.setdefault("final_text", None)

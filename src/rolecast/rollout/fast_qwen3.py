@@ -220,7 +220,7 @@ class FastDecoder:
         B, H, Hk, d = tokens.shape[0], self.n_heads, self.n_kv, self.head_dim
         x = F.embedding(tokens, self.embed)  # [B, hidden]: the residual stream
         out = None  # the last sublayer's output, not yet added to x
-        for (ln1, qkv_proj, qk_norm, o_proj, ln2, gate_up, down), K, V in zip(self.layers, keys, values):
+        for (ln1, qkv_proj, qk_norm, o_proj, ln2, gate_up, down), K, V in zip(self.layers, keys, values, strict=True):
             x, h = self._add_norm(x, out, ln1)
             q = self._qk_rope_store(qkv_proj(h).view(B, H + 2 * Hk, d), qk_norm, cos, sin, K, V, n)
             # SDPA's grouped-query mode: each KV head serves its query heads without a K/V repeat

@@ -12,8 +12,8 @@ forward.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import torch
 from transformers import DynamicCache
@@ -22,7 +22,7 @@ from transformers.cache_utils import DynamicLayer
 from ..episode import distinct_rows
 from ..policies.models import PolicySet, cache_keyword
 from . import fast_qwen3
-from .engine import GenRequest, Generation
+from .engine import Generation, GenRequest
 from .sampler import sample_tokens
 
 
@@ -108,7 +108,7 @@ class HFBackend:
                     chunk = idx[s:s + self.max_batch]
                     names = [adapters[i] for i in range(s, s + len(chunk))] if adapters is not None else None
                     torch.set_num_threads(self._threads_for(model, len(chunk), threads))
-                    for i, gen in zip(chunk, self._decode(model, [prompts[i] for i in chunk], names)):
+                    for i, gen in zip(chunk, self._decode(model, [prompts[i] for i in chunk], names), strict=True):
                         out[i] = gen
         finally:
             torch.set_num_threads(threads)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
-from .engine import GenRequest, Generation
+from .engine import Generation, GenRequest
 
 Respond = Callable[[str, list[dict[str, str]]], str]  # (policy_id, messages) -> completion text
 

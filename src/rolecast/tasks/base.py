@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,7 @@ class Task:
 
     def score_many(self, problems: Sequence[Problem], texts: Sequence[str | None]) -> list[Score]:
         """Score a batch; tasks with expensive verifiers (the code sandbox) override this to run in parallel."""
-        return [self.score(p, t) for p, t in zip(problems, texts)]
+        return [self.score(p, t) for p, t in zip(problems, texts, strict=True)]
 
 
 TaskFactory = Callable[..., Task]

@@ -28,8 +28,9 @@ import os
 import random
 import re
 from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import rolecast
 from rolecast.tasks.base import Problem, Score, Task, register_task
@@ -274,7 +275,7 @@ class MathTask(DatasetTask):
 
         v = default_verifier()
         if v.last_number != self.last_number:
-            return [self.score(p, t) for p, t in zip(problems, texts)]
+            return [self.score(p, t) for p, t in zip(problems, texts, strict=True)]
         return v.score_many([p.answer for p in problems], texts)
 
 

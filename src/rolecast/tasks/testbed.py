@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Sequence
 from functools import cached_property
-from typing import Sequence
 
 from ..rewards.math import last_boxed
 from .base import Problem, Score, Task, register_task

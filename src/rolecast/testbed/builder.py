@@ -15,11 +15,11 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from ..prompts import PromptBook
-from ..tasks.base import Problem
 from ..tasks.testbed import ArithmeticTestbed, CodeTestbed
 from . import transcripts as T
 from .model import MODEL_SHAPE, model_config, new_model
@@ -159,7 +159,7 @@ def evaluate_roles(model, tok, examples: Sequence[T.Example]) -> dict[str, dict[
         enc = [encode(tok, ex) for ex in exs]
         max_new = max(len(c) for _, c in enc) + 8
         outs = greedy(model, tok, [p for p, _ in enc], max_new)
-        judged = [T.judge(ex, o) for ex, o in zip(exs, outs)]
+        judged = [T.judge(ex, o) for ex, o in zip(exs, outs, strict=True)]
         r: dict[str, Any] = {
             "n": len(exs),
             "format": round(sum(j[0] for j in judged) / len(exs), 4),
@@ -172,8 +172,8 @@ def evaluate_roles(model, tok, examples: Sequence[T.Example]) -> dict[str, dict[
             said = [j[2] for j in judged]
             r["said_correct"] = round(sum(s is True for s in said) / len(exs), 4)
             r["truly_correct"] = round(sum(truth) / len(exs), 4)
-            pos = [j[1] for j, t in zip(judged, truth) if t]
-            neg = [j[1] for j, t in zip(judged, truth) if not t]
+            pos = [j[1] for j, t in zip(judged, truth, strict=True) if t]
+            neg = [j[1] for j, t in zip(judged, truth, strict=True) if not t]
             r["balanced_accuracy"] = round((sum(pos) / max(1, len(pos)) + sum(neg) / max(1, len(neg))) / 2, 4)
         elif role == "aggregate":
             picks = [j[2] for j in judged]

@@ -12,8 +12,9 @@ import ast
 import random
 import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from ..prompts import PromptBook
 from ..tasks.base import Problem

@@ -15,7 +15,7 @@ Conventions (deliberate; tests pin them):
 
 from __future__ import annotations
 
-from typing import Callable, Hashable
+from collections.abc import Callable, Hashable
 
 import torch
 
@@ -92,5 +92,5 @@ def episode_turn_advantages(groups: dict[Hashable, list[Turn]], name: str = "grp
     group_ids = [g for g, group in enumerate(groups.values()) for _ in group]
     rewards = torch.tensor([t.reward for t in turns], dtype=torch.float64)
     adv = compute_advantages(name, rewards, torch.tensor(group_ids, dtype=torch.long), eps)
-    for t, a in zip(turns, adv.tolist()):
+    for t, a in zip(turns, adv.tolist(), strict=True):
         t.advantage = a

@@ -13,7 +13,7 @@ verifier. Attribution modes then set `turn.reward`:
 from __future__ import annotations
 
 import importlib
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from ..episode import Episode
 from ..tasks.base import Problem, Task
@@ -51,7 +51,7 @@ def score_episodes(episodes: Sequence[Episode], problems: dict[str, Problem], ta
                     need(ep.problem_id, cand)
     order = sorted(keys, key=keys.get)
     scores = task.score_many([problems[pid] for pid, _ in order], [text for _, text in order])
-    result = dict(zip(order, scores))
+    result = dict(zip(order, scores, strict=True))
 
     for ep in episodes:
         final = result[(ep.problem_id, ep.metadata.get("final_text"))]

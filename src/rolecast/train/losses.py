@@ -13,7 +13,7 @@ them to every micro-batch call; then `sum(micro losses) == full-batch loss`.
 
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from collections.abc import Callable
 
 import torch
 

@@ -15,8 +15,9 @@ turn asserted) and `ctx.log` numbers for metrics.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Generator, Sequence
+from typing import Any
 
 from ..episode import Turn
 from ..prompts import PromptBook
@@ -136,7 +137,7 @@ def get_workflow(name: str) -> WorkflowSpec:
         for spec in WORKFLOWS.values():
             if spec.fn is fn:
                 return spec
-        raise ValueError(f"{name}: {attr} is not decorated with @rolecast.workflows.workflow")
+        raise ValueError(f"{name}: {name.rpartition(':')[2]!r} is not decorated with @rolecast.workflows.workflow")
     if name not in WORKFLOWS:
         raise ValueError(f"unknown workflow {name!r}; known: {sorted(WORKFLOWS)} (or 'module:function')")
     return WORKFLOWS[name]
