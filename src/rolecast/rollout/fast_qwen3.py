@@ -29,6 +29,7 @@ the stock forward (within 1e-5 here) and LoRA generation against PEFT's.
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -41,7 +42,7 @@ from . import cpu_kernels
 ARCHITECTURES = ("Qwen3ForCausalLM", "Qwen2ForCausalLM", "LlamaForCausalLM")
 
 
-def supports(model: nn.Module) -> bool:
+def supports(model: Any) -> bool:
     """True for a model of a supported architecture whose layers are the stock ones: every projection an
     `nn.Linear`, or a PEFT LoRA layer over one whose active adapters are plain LoRA (merged into a weight copy
     per generation call, `_projection`), full attention only, SiLU MLP, fp32 or bf16 weights, and a static
@@ -71,7 +72,7 @@ def supports(model: nn.Module) -> bool:
     return True
 
 
-def _mergeable(module: nn.Module) -> bool:
+def _mergeable(module: Any) -> bool:
     """A plain nn.Linear, or a PEFT LoRA layer over one computing x W^T + b + sum of its active adapters'
     scaling * B(A(x)) (dropout is off in eval mode): no DoRA or other variant, no LoRA bias, not merged."""
     if type(module) is nn.Linear:
@@ -84,7 +85,7 @@ def _mergeable(module: nn.Module) -> bool:
                for a in module.active_adapters if a in module.lora_A)
 
 
-def _projection(module: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
+def _projection(module: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(W, b) with module(x) == x W^T + b: the layer's own weight, or for LoRA the base weight plus the active
     adapters' deltas (a copy; the same sum `merge_and_unload` would make)."""
     if type(module) is nn.Linear:
@@ -152,7 +153,7 @@ def _packed_ops():
     return None
 
 
-def _fused(*modules: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
+def _fused(*modules: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
     """One projection computing several at once: their weights (and biases, zero where absent) stacked."""
     projections = [_projection(m) for m in modules]
     weight = torch.cat([w for w, _ in projections])
@@ -167,7 +168,7 @@ class FastDecoder:
     in place."""
 
     @torch.no_grad()
-    def __init__(self, model: nn.Module, rows: int = 16):
+    def __init__(self, model: Any, rows: int = 16):
         """`rows`: the decode batch size (the packed weights' layout is chosen for it)."""
         model = model.get_base_model() if hasattr(model, "get_base_model") else model
         cfg, inner = model.config, model.model
@@ -184,7 +185,7 @@ class FastDecoder:
         self.layers = []
         for layer in inner.layers:
             a, m = layer.self_attn, layer.mlp
-            qk_norm = None
+            qk_norm: Any = None  # a tensor, or the numpy view the kernels take
             if hasattr(a, "q_norm"):
                 # one RMSNorm over [q heads | k heads]: a per-head weight row for every head
                 qk_norm = torch.cat([a.q_norm.weight.expand(self.n_heads, -1), a.k_norm.weight.expand(self.n_kv, -1)])

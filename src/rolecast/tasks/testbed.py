@@ -11,13 +11,14 @@ import random
 import re
 from collections.abc import Sequence
 from functools import cached_property
+from typing import Any
 
 from ..rewards.math import last_boxed
 from .base import Problem, Score, Task, register_task
 
 # --- arithmetic -----------------------------------------------------------------------------------
 
-GENERATORS = {
+GENERATORS: dict[str, dict[str, Any]] = {
     "chain_sum": dict(min_terms=2, max_terms=3, min_digits=1, max_digits=1),
     "basic_arithmetic": dict(min_terms=2, max_terms=2, min_digits=1, max_digits=1, operators=("+", "-")),
 }

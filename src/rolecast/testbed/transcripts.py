@@ -134,10 +134,10 @@ def near_misses(problem: Problem) -> list[str]:
                       and [code_value(e, x) for x, _ in tests] != [y for _, y in tests])
     a = int(problem.answer)
     # Most common slips first: the noise model draws mostly from the first three, so wrong candidates collide.
-    out = [a - 1, a + 1, -a, a + 2, a - 2, a + 10, a - 10]
+    slips = [a - 1, a + 1, -a, a + 2, a - 2, a + 10, a - 10]
     if abs(a) >= 10:
-        out.append(int(str(abs(a))[::-1]) * (1 if a > 0 else -1))
-    return [str(v) for v in dict.fromkeys(out) if v != a]
+        slips.append(int(str(abs(a))[::-1]) * (1 if a > 0 else -1))
+    return [str(v) for v in dict.fromkeys(slips) if v != a]
 
 
 def noisy_answer(problem: Problem, rng: random.Random, p_correct: float, misses: list[str] | None = None) -> str:
