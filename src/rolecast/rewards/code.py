@@ -104,6 +104,10 @@ class CodeTests:
     inputs: tuple[str, ...] = ()  # stdio/functional
     outputs: tuple[str, ...] = ()  # stdio/functional: expected stdout / JSON return value
     timeout_s: float | None = None  # None: DEFAULT_TIMEOUT_S[kind]
+    # asserts: the names the program must define for the tests (MBPP: what the reference solution defines).
+    # Only matters for names of builtins (MBPP's `sum`): a program's `abs` or `sorted` is otherwise hidden from
+    # the tests. None: the functions the asserts call on their left-hand side.
+    provided: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -143,6 +147,7 @@ class CodeTests:
             asserts=tuple(tests),
             prelude="\n".join(imports),
             setup=row.get("test_setup_code") or "",
+            provided=_top_level_names(row["code"]) if row.get("code") else None,
         )
 
     @classmethod
@@ -199,6 +204,31 @@ def _split_check(test_src: str) -> tuple[str, list[str]]:
     return check.args.args[0].arg, tests
 
 
+def _top_level_names(src: str) -> tuple[str, ...] | None:
+    """Functions and classes a module defines at top level (None if it does not parse)."""
+    try:
+        body = ast.parse(src).body
+    except (SyntaxError, ValueError):
+        return None
+    return tuple(sorted(n.name for n in body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))))
+
+
+def _called_by_asserts(asserts: Sequence[str]) -> tuple[str, ...]:
+    """The functions asserts test: `assert f(...) == ...` / `assert f(...)` -> f."""
+    names: set[str] = set()
+    for a in asserts:
+        try:
+            stmts = ast.parse(a).body
+        except (SyntaxError, ValueError):
+            continue
+        for st in stmts:
+            if isinstance(st, ast.Assert):
+                e = st.test.left if isinstance(st.test, ast.Compare) else st.test
+                if isinstance(e, ast.Call) and isinstance(e.func, ast.Name):
+                    names.add(e.func.id)
+    return tuple(sorted(names))
+
+
 def _defines(program: str, name: str) -> bool:
     return re.search(rf"^(?:async\s+)?def\s+{re.escape(name)}\s*\(", program, re.M) is not None
 
@@ -208,13 +238,20 @@ def build_job(program: str, tests: CodeTests, *, partial: bool = False, timeout_
     t = timeout_s or tests.timeout_s or DEFAULT_TIMEOUT_S[tests.kind]
     limits = Limits(timeout_s=t, memory_mb=memory_mb)
     if tests.kind == "asserts":
-        return Job(mode="asserts", program=program, prelude=tests.prelude, setup=tests.setup, tests=tests.asserts, limits=limits)
+        provided = tests.provided if tests.provided is not None else _called_by_asserts(tests.asserts)
+        return Job(mode="asserts", program=program, prelude=tests.prelude, setup=tests.setup, tests=tests.asserts,
+                   provided=provided, limits=limits)
     if tests.kind == "humaneval":
         full = tests.prompt + "\n" + program if _defines(program, tests.entry_point) else tests.prompt + program
         arg, snippets = _split_check(tests.test)
+        # the prompt is pinned: its helpers (HumanEval/38's encode_cyclic) serve the tests even when the
+        # program redefines them
         if not snippets:  # unusual test layout: the original all-or-nothing call
-            return Job(mode="asserts", program=full, setup=tests.test, tests=(f"check({tests.entry_point})",), limits=limits)
-        return Job(mode="asserts", program=full, setup=tests.test, tests=tuple(snippets), bind=(arg, tests.entry_point), limits=limits)
+            snippets, bind = [f"check({tests.entry_point})"], None
+        else:
+            bind = (arg, tests.entry_point)
+        return Job(mode="asserts", program=full, setup=tests.test, tests=tuple(snippets), bind=bind,
+                   pinned=tests.prompt, provided=(tests.entry_point,), limits=limits)
     stop = None if partial else (lambda i, c: not _case_ok(tests, i, c))
     return Job(mode=tests.kind, program=program, inputs=tests.inputs, fn_name=tests.entry_point, limits=limits, stop_on=stop)
 
@@ -298,6 +335,8 @@ def judge(result: JobResult, tests: CodeTests, *, partial: bool = False, program
             reason = result.reason
         elif not result.done:
             reason = "no_verdict"  # exited before the tests finished (os._exit, crash, killed)
+        elif result.non_plain:
+            reason = "non_plain_value"  # a checked value was not plain built-in data (a forged comparison?)
         else:
             reason = None
     else:
