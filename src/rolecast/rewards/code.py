@@ -33,6 +33,7 @@ no verdict — timeout, crash, early exit — counts as failed).
 from __future__ import annotations
 
 import ast
+import builtins
 import json
 import math
 import re
@@ -40,7 +41,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rolecast.rewards.sandbox import CaseResult, Job, JobResult, Limits, SandboxPool, default_pool
+from rolecast.rewards.sandbox import CaseResult, Job, JobResult, Limits, SandboxPool, default_pool, parse_quietly
 from rolecast.tasks.base import Score
 
 KINDS = ("asserts", "humaneval", "stdio", "functional")
@@ -56,7 +57,7 @@ _CODE_START = re.compile(r"^(?:def |async def |class |import |from \S+ import |@
 
 def _parses(src: str) -> bool:
     try:
-        ast.parse(src)
+        parse_quietly(src)
         return True
     except (SyntaxError, ValueError):
         return False
@@ -183,7 +184,7 @@ class CodeTests:
 def _split_check(test_src: str) -> tuple[str, list[str]]:
     """(name of check's parameter, one source snippet per test) for a HumanEval `test` field."""
     try:
-        mod = ast.parse(test_src)
+        mod = parse_quietly(test_src)
     except SyntaxError:
         return "", []
     check = next((n for n in mod.body if isinstance(n, ast.FunctionDef) and n.name == "check"), None)
@@ -207,26 +208,34 @@ def _split_check(test_src: str) -> tuple[str, list[str]]:
 def _top_level_names(src: str) -> tuple[str, ...] | None:
     """Functions and classes a module defines at top level (None if it does not parse)."""
     try:
-        body = ast.parse(src).body
+        body = parse_quietly(src).body
     except (SyntaxError, ValueError):
         return None
     return tuple(sorted(n.name for n in body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))))
 
 
 def _called_by_asserts(asserts: Sequence[str]) -> tuple[str, ...]:
-    """The functions asserts test: `assert f(...) == ...` / `assert f(...)` -> f."""
+    """The functions asserts test: `assert f(...) == ...` / `assert f(...)` -> f. A builtin's name counts only
+    when its arguments call nothing else (`sum(10, 15)` is the candidate, `abs(root(16) - 4)` a helper)."""
     names: set[str] = set()
     for a in asserts:
         try:
-            stmts = ast.parse(a).body
+            stmts = parse_quietly(a).body
         except (SyntaxError, ValueError):
             continue
         for st in stmts:
             if isinstance(st, ast.Assert):
                 e = st.test.left if isinstance(st.test, ast.Compare) else st.test
                 if isinstance(e, ast.Call) and isinstance(e.func, ast.Name):
-                    names.add(e.func.id)
+                    inner = [n for arg in (*e.args, *e.keywords) for n in ast.walk(arg) if isinstance(n, ast.Call)]
+                    if e.func.id not in _BUILTIN_NAMES or not any(
+                        not (isinstance(n.func, ast.Name) and n.func.id in _BUILTIN_NAMES) for n in inner
+                    ):
+                        names.add(e.func.id)
     return tuple(sorted(names))
+
+
+_BUILTIN_NAMES = frozenset(dir(builtins))
 
 
 def _defines(program: str, name: str) -> bool:

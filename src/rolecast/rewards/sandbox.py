@@ -53,6 +53,7 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -316,13 +317,25 @@ class _Guard(ast.NodeTransformer):
         return node
 
 
+_WARNINGS_LOCK = threading.Lock()  # catch_warnings swaps process-wide state: one thread at a time
+
+
+def parse_quietly(src: str) -> ast.Module:
+    """ast.parse without the SyntaxWarnings/DeprecationWarnings of someone else's code (invalid escapes)."""
+    with _WARNINGS_LOCK, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return ast.parse(src)
+
+
 @functools.lru_cache(maxsize=4096)
 def _guard_code(src: str, filename: str) -> CodeType | str:
     """`src` compiled with its calls, comparisons and asserts guarded; the source itself if it does not parse
     (the harness then compiles it and reports the error as the test's failure)."""
     try:
-        tree = _Guard().visit(ast.parse(src))
-        return compile(ast.fix_missing_locations(tree), filename, "exec")
+        with _WARNINGS_LOCK, warnings.catch_warnings():  # dataset tests' invalid escapes ('\d') are not ours to report
+            warnings.simplefilter("ignore")
+            tree = _Guard().visit(ast.parse(src))
+            return compile(ast.fix_missing_locations(tree), filename, "exec")
     except (SyntaxError, ValueError):
         return src
 
@@ -331,7 +344,7 @@ def _guard_code(src: str, filename: str) -> CodeType | str:
 def _modules_used(src: str) -> tuple[str, ...]:
     """Modules a piece of test code imports or names (``sys.getsizeof``): tracked and restored for its checks."""
     try:
-        tree = ast.parse(src)
+        tree = parse_quietly(src)
     except (SyntaxError, ValueError):
         return ()
     mods: set[str] = set()
@@ -348,7 +361,7 @@ def _modules_used(src: str) -> tuple[str, ...]:
 def _program_imports(src: str) -> set[str]:
     """Top-level module names a program imports (best effort: it may not parse)."""
     try:
-        tree = ast.parse(src)
+        tree = parse_quietly(src)
     except (SyntaxError, ValueError):
         return set(re.findall(r"^\s*(?:from|import)\s+([A-Za-z_]\w*)", src, re.M))
     mods: set[str] = set()
