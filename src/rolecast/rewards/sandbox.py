@@ -1,23 +1,29 @@
-"""Run untrusted Python programs in a sandbox, many at once.
+"""Run untrusted Python programs in a sandbox, many at once. Overview for users: docs/sandbox.md.
 
 Isolation, strongest available first:
 
 ``bwrap`` (bubblewrap found and working; ``scripts/install-sandbox.sh`` installs it)
     Each run is a fresh bubblewrap container: new pid/net/ipc/uts namespaces (no network, only its own
     processes visible, everything dies with the container), a read-only view of ``/``, private tmpfs
-    ``/tmp`` (size-capped; the program's cwd), ``/root`` and ``/home`` hidden (the interpreter's own
-    directories are bound back read-only). As root we do *not* use a user namespace (its root would still
-    own root's files); bwrap keeps only CAP_SETUID/SETGID and our harness drops to an unprivileged uid
-    before any untrusted code runs. Each pool slot gets its own uid, so RLIMIT_NPROC (which root ignores)
-    caps a fork bomb per slot without starving the neighbours.
-``fallback`` (no bwrap: a logged warning)
-    rlimits + the same uid drop (when root) + a private temp dir as cwd. No network or filesystem
-    isolation beyond what the unprivileged uid cannot touch.
+    ``/tmp`` and ``/var/tmp`` (size-capped; ``/tmp`` is the program's cwd), ``/root`` and ``/home`` hidden.
+    What the interpreter needs from those hidden directories (its prefixes, the venv, site-packages, as
+    written and as resolved) is bound back read-only, one directory each, so a project and venv in
+    ``~/rolecast`` or ``/tmp/x`` work while the rest of those directories stays invisible. As root we do
+    *not* use a user namespace (its root would still own root's files); bwrap keeps only CAP_SETUID/SETGID/
+    KILL and our harness drops to an unprivileged uid before any untrusted code runs. Each pool slot gets its
+    own uid, so RLIMIT_NPROC (which root ignores) caps a fork bomb per slot without starving the neighbours.
+``fallback`` (no usable bwrap: a logged warning; training refuses it unless ``sandbox.allow_unisolated``)
+    rlimits + the same uid drop (when root) + a private directory as cwd, HOME and TMPDIR, removed
+    afterwards. As root it also kills every process of the slot's uid after each run (daemons that left the
+    process group included) and removes what that uid left at the top of /tmp, /var/tmp and /dev/shm.
+    When the uid cannot read the interpreter (Python under /root), the harness imports what the program
+    and tests import before dropping privileges. No network or filesystem isolation beyond what the
+    unprivileged uid cannot touch.
 
-Inside, a small trusted harness (``_HARNESS``) reads its job from a pipe, closes it, and forks one child
-per program run (asserts mode) or per test case (stdio/functional modes). Only the child runs untrusted
-code, after setting rlimits (CPU, address space, processes, file size, open files, no core) and dropping
-privileges. The harness reports on a separate result pipe:
+Inside, a small trusted harness (``sandbox_harness.py``, run as a script from its source) reads its job from
+a pipe, closes it, and forks one child per program run (asserts mode) or per test case (stdio/functional
+modes). Only the child runs untrusted code, after setting rlimits (CPU, address space, processes, file size,
+open files, no core) and dropping privileges. The harness reports on a separate result pipe:
 
 - stdio/functional: the harness parent (which never runs untrusted code) sends each case's captured
   stdout / JSON return value; the child has no handle on the result pipe and never sees the expected
@@ -26,8 +32,13 @@ privileges. The harness reports on a separate result pipe:
   result pipe tagged with a random per-run nonce that is not in the program's source, argv or
   environment. Lines without the nonce are ignored and a test without a verdict counts as failed, so a
   program that exits early (``sys.exit``/``os._exit``), closes or floods the pipe, or patches the harness
-  scores 0 for the tests it skipped. (A program that walks interpreter frames to find the nonce could
-  still forge verdicts; that is the limit of in-process asserts.)
+  scores 0 for the tests it skipped. The tests are compiled here with every call, comparison and assert
+  guarded (:func:`_guard_code`): the values the program hands to the tests must be plain built-in data,
+  and the tests' builtins, modules and (HumanEval) prompt helpers are the genuine ones, so objects that
+  claim equality, subclasses with their own comparisons, and patched or shadowed builtins fail (reason
+  ``non_plain_value`` or a plain wrong answer); see ``sandbox_harness`` for the rules. (A program that
+  walks interpreter frames or the garbage collector to reach the harness itself could still forge
+  verdicts; that is the limit of in-process asserts.)
 
 Outputs are read at most ``output_bytes`` per stream (then the run is killed, reason ``output_limit``), and
 a wall-clock deadline kills the whole process group / container.
@@ -70,7 +81,8 @@ log = logging.getLogger(__name__)
 _HARNESS = (Path(__file__).parent / "sandbox_harness.py").read_text()
 
 # modules preloaded by the harness when the uid it drops to cannot read the interpreter's own files
-# (fallback mode as root with Python under /root): the common ones in MBPP/HumanEval/LCB solutions.
+# (fallback mode as root with Python under /root): the common ones in MBPP/HumanEval/LCB solutions, plus
+# whatever the program's own import statements name (_program_imports).
 _PREIMPORT = (
     "math re collections itertools functools heapq bisect string operator copy json random statistics "
     "fractions decimal typing array datetime cmath hashlib traceback io textwrap unicodedata"
