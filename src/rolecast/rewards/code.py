@@ -163,6 +163,7 @@ class CodeTests:
         """LiveCodeBench / DeepCoder ``tests``: ``[{"input", "output", "testtype": "stdin"|"functional"}]``."""
         if isinstance(tests, str):
             tests = json.loads(tests)
+        assert not isinstance(tests, str)
         if not tests:
             raise ValueError("livecodebench tests: empty list")
         types = {t.get("testtype", "stdin") for t in tests}
@@ -387,7 +388,7 @@ def score_code_many(
         raise ValueError(f"score_code_many: {len(texts)} texts but {len(tests_list)} test sets")
     programs = [extract_program(t) if extract else t for t in texts]
     todo = [i for i, p in enumerate(programs) if p and p.strip()]
-    jobs = [build_job(programs[i], tests_list[i], partial=partial, timeout_s=timeout_s) for i in todo]
+    jobs = [build_job(programs[i] or "", tests_list[i], partial=partial, timeout_s=timeout_s) for i in todo]
     results = (pool or default_pool()).run_many(jobs) if jobs else []
     scores: list[Score] = [Score(0.0, None, "no_code")] * len(texts)
     for i, res in zip(todo, results, strict=True):

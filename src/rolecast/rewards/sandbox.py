@@ -584,6 +584,7 @@ def _remove_files_of_uid(uid: int, dirs: Sequence[str]) -> None:
 
 def _collect(proc: subprocess.Popen, res_fd: int, out: JobResult, nonce: str, job: Job, deadline: float, res_cap: int) -> None:
     cap = job.limits.output_bytes
+    assert proc.stdout is not None and proc.stderr is not None  # Popen(stdout=PIPE, stderr=PIPE)
     so, se = proc.stdout.fileno(), proc.stderr.fileno()
     bufs = {so: bytearray(), se: bytearray()}
     open_fds = {so, se, res_fd}

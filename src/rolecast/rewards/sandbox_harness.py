@@ -48,7 +48,7 @@ def _main() -> None:
     _write = os.write
     _exit = os._exit
 
-    def send(obj: object) -> None:
+    def send(obj: "Any") -> None:
         data = marshal.dumps(obj)
         data = b"%d\n" % len(data) + data
         while data:
@@ -227,7 +227,7 @@ def _main() -> None:
                 fn = job["fn_name"]
                 args = [json.loads(line) for line in case["input"].split("\n") if line.strip()]
                 del job, case
-                g = {"__name__": "__solution__", "__builtins__": __builtins__}
+                g: dict[str, Any] = {"__name__": "__solution__", "__builtins__": __builtins__}
                 exec(compile(prog, "<program>", "exec"), g)
                 sol = g.get("Solution")
                 f = getattr(sol(), fn) if sol is not None and hasattr(sol, fn) else g[fn]
@@ -323,7 +323,7 @@ def _run_asserts(job: "dict[str, Any]", res_fd: int, builtins: "Any", c_types: t
         """A guarded value was not a plain built-in value."""
 
     def plain(v: object) -> bool:
-        stack = [v]
+        stack: list[Any] = [v]
         seen: set[int] = _set()
         while stack:
             x = stack.pop()
@@ -335,9 +335,9 @@ def _run_asserts(job: "dict[str, Any]", res_fd: int, builtins: "Any", c_types: t
                 continue
             seen.add(i)
             if t in seq_ids:
-                stack.extend(x)  # type: ignore[call-overload]
+                stack.extend(x)
             elif t in map_ids:
-                for k, w in _dict_items(x):  # type: ignore[arg-type]
+                for k, w in _dict_items(x):
                     stack.append(k)
                     stack.append(w)
             else:
