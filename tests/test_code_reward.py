@@ -352,3 +352,24 @@ def test_humaneval_prompt_helpers_are_pinned(pool):
     assert rr(score_code(_fence(cheat), tests, pool=pool)) == (0.0, None)
     honest = "def decode(s):\n    return s[-1:] + s[:-1]\n"
     assert rr(score_code(_fence(honest), tests, pool=pool)) == (1.0, None)
+
+
+def test_dict_subclasses_are_compared_by_what_they_store(pool):
+    """MBPP 40/88/902 return collections.Counter where the test expects a dict: that passes; a dict subclass
+    (or a patched Counter) whose comparison lies is compared by its stored items, and so fails."""
+    tests = CodeTests.mbpp({"task_id": 88, "test_list": ["assert freq([1, 1, 2]) == {1: 2, 2: 1}", "assert freq([]) == {}"]})
+    good = "import collections\ndef freq(xs):\n    return collections.Counter(xs)\n"
+    assert rr(score_code(_fence(good), tests, pool=pool)) == (1.0, None)
+    liars = [
+        "class D(dict):\n    def __eq__(self, o):\n        return True\ndef freq(xs):\n    return D()\n",
+        "import collections\ncollections.Counter.__eq__ = lambda s, o: True\ndef freq(xs):\n    return collections.Counter([9])\n",
+    ]
+    for prog in liars:
+        assert rr(score_code(_fence(prog), tests, pool=pool)) == (0.0, None), prog  # read as a plain wrong dict
+
+
+def test_regex_match_results_count_as_plain(pool):
+    """Sanitized MBPP 737/787/794: `assert f(s)` where f returns re.search(...) (a Match or None)."""
+    tests = CodeTests.mbpp({"task_id": 787, "test_list": ["assert not m('ac')", "assert m('abbbba')"]})
+    good = "import re\ndef m(text):\n    return re.search('ab{3}?', text)\n"
+    assert rr(score_code(_fence(good), tests, pool=pool)) == (1.0, None)

@@ -13,9 +13,9 @@ Assert checks (asserts mode): the host compiles each test with every call, compa
 (see ``sandbox._guard_code``): ``__rc_call`` requires what a call returns to be a plain built-in value unless
 the callee is one of the genuine builtins / tracked modules' functions or a class constructing its own
 instance; ``__rc_cmp`` compares only plain values; ``__rc_truth`` asserts only plain values. "Plain" is an
-exact built-in type (None, bool, int, float, complex, str, bytes, range) or a list/tuple/set/frozenset/dict
-(and the C types deque/OrderedDict/defaultdict, whose methods cannot be patched) of plain values, checked
-deeply. So an object that claims equality with anything, a subclass of int/str/list with its own comparisons,
+exact built-in type (None, bool, int, float, complex, str, bytes, range; re's Match/Pattern when the program
+imports re) or a list/tuple/set/frozenset/dict (and the C types deque/OrderedDict/defaultdict, whose methods
+cannot be patched) of plain values, checked deeply; a dict subclass (Counter) is read as the dict it stores. So an object that claims equality with anything, a subclass of int/str/list with its own comparisons,
 or a patched builtin or module function cannot turn a wrong answer into a pass. The test namespace takes
 builtins from a copy made before the program ran, the prelude's and the pinned (trusted) source's names
 from before the program, and restores the tracked modules after every call.
@@ -277,6 +277,7 @@ def _run_asserts(job: "dict[str, Any]", res_fd: int, builtins: "Any", c_types: t
     """
     _exec, _compile, _dict, _enumerate, _type, _id, _isinstance, _zip = exec, compile, dict, enumerate, type, id, isinstance, zip
     _BaseException, _str, _write, _exit, _set = BaseException, str, os.write, os._exit, set
+    _tuple, _issubclass = tuple, issubclass
     _dict_items = dict.items
     sys_modules = sys.modules
     nonce = job["nonce"]
@@ -314,20 +315,28 @@ def _run_asserts(job: "dict[str, Any]", res_fd: int, builtins: "Any", c_types: t
     for v in pins.values():
         trusted_ids.add(_id(v))
     leaf_ids = {_id(t) for t in (type(None), bool, int, float, complex, str, bytes, range)}
+    re_mod = sys_modules.get("re")  # imported before the program when it imports re: genuine Match/Pattern
+    if re_mod is not None:  # C types that cannot be subclassed or patched (MBPP's `assert re_based(s)`)
+        leaf_ids.update((_id(re_mod.Match), _id(re_mod.Pattern)))
     seq_ids = {_id(t) for t in (list, tuple, set, frozenset, c_types[0])}
     map_ids = {_id(t) for t in (dict, c_types[1], c_types[2])}
     shadowable = [k for k in bdict if not k.startswith("__")]
     missing = object()
+    list_id, tuple_id = _id(list), _id(tuple)
 
     class NonPlain(Exception):
         """A guarded value was not a plain built-in value."""
 
-    def plain(v: object) -> bool:
+    def plain(v: object) -> int:
+        """0: not plain data; 1: plain; 2: plain once dict subclasses (Counter) are read as the dicts they
+        store (their own methods may lie, so comparisons must see :func:`canon`'s copy)."""
         stack: list[Any] = [v]
         seen: set[int] = _set()
+        out = 1
         while stack:
             x = stack.pop()
-            t = _id(_type(x))
+            tp = _type(x)
+            t = _id(tp)
             if t in leaf_ids:
                 continue
             i = _id(x)
@@ -336,13 +345,26 @@ def _run_asserts(job: "dict[str, Any]", res_fd: int, builtins: "Any", c_types: t
             seen.add(i)
             if t in seq_ids:
                 stack.extend(x)
-            elif t in map_ids:
+            elif t in map_ids or _issubclass(tp, dict):
+                if t not in map_ids:
+                    out = 2
                 for k, w in _dict_items(x):
                     stack.append(k)
                     stack.append(w)
             else:
-                return False
-        return True
+                return 0
+        return out
+
+    def canon(x: "Any") -> "Any":
+        """A copy of plain data with every dict subclass replaced by a dict of what it stores."""
+        t = _id(_type(x))
+        if t in leaf_ids or t in seq_ids and t != list_id and t != tuple_id:
+            return x  # sets hold no dicts; deques of Counters are not worth a case
+        if t == list_id:
+            return [canon(e) for e in x]
+        if t == tuple_id:
+            return _tuple(canon(e) for e in x)
+        return {k: canon(w) for k, w in _dict_items(x)}
 
     def restore() -> None:
         """Undo what the program did to the modules the tests use (attributes and sys.modules entries)."""
@@ -369,21 +391,23 @@ def _run_asserts(job: "dict[str, Any]", res_fd: int, builtins: "Any", c_types: t
         lambda a, b: a in b, lambda a, b: a not in b,
     )  # fmt: skip
 
+    def checked(v: object, where: str) -> object:
+        p = plain(v)
+        if not p:
+            raise NonPlain(where)
+        return canon(v) if p == 2 else v
+
     def rc_cmp(ops: tuple[int, ...], left: object, *rights: object) -> bool:
-        if not plain(left):
-            raise NonPlain("compare")
+        left = checked(left, "compare")
         for op, right in _zip(ops, rights):
-            if not plain(right):
-                raise NonPlain("compare")
+            right = checked(right, "compare")
             if not cmp_ops[op](left, right):
                 return False
             left = right
         return True
 
     def rc_truth(v: object) -> object:
-        if not plain(v):
-            raise NonPlain("assert")
-        return v
+        return checked(v, "assert")
 
     # ---- the program
     try:
