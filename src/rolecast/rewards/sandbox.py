@@ -75,10 +75,13 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 # ----------------------------------------------------------------------------------------------------------
-# the in-sandbox harness (rolecast/rewards/sandbox_harness.py): run as `python -I -S -c <its source> <job_fd>
-# <result_fd>`, so nothing inside the sandbox has to find or read our source tree
+# the in-sandbox harness (rolecast/rewards/sandbox_harness.py). Compiled once here and sent as a code object
+# down a pipe to a one-line bootstrap (`python -I -S -c _BOOT <job_fd> <result_fd> <code_fd>`): nothing inside
+# the sandbox has to find our source tree, and no run pays for compiling the harness (a few ms each).
 
-_HARNESS = (Path(__file__).parent / "sandbox_harness.py").read_text()
+_HARNESS_PATH = Path(__file__).parent / "sandbox_harness.py"
+_HARNESS_CODE = marshal.dumps(compile(_HARNESS_PATH.read_text(), str(_HARNESS_PATH), "exec"))
+_BOOT = "import marshal,sys;f=open(int(sys.argv[3]),'rb');c=f.read();f.close();del f;exec(marshal.loads(c))"
 
 # modules preloaded by the harness when the uid it drops to cannot read the interpreter's own files
 # (fallback mode as root with Python under /root): the common ones in MBPP/HumanEval/LCB solutions, plus
@@ -472,8 +475,9 @@ def _execute(job: Job, slot: int, mode: str) -> JobResult:
 
     job_r, job_w = os.pipe()
     res_r, res_w = os.pipe()
+    code_r, code_w = os.pipe()
     # -S: site's start-up work (and its .pth imports) costs ~5 ms a run; the harness appends site-packages itself
-    argv = [sys.executable, "-I", "-S", "-c", _HARNESS, str(job_r), str(res_w)]
+    argv = [sys.executable, "-I", "-S", "-c", _BOOT, str(job_r), str(res_w), str(code_r)]
     if mode == "bwrap":
         # /dev/shm is a fresh tmpfs from --dev; /tmp and /var/tmp are private tmpfs mounts
         argv = _bwrap_cmd(lim) + argv
@@ -485,13 +489,13 @@ def _execute(job: Job, slot: int, mode: str) -> JobResult:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            pass_fds=(job_r, res_w),
+            pass_fds=(job_r, res_w, code_r),
             start_new_session=True,
             cwd=cwd if mode == "fallback" else None,
             env=env,
         )
     except OSError as e:
-        for fd in (job_r, job_w, res_r, res_w):
+        for fd in (job_r, job_w, res_r, res_w, code_r, code_w):
             os.close(fd)
         if tmpdir:
             shutil.rmtree(tmpdir, ignore_errors=True)
@@ -499,20 +503,21 @@ def _execute(job: Job, slot: int, mode: str) -> JobResult:
         return out
     os.close(job_r)
     os.close(res_w)
-    data = marshal.dumps(payload)
-    writer = None
-    if len(data) <= 65536:  # fits in the pipe buffer: no writer thread needed
-        _write_all(job_w, data)
-    else:
-        writer = threading.Thread(target=_write_all, args=(job_w, data), daemon=True)
-        writer.start()
+    os.close(code_r)
+    writers = []
+    for fd, data in ((code_w, _HARNESS_CODE), (job_w, marshal.dumps(payload))):
+        if len(data) <= 65536:  # fits in the pipe buffer: no writer thread needed
+            _write_all(fd, data)
+        else:
+            writers.append(threading.Thread(target=_write_all, args=(fd, data), daemon=True))
+            writers[-1].start()
     try:
         _collect(proc, res_r, out, nonce, job, t0 + wall, lim.output_bytes * (n_cases + 1) * 2 + (1 << 16))
     finally:
         os.close(res_r)
         _kill(proc)
-        if writer is not None:
-            writer.join(timeout=5)
+        for w in writers:
+            w.join(timeout=5)
         if tmpdir:
             if uid is not None:
                 # no pid namespace here: daemons (double-forked, setsid, descriptors closed) outlive the group
