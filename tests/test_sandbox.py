@@ -140,15 +140,16 @@ def test_no_network(pool):
             "        return True\n"
             "    except OSError:\n"
             "        return False\n"
-            f"OK = reach(('127.0.0.1', {port})) or reach(('localhost', {port}))\n"
+            f"OK = reach(('127.0.0.1', {port}))  # loopback only: never dial off this machine\n"
             "def add(a, b):\n    return a + b if OK else None\n"
         )
         s = score_program(prog, ADD, timeout_s=10, pool=pool)
-        assert (s.reward, s.reason) == (0.0, None)  # ran to the end: the listener was simply unreachable
+        if pool.mode == "fallback":  # no network namespace there (docs/sandbox.md): the listener is reachable
+            assert (s.reward, s.reason) == (1.0, None)
+        else:
+            assert (s.reward, s.reason) == (0.0, None)  # ran to the end: the listener was simply unreachable
     finally:
         srv.close()
-    if sandbox_mode() == "fallback":
-        pytest.skip("fallback sandbox has no network namespace")
 
 
 def test_cannot_write_outside_its_temp_dir(pool, tmp_path):
