@@ -368,13 +368,24 @@ def _modules_used(src: str) -> tuple[str, ...]:
             mods.update(a.name for a in n.names)
         elif isinstance(n, ast.ImportFrom) and n.module and not n.level:
             mods.add(n.module)
-        elif isinstance(n, ast.Name) and n.id in sys.stdlib_module_names:
-            mods.add(n.id)
-    return tuple(sorted(mods))
+        elif isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id in sys.stdlib_module_names:
+            mods.add(n.value.id)  # `sys.getsizeof(...)` with `sys` from the program (MBPP)
+    return tuple(sorted(mods - _NEVER_PREIMPORT))
+
+
+# stdlib modules with import-time side effects (printing, a browser, site's path set-up): never imported for a
+# test that merely has a variable of that name
+_NEVER_PREIMPORT = frozenset({"this", "antigravity", "site", "idlelib", "turtle", "turtledemo", "tkinter", "__main__"})
 
 
 def _program_imports(src: str) -> set[str]:
-    """Top-level module names a program imports (best effort: it may not parse)."""
+    """Top-level standard-library modules a program imports (best effort: it may not parse). Only those: the
+    harness may import them with privileges, so nothing of the program's choosing beyond the stdlib, and not
+    the stdlib's few modules with import-time side effects."""
+    return {m for m in _imports_in(src) if m in sys.stdlib_module_names} - _NEVER_PREIMPORT
+
+
+def _imports_in(src: str) -> set[str]:
     try:
         tree = parse_quietly(src)
     except (SyntaxError, ValueError):
