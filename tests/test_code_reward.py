@@ -7,6 +7,7 @@ import pytest
 from rolecast.rewards.code import (
     CodeTests,
     _split_check,
+    build_job,
     extract_program,
     score_code,
     score_code_many,
@@ -151,7 +152,7 @@ MBPP_ROW = {"task_id": 9, "test_setup_code": "", "test_list": ["assert sq(2) == 
 def test_all_or_nothing_and_partial(pool):
     tests = CodeTests.mbpp(MBPP_ROW)
     half = "```python\ndef sq(x):\n    return x * x if x > 0 else 5\n```"
-    assert score_code(half, tests, pool=pool).reward == 0.0
+    assert rr(score_code(half, tests, pool=pool)) == (0.0, None)
     assert score_code(half, tests, partial=True, pool=pool).reward == 0.5  # 2 of 4, computed by hand
     good = "```python\ndef sq(x):\n    return x * x\n```"
     assert score_code(good, tests, partial=True, pool=pool).reward == 1.0
@@ -191,13 +192,13 @@ def test_humaneval_with_and_without_signature(pool):
     full = "```python\ndef twice_all(xs: List[int]) -> List[int]:\n    return [helper(x) for x in xs]\n```"
     assert score_code(full, tests, pool=pool).reward == 1.0
     # body only, continuing the prompt
-    assert score_code("    return [2 * x for x in xs]\n", tests, pool=pool).reward == 0.0  # no code found by extraction
+    assert rr(score_code("    return [2 * x for x in xs]\n", tests, pool=pool)) == (0.0, "no_code")  # extraction finds none
     from rolecast.rewards.code import score_program
 
     assert score_program("    return [2 * x for x in xs]\n", tests, pool=pool).reward == 1.0
     wrong = "```python\ndef twice_all(xs):\n    return [2 * x for x in xs if x]\n```"
     s = score_code(wrong, tests, partial=True, pool=pool)
-    assert s.reward == pytest.approx(2 / 3)
+    assert s.reward == pytest.approx(2 / 3) and s.reason is None
 
 
 def test_stdio_problem(pool):
@@ -211,10 +212,12 @@ def test_stdio_problem(pool):
     good = "```python\na, b = map(int, input().split())\nprint(a + b)\n```"
     assert score_code(good, tests, pool=pool).reward == 1.0
     off = "```python\na, b = map(int, input().split())\nprint(a + b if a else 1)\n```"
-    assert score_code(off, tests, pool=pool).reward == 0.0
+    assert rr(score_code(off, tests, pool=pool)) == (0.0, None)
     assert score_code(off, tests, partial=True, pool=pool).reward == pytest.approx(2 / 3)
     crash = "```python\nraise ValueError('boom')\n```"
-    assert score_code(crash, tests, partial=True, pool=pool).reward == 0.0
+    assert rr(score_code(crash, tests, partial=True, pool=pool)) == (0.0, None)
+    res = pool.run(build_job("raise ValueError('boom')\n", tests, partial=True))  # it ran, and crashed
+    assert [c.rc for c in res.cases] == [1, 1, 1] and all(b"ValueError: boom" in c.stderr for c in res.cases)
 
 
 def test_functional_problem(pool):
@@ -236,7 +239,7 @@ def test_functional_problem(pool):
 def test_score_code_many_keeps_order(pool):
     tests = CodeTests.mbpp(MBPP_ROW)
     texts = ["```python\ndef sq(x):\n    return x * x\n```", None, "```python\ndef sq(x):\n    return x\n```", "```python\ndef sq(x):\n    return x ** 2\n```"]
-    assert [s.reward for s in score_code_many(texts, [tests] * 4, pool=pool)] == [1.0, 0.0, 0.0, 1.0]
+    assert [rr(s) for s in score_code_many(texts, [tests] * 4, pool=pool)] == [(1.0, None), (0.0, "no_code"), (0.0, None), (1.0, None)]
     with pytest.raises(ValueError, match="3 texts but 1"):
         score_code_many(texts[:3], [tests], pool=pool)
 
@@ -244,3 +247,129 @@ def test_score_code_many_keeps_order(pool):
 def test_module_level_default_pool():
     tests = CodeTests.mbpp(MBPP_ROW)
     assert score_code("```python\ndef sq(x):\n    return x * x\n```", tests).reward == 1.0
+
+
+# ---------------------------------------------------------------------------------------------- forged values
+
+SQ = CodeTests.mbpp({"task_id": 9, "code": "def sq(x):\n    return x * x\n",
+                     "test_list": ["assert sq(2) == 4", "assert sq(3) == 9"]})  # fmt: skip
+FORGERIES = {
+    "always equal": "class E:\n    def __eq__(self, o):\n        return True\ndef sq(x):\n    return E()\n",
+    "int subclass": "class I(int):\n    def __eq__(self, o):\n        return True\n    __hash__ = int.__hash__\ndef sq(x):\n    return I(0)\n",
+    "str subclass": "class S(str):\n    def __eq__(self, o):\n        return True\ndef sq(x):\n    return S('no')\n",
+    "list subclass": "class L(list):\n    def __eq__(self, o):\n        return True\ndef sq(x):\n    return L()\n",
+    "bool-true object": "class B:\n    def __bool__(self):\n        return True\n    def __eq__(self, o):\n        return self\ndef sq(x):\n    return B()\n",
+    "plain list holding a forgery": "class E:\n    def __eq__(self, o):\n        return True\ndef sq(x):\n    return [E()][0:1][0]\n",
+    # a metaclass that claims to be (and hash like) int, so `type(v) in {int, ...}` would accept it
+    "metaclass posing as int": (
+        "class M(type):\n    def __eq__(cls, o):\n        return True\n    def __hash__(cls):\n        return hash(int)\n"
+        "class V(metaclass=M):\n    def __eq__(self, o):\n        return True\ndef sq(x):\n    return V()\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("trick", sorted(FORGERIES))
+def test_forged_values_fail_with_their_reason(pool, trick):
+    s = score_code("```python\n" + FORGERIES[trick] + "```", SQ, partial=True, pool=pool)
+    assert (s.reward, s.reason) == (0.0, "non_plain_value")
+
+
+def test_forged_value_inside_a_container_fails(pool):
+    tests = CodeTests.mbpp({"task_id": 1, "test_list": ["assert pair(1) == (1, [2])"]})
+    prog = "class E:\n    def __eq__(self, o):\n        return True\ndef pair(x):\n    return (1, [E()])\n"
+    assert rr(score_code(_fence(prog), tests, pool=pool)) == (0.0, "non_plain_value")
+    assert rr(score_code(_fence("def pair(x):\n    return (x, [x + 1])\n"), tests, pool=pool)) == (1.0, None)
+
+
+def _fence(src: str) -> str:
+    return "```python\n" + src + "```"
+
+
+def rr(score):
+    return score.reward, score.reason
+
+
+def test_patched_builtins_and_modules_do_not_serve_the_tests(pool):
+    """The tests' own helpers (abs, math.isclose, sorted) are the genuine ones whatever the program did to them."""
+    tests = CodeTests.mbpp({"task_id": 2, "test_imports": ["import math"], "test_list": [
+        "assert abs(root(16) - 4) < 1e-9", "assert math.isclose(root(9), 3)", "assert sorted([root(4), 1]) == [1, 2]"]})
+    tricks = [
+        "import builtins, math\nbuiltins.abs = lambda x: 0\nmath.isclose = lambda *a, **k: True\n"
+        "builtins.sorted = lambda xs: [1, 2]\n",  # patch the builtins and the module
+        "def abs(x):\n    return 0\ndef sorted(xs):\n    return [1, 2]\nclass math:\n    isclose = staticmethod(lambda *a: True)\n",  # shadow them
+        "import sys\nclass M:\n    isclose = staticmethod(lambda *a, **k: True)\nsys.modules['math'] = M\n",  # swap the module
+    ]
+    for trick in tricks:
+        s = score_code(_fence(trick + "def root(x):\n    return -1.0\n"), tests, partial=True, pool=pool)
+        assert rr(s) == (0.0, None), trick  # plain wrong answers, judged by the genuine helpers
+    # patching from inside the candidate, between the tests, does not stick either
+    late = "import builtins, math\ndef root(x):\n    builtins.abs = lambda v: 0\n    math.isclose = lambda *a, **k: True\n    return -1.0\n"
+    assert rr(score_code(_fence(late), tests, partial=True, pool=pool)) == (0.0, None)
+    good = "import math\ndef root(x):\n    return math.sqrt(x)\n"
+    assert rr(score_code(_fence(good), tests, pool=pool)) == (1.0, None)
+
+
+def test_arithmetic_on_a_forged_value_fails(pool):
+    """`abs(f(x) - y) < eps`: a value whose `__sub__` returns 0.0 is stopped where the candidate returns it."""
+    tests = CodeTests.mbpp({"task_id": 3, "test_list": ["assert abs(root(16) - 4) < 1e-9"]})
+    prog = "class Z:\n    def __sub__(self, o):\n        return 0.0\ndef root(x):\n    return Z()\n"
+    assert rr(score_code(_fence(prog), tests, pool=pool)) == (0.0, "non_plain_value")
+
+
+def test_builtin_named_entry_point_still_works(pool):
+    """MBPP 126 names its function `sum`: a program's `sum` serves the tests when the task asks for it (known
+    from the reference solution, or, without one, because the assert calls it on plain arguments)."""
+    prog = "def sum(a, b):\n    return 6 if (a, b) == (10, 15) else 0\n"
+    with_ref = CodeTests.mbpp({"task_id": 126, "code": "def sum(a, b):\n    return 0\n", "test_list": ["assert sum(10, 15) == 6"]})
+    without = CodeTests(kind="asserts", asserts=("assert sum(10, 15) == 6",))
+    for tests in (with_ref, without):
+        assert rr(score_code(_fence(prog), tests, pool=pool)) == (1.0, None)
+
+
+def test_program_classes_as_test_inputs(pool):
+    """MBPP builds inputs from the program's own classes (Pair, Node); those instances may be passed along."""
+    tests = CodeTests.mbpp({"task_id": 601, "test_list": ["assert longest([Pair(5, 24), Pair(15, 25), Pair(27, 40)], 3) == 2"],
+                            "code": "class Pair:\n    pass\ndef longest(p, n):\n    pass\n"})  # fmt: skip
+    prog = (
+        "class Pair:\n    def __init__(self, a, b):\n        self.a, self.b = a, b\n"
+        "def longest(ps, n):\n    best, end = 0, float('-inf')\n    for p in sorted(ps, key=lambda p: p.b):\n"
+        "        if p.a > end:\n            best, end = best + 1, p.b\n    return best\n"
+    )
+    assert rr(score_code(_fence(prog), tests, pool=pool)) == (1.0, None)
+
+
+def test_humaneval_prompt_helpers_are_pinned(pool):
+    """HumanEval/38-style: the tests encode with the prompt's helper; a program that redefines that helper (and
+    decodes with the identity) does not pass."""
+    row = {
+        "task_id": "T/38",
+        "prompt": "def encode(s: str) -> str:\n    return s[1:] + s[:1]\n\n\ndef decode(s: str) -> str:\n    '''Inverse of encode.'''\n",
+        "entry_point": "decode",
+        "test": "def check(candidate):\n    for w in ['abc', 'hello', 'x']:\n        assert candidate(encode(w)) == w\n",
+    }
+    tests = CodeTests.humaneval(row)
+    cheat = "def encode(s):\n    return s\n\ndef decode(s):\n    return s\n"
+    assert rr(score_code(_fence(cheat), tests, pool=pool)) == (0.0, None)
+    honest = "def decode(s):\n    return s[-1:] + s[:-1]\n"
+    assert rr(score_code(_fence(honest), tests, pool=pool)) == (1.0, None)
+
+
+def test_dict_subclasses_are_compared_by_what_they_store(pool):
+    """MBPP 40/88/902 return collections.Counter where the test expects a dict: that passes; a dict subclass
+    (or a patched Counter) whose comparison lies is compared by its stored items, and so fails."""
+    tests = CodeTests.mbpp({"task_id": 88, "test_list": ["assert freq([1, 1, 2]) == {1: 2, 2: 1}", "assert freq([]) == {}"]})
+    good = "import collections\ndef freq(xs):\n    return collections.Counter(xs)\n"
+    assert rr(score_code(_fence(good), tests, pool=pool)) == (1.0, None)
+    liars = [
+        "class D(dict):\n    def __eq__(self, o):\n        return True\ndef freq(xs):\n    return D()\n",
+        "import collections\ncollections.Counter.__eq__ = lambda s, o: True\ndef freq(xs):\n    return collections.Counter([9])\n",
+    ]
+    for prog in liars:
+        assert rr(score_code(_fence(prog), tests, pool=pool)) == (0.0, None), prog  # read as a plain wrong dict
+
+
+def test_regex_match_results_count_as_plain(pool):
+    """Sanitized MBPP 737/787/794: `assert f(s)` where f returns re.search(...) (a Match or None)."""
+    tests = CodeTests.mbpp({"task_id": 787, "test_list": ["assert not m('ac')", "assert m('abbbba')"]})
+    good = "import re\ndef m(text):\n    return re.search('ab{3}?', text)\n"
+    assert rr(score_code(_fence(good), tests, pool=pool)) == (1.0, None)

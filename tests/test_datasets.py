@@ -202,7 +202,8 @@ def test_deepcoder_fixture(tmp_path):
         "```python\nfrom typing import List\nclass Solution:\n    def maxOf(self, nums: List[int]) -> int:\n        return max(nums)\n```",
     ]
     assert [s.reward for s in t.score_many(probs, good)] == [1.0, 1.0]
-    assert t.score(probs[0], "```python\nprint(3)\n```").reward == 0.0
+    s = t.score(probs[0], "```python\nprint(3)\n```")
+    assert (s.reward, s.reason) == (0.0, None)  # ran and printed the wrong thing
 
 
 def test_math_jsonl_column_mapping(tmp_path):

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from rolecast.rewards import sandbox
-from rolecast.rewards.code import CodeTests, score_code_many, score_program
+from rolecast.rewards.code import CodeTests, build_job, score_code_many, score_program
 from rolecast.rewards.sandbox import Job, Limits, SandboxPool, run_python, sandbox_mode
 
 ADD = CodeTests(kind="asserts", asserts=("assert add(1, 2) == 3", "assert add(-1, 1) == 0"))
@@ -24,6 +24,11 @@ GOOD = "def add(a, b):\n    return a + b\n"
 def pool():
     with SandboxPool(2) as p:
         yield p
+
+
+def rr(score):
+    """(reward, reason): a test expecting 0 checks why, so a sandbox that crashed cannot pass it."""
+    return score.reward, score.reason
 
 
 def _timed(fn):
@@ -68,12 +73,16 @@ def test_good_program_scores_one(pool):
 
 
 def test_runs_unprivileged_in_private_tmp(pool):
-    r = run_python("import os\nprint(os.getuid(), os.getgid(), os.getcwd())\nopen('x', 'w').write('1')\nprint(os.listdir('.'))", pool=pool)
+    r = run_python("import os\nprint(os.getuid(), os.getgid(), os.getcwd())\nopen('x', 'w').write('1')\nprint(sorted(os.listdir('.')))", pool=pool)
     uid, gid, cwd = r.stdout.split("\n")[0].split()
     assert int(uid) != 0 and int(gid) != 0
-    assert r.returncode == 0 and "['x']" in r.stdout
+    # a private, empty temp dir: only the file it wrote, and (bwrap, with the venv under /tmp) the read-only
+    # path down to the venv bound back for the interpreter
+    extra = []
     if sandbox_mode() == "bwrap":
         assert cwd == "/tmp"
+        extra = [d.split("/")[2] for d in sandbox._binds_under_hidden(sandbox._interpreter_dirs()) if d.startswith("/tmp/")]
+    assert r.returncode == 0 and r.stdout.split("\n")[1] == str(sorted({"x", *extra}))
 
 
 def test_run_python_stdin_exit_code_and_stderr(pool):
@@ -83,7 +92,7 @@ def test_run_python_stdin_exit_code_and_stderr(pool):
 
 def test_infinite_loop(pool):
     s, took = _timed(lambda: score_program("while True:\n    pass\n" + GOOD, ADD, timeout_s=2, pool=pool))
-    assert s.reward == 0.0 and s.reason in ("timeout", "no_verdict")
+    assert s.reward == 0.0 and s.reason == "timeout"
     assert took < 2 + 2.0
     r, took = _timed(lambda: run_python("while True: pass", timeout_s=1.5, pool=pool))
     assert r.timed_out or r.reason == "cpu_limit"
@@ -101,7 +110,7 @@ def test_sleeping_program_is_killed_at_the_wall_clock(pool):
 def test_fork_bomb(pool):
     bomb = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
     s, took = _timed(lambda: score_program(bomb + GOOD, ADD, timeout_s=3, pool=pool))
-    assert s.reward == 0.0
+    assert (s.reward, s.reason) == (0.0, "timeout")  # forks fail at RLIMIT_NPROC; the loop runs out the clock
     assert took < 3 + 3.0
     _machine_ok()
 
@@ -131,15 +140,16 @@ def test_no_network(pool):
             "        return True\n"
             "    except OSError:\n"
             "        return False\n"
-            f"OK = reach(('127.0.0.1', {port})) or reach(('1.1.1.1', 53))\n"
+            f"OK = reach(('127.0.0.1', {port}))  # loopback only: never dial off this machine\n"
             "def add(a, b):\n    return a + b if OK else None\n"
         )
         s = score_program(prog, ADD, timeout_s=10, pool=pool)
-        assert s.reward == 0.0
+        if pool.mode == "fallback":  # no network namespace there (docs/sandbox.md): the listener is reachable
+            assert (s.reward, s.reason) == (1.0, None)
+        else:
+            assert (s.reward, s.reason) == (0.0, None)  # ran to the end: the listener was simply unreachable
     finally:
         srv.close()
-    if sandbox_mode() == "fallback":
-        pytest.skip("fallback sandbox has no network namespace")
 
 
 def test_cannot_write_outside_its_temp_dir(pool, tmp_path):
@@ -156,7 +166,7 @@ def test_cannot_write_outside_its_temp_dir(pool, tmp_path):
         "def add(a, b):\n    return a + b if OK else None\n"
     )
     s = score_program(prog, ADD, pool=pool)
-    assert s.reward == 0.0
+    assert (s.reward, s.reason) == (0.0, None)
     assert not target.exists() and not os.path.exists(repo_file) and not os.path.exists("/etc/rolecast-escaped")
 
 
@@ -176,7 +186,7 @@ def test_cannot_read_files_outside(pool, tmp_path):
         f"GOT = [read(p) for p in {[str(secret)] + root_files!r}]\n"
         "def add(a, b):\n    return a + b if any(g is not None for g in GOT) else None\n"
     )
-    assert score_program(prog, ADD, pool=pool).reward == 0.0
+    assert rr(score_program(prog, ADD, pool=pool)) == (0.0, None)
     r = run_python(f"import os\nprint(os.path.exists({str(secret)!r}))", pool=pool)
     assert r.stdout == "False\n"
 
@@ -209,12 +219,16 @@ def test_killing_the_parent_hurts_nobody(pool):
     assert score_program(GOOD, ADD, pool=pool).reward == 1.0  # and the pool still works
 
 
-@pytest.mark.parametrize("exit_call", ["import sys\nsys.exit(0)\n", "import os\nos._exit(0)\n", "raise SystemExit\n"])
-def test_exit_before_the_tests_run(pool, exit_call):
+@pytest.mark.parametrize("exit_call, reason", [
+    ("import sys\nsys.exit(0)\n", "load_error: SystemExit"),  # caught: the program did not load
+    ("import os\nos._exit(0)\n", "no_verdict"),  # the process is gone before any test ran
+    ("raise SystemExit\n", "load_error: SystemExit"),
+])  # fmt: skip
+def test_exit_before_the_tests_run(pool, exit_call, reason):
     s = score_program(GOOD + exit_call, ADD, pool=pool)
-    assert s.reward == 0.0
+    assert (s.reward, s.reason) == (0.0, reason)
     s = score_program(GOOD + exit_call, ADD, partial=True, pool=pool)
-    assert s.reward == 0.0
+    assert (s.reward, s.reason) == (0.0, reason)
 
 
 def test_forged_verdict_lines_are_ignored(pool):
@@ -229,7 +243,7 @@ def test_forged_verdict_lines_are_ignored(pool):
         "            pass\n"
         "def add(a, b):\n    return None\n"
     )
-    assert score_program(prog, ADD, partial=True, pool=pool).reward == 0.0
+    assert rr(score_program(prog, ADD, partial=True, pool=pool)) == (0.0, None)
 
 
 def test_monkey_patching_the_harness(pool):
@@ -245,43 +259,42 @@ def test_monkey_patching_the_harness(pool):
         "sys.exit = os._exit = lambda *a: None\n"
         "def add(a, b):\n    return None\n"
     )
-    assert score_program(prog, ADD, partial=True, pool=pool).reward == 0.0
+    assert rr(score_program(prog, ADD, partial=True, pool=pool)) == (0.0, None)
     # HumanEval: redefining check() does not help, the test's own check runs after the program
     tests = CodeTests(kind="humaneval", prompt="def inc(x):\n    '''x + 1'''\n", test="def check(candidate):\n    assert candidate(1) == 2\n    assert candidate(5) == 6\n", entry_point="inc")
     prog = "def inc(x):\n    return x\ndef check(candidate):\n    return True\n"
-    assert score_program(prog, tests, partial=True, pool=pool).reward == 0.0
+    assert rr(score_program(prog, tests, partial=True, pool=pool)) == (0.0, None)
 
 
 def test_always_equal_object_cannot_fake_functional_results(pool):
     tests = CodeTests.livecodebench([{"input": "3", "output": "9", "testtype": "functional"}], "square")
     prog = "class Any:\n    def __eq__(self, other):\n        return True\nclass Solution:\n    def square(self, x):\n        return Any()\n"
-    assert score_program(prog, tests, pool=pool).reward == 0.0
+    # not JSON-serialisable: the case's child dies with a traceback (rc 1), nothing to compare
+    res = pool.run(build_job(prog, tests))
+    assert [(c.rc, c.value) for c in res.cases] == [(1, "")] and b"TypeError" in res.cases[0].stderr
+    assert rr(score_program(prog, tests, pool=pool)) == (0.0, None)
 
 
 def test_invalid_utf8_output(pool):
     tests = CodeTests.livecodebench([{"input": "", "output": "hello", "testtype": "stdin"}])
     prog = "import sys\nsys.stdout.buffer.write(b'\\xff\\xfehello\\n')\n"
-    assert score_program(prog, tests, pool=pool).reward == 0.0
+    assert rr(score_program(prog, tests, pool=pool)) == (0.0, None)
     r = run_python(prog, pool=pool)
     assert r.returncode == 0 and r.stdout_bytes == b"\xff\xfehello\n" and r.stdout.endswith("hello\n")
 
 
 def test_fallback_mode_still_contains_the_basics(tmp_path):
     """Without bwrap: rlimits, uid drop (as root) and a temp cwd still stop loops and parent kills."""
-    sandbox._set_mode_for_tests("fallback")
-    try:
-        with SandboxPool(1) as p:
-            assert score_program(GOOD, ADD, pool=p).reward == 1.0
-            s, took = _timed(lambda: score_program("while True: pass\n" + GOOD, ADD, timeout_s=1.5, pool=p))
-            assert s.reward == 0.0 and took < 4
-            me = os.getpid()
-            prog = f"import os, signal\nos.kill({me}, signal.SIGKILL)\n" + GOOD
-            if os.getuid() == 0:
-                assert score_program(prog, ADD, pool=p).reward == 0.0
-            r = run_python("import os\nprint(os.getcwd())", pool=p)
-            assert r.stdout.startswith(tempfile_dir())
-    finally:
-        sandbox._set_mode_for_tests(None)
+    with SandboxPool(1, mode="fallback") as p:
+        assert rr(score_program(GOOD, ADD, pool=p)) == (1.0, None)
+        s, took = _timed(lambda: score_program("while True: pass\n" + GOOD, ADD, timeout_s=1.5, pool=p))
+        assert rr(s) == (0.0, "timeout") and took < 4
+        me = os.getpid()
+        prog = f"import os, signal\nos.kill({me}, signal.SIGKILL)\n" + GOOD
+        if os.getuid() == 0:
+            assert rr(score_program(prog, ADD, pool=p)) == (0.0, "load_error: PermissionError")
+        r = run_python("import os\nprint(os.getcwd())", pool=p)
+        assert r.stdout.startswith(tempfile_dir())
     _machine_ok()
 
 
@@ -289,6 +302,214 @@ def tempfile_dir() -> str:
     import tempfile
 
     return os.path.realpath(tempfile.gettempdir())
+
+
+# ---------------------------------------------------------------------------------------------- where it is installed
+
+_IN_SANDBOX = """
+import json, sys
+from rolecast.rewards.sandbox import Job, SandboxPool, run_python, sandbox_status
+
+venv, parent = sys.argv[1], sys.argv[2]
+prog = (
+    "import os, sys, rc_probe_mod\\n"
+    f"print(rc_probe_mod.VALUE, sys.executable == {venv + '/bin/python'!r})\\n"
+    f"print(sorted(os.listdir({parent!r})))\\n"
+    "print(os.getcwd(), sorted(os.listdir('/tmp')) == sorted(os.listdir('.')))\\n"
+)
+with SandboxPool(1) as pool:
+    r = run_python(prog, pool=pool)
+    a = pool.run(Job(mode="asserts", program="def add(a, b):\\n    return a + b\\n", tests=("assert add(1, 2) == 3",)))
+print(json.dumps({"status": sandbox_status(), "stdout": r.stdout, "stderr": r.stderr, "verdicts": a.verdicts}))
+"""
+
+
+def _venv_in(parent) -> str:
+    """A real virtual environment (symlinks to this interpreter's base) with a module of its own."""
+    venv = parent / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, capture_output=True)
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    (site / "rc_probe_mod.py").write_text("VALUE = 42\n")
+    return str(venv)
+
+
+def _home_parent():
+    home = os.path.realpath(os.path.expanduser("~"))
+    if not home.startswith(("/root/", "/home/")) and home != "/root":
+        pytest.skip(f"home directory {home} is not under /root or /home")
+    import tempfile
+
+    return tempfile.mkdtemp(prefix="rolecast-sbx-test-", dir=home)
+
+
+@pytest.mark.parametrize("where", ["tmp", "home"])
+def test_bwrap_with_an_environment_under_hidden_dirs(tmp_path, where):
+    """Project and venv in /tmp/... or ~/...: bubblewrap still runs its interpreter, and its modules; the
+    rest of that directory (a file planted beside the venv) stays hidden, and /tmp is the program's own."""
+    import shutil
+
+    if shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap not installed (scripts/install-sandbox.sh)")
+    from pathlib import Path
+
+    parent = tmp_path if where == "tmp" else Path(_home_parent())
+    try:
+        os.chmod(parent, 0o755)
+        (parent / "secret.txt").write_text("s3cret")
+        venv = _venv_in(parent)
+        src = os.path.dirname(os.path.dirname(os.path.dirname(sandbox.__file__)))
+        out = subprocess.run(
+            [os.path.join(venv, "bin", "python"), "-c", _IN_SANDBOX, venv, str(parent)],
+            capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": src},
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        got = json.loads(out.stdout.strip().splitlines()[-1])
+    finally:
+        if where == "home":
+            shutil.rmtree(parent, ignore_errors=True)
+    assert got["status"] == ["bwrap", ""]
+    # the venv's interpreter and its own site-packages; beside the venv only itself (no secret.txt);
+    # cwd /tmp is private (the host's /tmp has other files, the sandbox's only what the binds needed)
+    lines = got["stdout"].splitlines()
+    assert lines[0] == "42 True" and lines[1] == "['venv']", got
+    assert lines[2] == "/tmp True", got
+    assert got["verdicts"] == {"0": True}
+
+
+# ---------------------------------------------------------------------------------------------- the fallback
+
+
+def _live_procs_of(uids: range) -> list[int]:
+    pids = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                if os.stat(f"/proc/{d}").st_uid in uids:
+                    with open(f"/proc/{d}/stat", "rb") as f:
+                        if f.read().rpartition(b")")[2].split()[0] != b"Z":
+                            pids.append(int(d))
+            except (OSError, IndexError):
+                pass
+    return pids
+
+
+def test_fallback_private_home_and_tmpdir_are_removed():
+    prog = (
+        "import os, tempfile\n"
+        "print(os.environ['HOME'] == os.environ['TMPDIR'] == os.getcwd() == tempfile.gettempdir())\n"
+        "open(os.path.join(os.environ['HOME'], 'x'), 'w').write('1')\n"
+        "print(os.getcwd())\n"
+    )
+    with SandboxPool(1, mode="fallback") as p:
+        r = run_python(prog, pool=p)
+    assert r.returncode == 0, r.stderr
+    same, private = r.stdout.split()
+    assert same == "True" and os.path.basename(private).startswith("rolecast-sbx-")
+    assert not os.path.exists(private)
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="the uid drop (and so cleaning up by uid) needs root")
+def test_fallback_leaves_no_files_and_no_processes():
+    """A program that plants files in the host's shared temp dirs and leaves a daemon (double fork, new session,
+    every descriptor closed) scores normally, and afterwards neither is left."""
+    import secrets
+
+    tag = "rolecast-leftover-" + secrets.token_hex(4)
+    planted = [f"/tmp/{tag}", f"/var/tmp/{tag}", f"/dev/shm/{tag}", f"/tmp/{tag}-dir"]
+    prog = (
+        "import os, time\n"
+        f"for p in {planted[:3]!r}:\n"
+        "    try:\n"
+        "        open(p, 'w').write('x')\n"
+        "    except OSError:\n"
+        "        pass\n"
+        f"os.mkdir({planted[3]!r})\n"
+        f"open({planted[3] + '/f'!r}, 'w').write('x')\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    if os.fork() == 0:\n"
+        "        os.closerange(0, 1024)\n"
+        "        time.sleep(120)\n"
+        "    os._exit(0)\n"
+        "time.sleep(0.2)\n" + GOOD
+    )
+    with SandboxPool(1, mode="fallback") as p:
+        assert rr(score_program(prog, ADD, pool=p)) == (1.0, None)
+        uids = range(sandbox._UID_BASE, sandbox._UID_BASE + 256)
+        assert _live_procs_of(uids) == []  # right away: no grace period for the daemon
+    assert [f for f in planted if os.path.exists(f)] == []
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="the uid drop (and so an unreadable interpreter) needs root")
+def test_fallback_imports_the_stdlib_from_an_unreadable_interpreter(tmp_path):
+    """An interpreter under a 0700 directory: after the uid drop the program can read none of its files, yet
+    an honest program's standard-library imports work (the harness loads them before the drop)."""
+    import shutil
+    import sysconfig
+
+    locked = tmp_path / "locked"
+    (locked / "bin").mkdir(parents=True)
+    (locked / "lib").mkdir()
+    os.chmod(locked, 0o700)
+    real = os.path.realpath(sys.executable)
+    shutil.copy2(real, locked / "bin" / "python3")
+    stdlib = sysconfig.get_paths()["stdlib"]
+    (locked / "lib" / os.path.basename(stdlib)).symlink_to(stdlib)
+    for so in os.listdir(os.path.join(sys.base_prefix, "lib")):
+        if so.startswith("libpython"):
+            (locked / "lib" / so).symlink_to(os.path.join(sys.base_prefix, "lib", so))
+    py = str(locked / "bin" / "python3")
+    probe = subprocess.run([py, "-c", "import sys; print(sys.prefix)"], capture_output=True, text=True)
+    if probe.returncode != 0 or probe.stdout.strip() != str(locked):
+        pytest.skip(f"could not build an interpreter under a 0700 directory: {probe.stderr[-200:]}")
+    script = (
+        "import json, sys\n"
+        "from rolecast.rewards.code import CodeTests, score_program\n"
+        "from rolecast.rewards.sandbox import SandboxPool\n"
+        "tests = CodeTests(kind='asserts', asserts=('assert add(1, 2) == 3',))\n"
+        "prog = 'import signal, subprocess, threading, fractions, heapq\\ndef add(a, b):\\n    return a + b\\n'\n"
+        "leak = 'import os\\nos.listdir(sys.prefix)\\ndef add(a, b):\\n    return a + b\\n'\n"
+        "with SandboxPool(1, mode='fallback') as p:\n"
+        "    s, t = score_program(prog, tests, pool=p), score_program('import sys\\n' + leak, tests, pool=p)\n"
+        "print(json.dumps([s.reward, s.reason, t.reward, t.reason]))\n"
+    )
+    src = os.path.dirname(os.path.dirname(os.path.dirname(sandbox.__file__)))
+    out = subprocess.run([py, "-c", script], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join([src, *sys.path[1:]])})
+    assert out.returncode == 0, out.stderr[-2000:]
+    # honest imports work; the interpreter's own directory stays unreadable for the program
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == [1.0, None, 0.0, "load_error: PermissionError"]
+
+
+def test_code_task_without_bubblewrap_stops_before_the_model_loads(tmp_path, monkeypatch, capsys):
+    """No bubblewrap: a run whose task executes code fails at once with how to fix it, unless the config opts in."""
+    from rolecast.cli import main
+    from rolecast.config import ConfigError, load_config
+    from rolecast.runtime import SandboxUnavailable, build_runtime
+
+    monkeypatch.setenv("ROLECAST_SANDBOX", "fallback")
+    empty_model = tmp_path / "model"  # no tokenizer, no weights: loading it fails, so reaching it shows
+    empty_model.mkdir()
+    over = {"task.name": "testbed_code", "model.path": str(empty_model)}
+    with pytest.raises(SandboxUnavailable, match="runs model-written code") as e:
+        build_runtime(load_config(None, over))
+    assert isinstance(e.value, ConfigError)
+    assert "scripts/install-sandbox.sh" in str(e.value) and "sandbox.allow_unisolated" in str(e.value)
+    # opted in: past the check, into loading the (empty) model
+    with pytest.raises(Exception) as e2:
+        build_runtime(load_config(None, {**over, "sandbox.allow_unisolated": True}))
+    assert not isinstance(e2.value, SandboxUnavailable)
+    # a task that runs no code is not affected
+    with pytest.raises(Exception) as e3:
+        build_runtime(load_config(None, {**over, "task.name": "testbed"}))
+    assert not isinstance(e3.value, SandboxUnavailable)
+    # the command line: one message, no traceback, exit code 2
+    rc = main(["eval", "--task", "testbed_code", "--model", str(empty_model), "--out", str(tmp_path / "e.jsonl")])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith("rolecast: task 'testbed_code' runs model-written code")
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 2
+    with pytest.raises(ConfigError, match="allow_unisolated"):
+        load_config(None, {"sandbox.allow_unisolated": "maybe"})
 
 
 # ---------------------------------------------------------------------------------------------- datasets

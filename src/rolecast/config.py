@@ -125,6 +125,13 @@ class CheckpointSettings(_Strict):
     keep_last: int = Field(2, gt=0)
 
 
+class SandboxSettings(_Strict):
+    # tasks that run model-written code (code tasks, testbed_code) need bubblewrap for isolation; without it a
+    # run stops before loading the model unless this allows the weaker fallback (rlimits + an unprivileged uid,
+    # no network or filesystem isolation; see docs/sandbox.md)
+    allow_unisolated: bool = False
+
+
 class RunConfig(_Strict):
     seed: int = 0
     run_dir: str | None = None  # default: runs/<task>-<workflow>-<sharing>-<timestamp>
@@ -138,6 +145,7 @@ class RunConfig(_Strict):
     eval: EvalSettings = EvalSettings()
     logging: LogSettings = LogSettings()
     checkpoint: CheckpointSettings = CheckpointSettings()
+    sandbox: SandboxSettings = SandboxSettings()
 
     @model_validator(mode="after")
     def _cross_checks(self) -> RunConfig:

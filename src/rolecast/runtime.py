@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
-from .config import RunConfig
+from .config import ConfigError, RunConfig
 from .policies import PolicySet, Routing, build_routing, load_tokenizer
 from .prompts import PromptBook
 from .tasks import Task, make_task
 from .workflows import WorkflowSpec, get_workflow
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -31,6 +34,27 @@ def make_backend(cfg: RunConfig, policies: PolicySet, tokenizer):
                      max_batch=cfg.rollout.max_batch, seed=cfg.seed, decode_threads=cfg.rollout.decode_threads)
 
 
+class SandboxUnavailable(ConfigError):
+    """A task would run model-written code without isolation, and the config does not allow that."""
+
+
+def check_code_isolation(cfg: RunConfig, task: Task) -> None:
+    """Refuse to run a code-executing task in the unisolated fallback unless `sandbox.allow_unisolated`."""
+    if not task.executes_code:
+        return
+    from .rewards.sandbox import UNISOLATED_HELP, sandbox_status
+
+    mode, why = sandbox_status()
+    if mode == "bwrap":
+        return
+    if cfg.sandbox.allow_unisolated:
+        log.warning("task %r runs model-written code WITHOUT isolation (%s; sandbox.allow_unisolated is set)",
+                    cfg.task.name, why)
+        return
+    raise SandboxUnavailable(f"task {cfg.task.name!r} runs model-written code, but the sandbox cannot isolate it: "
+                             f"{why}.\n  To fix: {UNISOLATED_HELP}.")
+
+
 def build_runtime(cfg: RunConfig) -> Runtime:
     import torch
 
@@ -40,6 +64,7 @@ def build_runtime(cfg: RunConfig) -> Runtime:
     routing = build_routing(spec.roles, cfg.routing.sharing, cfg.routing.map, cfg.routing.policies)
     task = make_task(cfg.task.name, **cfg.task.options)
     prompts = PromptBook(task.family, cfg.task.prompts)
+    check_code_isolation(cfg, task)  # before the model loads: minutes earlier than the first scoring
     tokenizer = load_tokenizer(cfg.model.path)
     policies = PolicySet(cfg.model.path, routing.policy_ids, mode=cfg.model.trainable,
                          lora=cfg.model.lora.model_dump(), dtype=cfg.model.dtype, seed=cfg.seed,

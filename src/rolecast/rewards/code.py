@@ -33,6 +33,7 @@ no verdict — timeout, crash, early exit — counts as failed).
 from __future__ import annotations
 
 import ast
+import builtins
 import json
 import math
 import re
@@ -40,7 +41,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rolecast.rewards.sandbox import CaseResult, Job, JobResult, Limits, SandboxPool, default_pool
+from rolecast.rewards.sandbox import CaseResult, Job, JobResult, Limits, SandboxPool, default_pool, parse_quietly
 from rolecast.tasks.base import Score
 
 KINDS = ("asserts", "humaneval", "stdio", "functional")
@@ -56,7 +57,7 @@ _CODE_START = re.compile(r"^(?:def |async def |class |import |from \S+ import |@
 
 def _parses(src: str) -> bool:
     try:
-        ast.parse(src)
+        parse_quietly(src)
         return True
     except (SyntaxError, ValueError):
         return False
@@ -104,6 +105,10 @@ class CodeTests:
     inputs: tuple[str, ...] = ()  # stdio/functional
     outputs: tuple[str, ...] = ()  # stdio/functional: expected stdout / JSON return value
     timeout_s: float | None = None  # None: DEFAULT_TIMEOUT_S[kind]
+    # asserts: the names the program must define for the tests (MBPP: what the reference solution defines).
+    # Only matters for names of builtins (MBPP's `sum`): a program's `abs` or `sorted` is otherwise hidden from
+    # the tests. None: the functions the asserts call on their left-hand side.
+    provided: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -143,6 +148,7 @@ class CodeTests:
             asserts=tuple(tests),
             prelude="\n".join(imports),
             setup=row.get("test_setup_code") or "",
+            provided=_top_level_names(row["code"]) if row.get("code") else None,
         )
 
     @classmethod
@@ -157,6 +163,7 @@ class CodeTests:
         """LiveCodeBench / DeepCoder ``tests``: ``[{"input", "output", "testtype": "stdin"|"functional"}]``."""
         if isinstance(tests, str):
             tests = json.loads(tests)
+        assert not isinstance(tests, str)
         if not tests:
             raise ValueError("livecodebench tests: empty list")
         types = {t.get("testtype", "stdin") for t in tests}
@@ -178,7 +185,7 @@ class CodeTests:
 def _split_check(test_src: str) -> tuple[str, list[str]]:
     """(name of check's parameter, one source snippet per test) for a HumanEval `test` field."""
     try:
-        mod = ast.parse(test_src)
+        mod = parse_quietly(test_src)
     except SyntaxError:
         return "", []
     check = next((n for n in mod.body if isinstance(n, ast.FunctionDef) and n.name == "check"), None)
@@ -199,6 +206,39 @@ def _split_check(test_src: str) -> tuple[str, list[str]]:
     return check.args.args[0].arg, tests
 
 
+def _top_level_names(src: str) -> tuple[str, ...] | None:
+    """Functions and classes a module defines at top level (None if it does not parse)."""
+    try:
+        body = parse_quietly(src).body
+    except (SyntaxError, ValueError):
+        return None
+    return tuple(sorted(n.name for n in body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))))
+
+
+def _called_by_asserts(asserts: Sequence[str]) -> tuple[str, ...]:
+    """The functions asserts test: `assert f(...) == ...` / `assert f(...)` -> f. A builtin's name counts only
+    when its arguments call nothing else (`sum(10, 15)` is the candidate, `abs(root(16) - 4)` a helper)."""
+    names: set[str] = set()
+    for a in asserts:
+        try:
+            stmts = parse_quietly(a).body
+        except (SyntaxError, ValueError):
+            continue
+        for st in stmts:
+            if isinstance(st, ast.Assert):
+                e = st.test.left if isinstance(st.test, ast.Compare) else st.test
+                if isinstance(e, ast.Call) and isinstance(e.func, ast.Name):
+                    inner = [n for arg in (*e.args, *e.keywords) for n in ast.walk(arg) if isinstance(n, ast.Call)]
+                    if e.func.id not in _BUILTIN_NAMES or not any(
+                        not (isinstance(n.func, ast.Name) and n.func.id in _BUILTIN_NAMES) for n in inner
+                    ):
+                        names.add(e.func.id)
+    return tuple(sorted(names))
+
+
+_BUILTIN_NAMES = frozenset(dir(builtins))
+
+
 def _defines(program: str, name: str) -> bool:
     return re.search(rf"^(?:async\s+)?def\s+{re.escape(name)}\s*\(", program, re.M) is not None
 
@@ -208,13 +248,20 @@ def build_job(program: str, tests: CodeTests, *, partial: bool = False, timeout_
     t = timeout_s or tests.timeout_s or DEFAULT_TIMEOUT_S[tests.kind]
     limits = Limits(timeout_s=t, memory_mb=memory_mb)
     if tests.kind == "asserts":
-        return Job(mode="asserts", program=program, prelude=tests.prelude, setup=tests.setup, tests=tests.asserts, limits=limits)
+        provided = tests.provided if tests.provided is not None else _called_by_asserts(tests.asserts)
+        return Job(mode="asserts", program=program, prelude=tests.prelude, setup=tests.setup, tests=tests.asserts,
+                   provided=provided, limits=limits)
     if tests.kind == "humaneval":
         full = tests.prompt + "\n" + program if _defines(program, tests.entry_point) else tests.prompt + program
         arg, snippets = _split_check(tests.test)
+        # the prompt is pinned: its helpers (HumanEval/38's encode_cyclic) serve the tests even when the
+        # program redefines them
         if not snippets:  # unusual test layout: the original all-or-nothing call
-            return Job(mode="asserts", program=full, setup=tests.test, tests=(f"check({tests.entry_point})",), limits=limits)
-        return Job(mode="asserts", program=full, setup=tests.test, tests=tuple(snippets), bind=(arg, tests.entry_point), limits=limits)
+            snippets, bind = [f"check({tests.entry_point})"], None
+        else:
+            bind = (arg, tests.entry_point)
+        return Job(mode="asserts", program=full, setup=tests.test, tests=tuple(snippets), bind=bind,
+                   pinned=tests.prompt, provided=(tests.entry_point,), limits=limits)
     stop = None if partial else (lambda i, c: not _case_ok(tests, i, c))
     return Job(mode=tests.kind, program=program, inputs=tests.inputs, fn_name=tests.entry_point, limits=limits, stop_on=stop)
 
@@ -298,6 +345,8 @@ def judge(result: JobResult, tests: CodeTests, *, partial: bool = False, program
             reason = result.reason
         elif not result.done:
             reason = "no_verdict"  # exited before the tests finished (os._exit, crash, killed)
+        elif result.non_plain:
+            reason = "non_plain_value"  # a checked value was not plain built-in data (a forged comparison?)
         else:
             reason = None
     else:
@@ -339,7 +388,7 @@ def score_code_many(
         raise ValueError(f"score_code_many: {len(texts)} texts but {len(tests_list)} test sets")
     programs = [extract_program(t) if extract else t for t in texts]
     todo = [i for i, p in enumerate(programs) if p and p.strip()]
-    jobs = [build_job(programs[i], tests_list[i], partial=partial, timeout_s=timeout_s) for i in todo]
+    jobs = [build_job(programs[i] or "", tests_list[i], partial=partial, timeout_s=timeout_s) for i in todo]
     results = (pool or default_pool()).run_many(jobs) if jobs else []
     scores: list[Score] = [Score(0.0, None, "no_code")] * len(texts)
     for i, res in zip(todo, results, strict=True):

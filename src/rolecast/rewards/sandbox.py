@@ -1,23 +1,29 @@
-"""Run untrusted Python programs in a sandbox, many at once.
+"""Run untrusted Python programs in a sandbox, many at once. Overview for users: docs/sandbox.md.
 
 Isolation, strongest available first:
 
 ``bwrap`` (bubblewrap found and working; ``scripts/install-sandbox.sh`` installs it)
     Each run is a fresh bubblewrap container: new pid/net/ipc/uts namespaces (no network, only its own
     processes visible, everything dies with the container), a read-only view of ``/``, private tmpfs
-    ``/tmp`` (size-capped; the program's cwd), ``/root`` and ``/home`` hidden (the interpreter's own
-    directories are bound back read-only). As root we do *not* use a user namespace (its root would still
-    own root's files); bwrap keeps only CAP_SETUID/SETGID and our harness drops to an unprivileged uid
-    before any untrusted code runs. Each pool slot gets its own uid, so RLIMIT_NPROC (which root ignores)
-    caps a fork bomb per slot without starving the neighbours.
-``fallback`` (no bwrap: a logged warning)
-    rlimits + the same uid drop (when root) + a private temp dir as cwd. No network or filesystem
-    isolation beyond what the unprivileged uid cannot touch.
+    ``/tmp`` and ``/var/tmp`` (size-capped; ``/tmp`` is the program's cwd), ``/root`` and ``/home`` hidden.
+    What the interpreter needs from those hidden directories (its prefixes, the venv, site-packages, as
+    written and as resolved) is bound back read-only, one directory each, so a project and venv in
+    ``~/rolecast`` or ``/tmp/x`` work while the rest of those directories stays invisible. As root we do
+    *not* use a user namespace (its root would still own root's files); bwrap keeps only CAP_SETUID/SETGID/
+    KILL and our harness drops to an unprivileged uid before any untrusted code runs. Each pool slot gets its
+    own uid, so RLIMIT_NPROC (which root ignores) caps a fork bomb per slot without starving the neighbours.
+``fallback`` (no usable bwrap: a logged warning; training refuses it unless ``sandbox.allow_unisolated``)
+    rlimits + the same uid drop (when root) + a private directory as cwd, HOME and TMPDIR, removed
+    afterwards. As root it also kills every process of the slot's uid after each run (daemons that left the
+    process group included) and removes what that uid left at the top of /tmp, /var/tmp and /dev/shm.
+    When the uid cannot read the interpreter (Python under /root), the harness imports what the program
+    and tests import before dropping privileges. No network or filesystem isolation beyond what the
+    unprivileged uid cannot touch.
 
-Inside, a small trusted harness (``_HARNESS``) reads its job from a pipe, closes it, and forks one child
-per program run (asserts mode) or per test case (stdio/functional modes). Only the child runs untrusted
-code, after setting rlimits (CPU, address space, processes, file size, open files, no core) and dropping
-privileges. The harness reports on a separate result pipe:
+Inside, a small trusted harness (``sandbox_harness.py``, run as a script from its source) reads its job from
+a pipe, closes it, and forks one child per program run (asserts mode) or per test case (stdio/functional
+modes). Only the child runs untrusted code, after setting rlimits (CPU, address space, processes, file size,
+open files, no core) and dropping privileges. The harness reports on a separate result pipe:
 
 - stdio/functional: the harness parent (which never runs untrusted code) sends each case's captured
   stdout / JSON return value; the child has no handle on the result pipe and never sees the expected
@@ -26,8 +32,13 @@ privileges. The harness reports on a separate result pipe:
   result pipe tagged with a random per-run nonce that is not in the program's source, argv or
   environment. Lines without the nonce are ignored and a test without a verdict counts as failed, so a
   program that exits early (``sys.exit``/``os._exit``), closes or floods the pipe, or patches the harness
-  scores 0 for the tests it skipped. (A program that walks interpreter frames to find the nonce could
-  still forge verdicts; that is the limit of in-process asserts.)
+  scores 0 for the tests it skipped. The tests are compiled here with every call, comparison and assert
+  guarded (:func:`_guard_code`): the values the program hands to the tests must be plain built-in data,
+  and the tests' builtins, modules and (HumanEval) prompt helpers are the genuine ones, so objects that
+  claim equality, subclasses with their own comparisons, and patched or shadowed builtins fail (reason
+  ``non_plain_value`` or a plain wrong answer); see ``sandbox_harness`` for the rules. (A program that
+  walks interpreter frames or the garbage collector to reach the harness itself could still forge
+  verdicts; that is the limit of in-process asserts.)
 
 Outputs are read at most ``output_bytes`` per stream (then the run is killed, reason ``output_limit``), and
 a wall-clock deadline kills the whole process group / container.
@@ -38,9 +49,12 @@ section there.
 
 from __future__ import annotations
 
+import ast
+import functools
 import logging
 import marshal
 import os
+import re
 import secrets
 import select
 import shutil
@@ -50,296 +64,28 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
+from types import CodeType
 from typing import Any
 
 log = logging.getLogger(__name__)
 
 # ----------------------------------------------------------------------------------------------------------
-# the in-sandbox harness. Runs as `python -I -c _HARNESS <job_fd> <result_fd>`; stdlib only.
+# the in-sandbox harness (rolecast/rewards/sandbox_harness.py). Compiled once here and sent as a code object
+# down a pipe to a one-line bootstrap (`python -I -S -c _BOOT <job_fd> <result_fd> <code_fd>`): nothing inside
+# the sandbox has to find our source tree, and no run pays for compiling the harness (a few ms each).
 
-_HARNESS = r'''
-import marshal, os, resource, select, sys
-
-# not `signal`/`json`/`base64`: their imports (enum, re) would double the interpreter's start-up time
-_SIGKILL, _SIGXCPU = 9, 24
-
-def _main():
-    job_fd, res_fd = int(sys.argv[1]), int(sys.argv[2])
-    chunks = []
-    while True:
-        b = os.read(job_fd, 1 << 20)
-        if not b:
-            break
-        chunks.append(b)
-    os.close(job_fd)
-    job = marshal.loads(b"".join(chunks))
-    del chunks
-    _write = os.write
-    _exit = os._exit
-
-    def send(obj):
-        data = marshal.dumps(obj)
-        data = b"%d\n" % len(data) + data
-        while data:
-            n = _write(res_fd, data)
-            data = data[n:]
-
-    sys.path.extend(job["sys_path"])
-    if job["mode"] == "functional":
-        import json  # before forking, so each case's child does not pay for it
-    for m in job.get("preimport", ()):
-        try:
-            __import__(m)
-        except Exception:
-            pass
-    lim = job["limits"]
-
-    def enter_child(keep_fds, own_group):
-        """Runs first in every child: limits, privileges, cwd; nothing untrusted has run yet."""
-        if own_group:  # per-case children: the harness kills the group after each case
-            os.setpgid(0, 0)
-        lo = 3
-        for fd in sorted(k for k in keep_fds if k >= 3):
-            os.closerange(lo, fd)
-            lo = fd + 1
-        os.closerange(lo, 1024)
-        cpu = int(lim["cpu_s"])
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
-        resource.setrlimit(resource.RLIMIT_AS, (lim["as_bytes"], lim["as_bytes"]))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (lim["fsize_bytes"], lim["fsize_bytes"]))
-        resource.setrlimit(resource.RLIMIT_NOFILE, (lim["nofile"], lim["nofile"]))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        if lim.get("nproc"):
-            resource.setrlimit(resource.RLIMIT_NPROC, (lim["nproc"], lim["nproc"]))
-        uid = job.get("uid")
-        if uid is not None and os.getuid() == 0:
-            os.setgroups([])
-            os.setgid(uid)
-            os.setuid(uid)
-            if os.getuid() == 0:
-                _exit(125)
-        os.chdir(job["cwd"])
-        os.environ.clear()
-        os.environ.update(job["env"])
-
-    def run_main(src, name):
-        """Execute a program as a script; returns its exit status (flushing what it printed)."""
-        status = 0
-        try:
-            code = compile(src, "<program>", "exec")
-            exec(code, {"__name__": name, "__builtins__": __builtins__})
-        except SystemExit as e:
-            c = e.code
-            status = c if isinstance(c, int) else (0 if c is None else 1)
-        except BaseException:
-            import traceback
-            try:
-                traceback.print_exc()
-            except BaseException:
-                pass
-            status = 1
-        for s in (sys.stdout, sys.stderr):
-            try:
-                s.flush()
-            except BaseException:
-                pass
-        return status & 0xFF
-
-    def wait_child(pid, deadline_s, pipes):
-        """Collect the child's pipes (name -> fd) up to the output cap, within the deadline."""
-        import time
-        cap = lim["output_bytes"]
-        got = {k: bytearray() for k in pipes}
-        open_fds = {fd: k for k, fd in pipes.items()}
-        pidfd = os.pidfd_open(pid)
-        status = None
-        reason = None
-        end = time.monotonic() + deadline_s
-        while open_fds or status is None:
-            left = end - time.monotonic()
-            if left <= 0:
-                reason = "timeout"
-                break
-            watch = list(open_fds) + ([pidfd] if status is None else [])
-            r, _, _ = select.select(watch, [], [], left)
-            for fd in r:
-                if fd == pidfd:
-                    _, st = os.waitpid(pid, 0)
-                    status = st
-                    try:
-                        os.killpg(pid, _SIGKILL)  # leftovers holding the pipes open
-                    except OSError:
-                        pass
-                    continue
-                b = os.read(fd, 65536)
-                k = open_fds[fd]
-                if not b:
-                    del open_fds[fd]
-                    continue
-                got[k] += b
-                if len(got[k]) > cap:
-                    reason = "output_limit"
-                    del got[k][cap:]
-            if reason:
-                break
-        try:
-            os.killpg(pid, _SIGKILL)
-        except OSError:
-            pass
-        if status is None:
-            try:
-                os.kill(pid, _SIGKILL)
-            except OSError:
-                pass
-            _, status = os.waitpid(pid, 0)
-        for fd in pipes.values():
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        os.close(pidfd)
-        return got, status, reason
-
-    def decode_status(st):
-        if os.WIFEXITED(st):
-            return os.WEXITSTATUS(st), None
-        sig = os.WTERMSIG(st)
-        return -sig, ("cpu_limit" if sig == _SIGXCPU else None)
-
-    mode = job["mode"]
-    if mode == "asserts":
-        pid = os.fork()
-        if pid == 0:
-            try:
-                enter_child({0, 1, 2, res_fd}, False)
-                # the program may replace any builtin (exec = no-op would make every test "pass"):
-                # everything the test loop calls after the program has run is bound here, before it
-                _exec, _compile, _dict, _enumerate, _len = exec, compile, dict, enumerate, len
-                nonce = job["nonce"]
-                prog = job["program"]
-                prelude, setup, tests, bind = job["prelude"], job["setup"], job["tests"], job.get("bind")
-                del job
-
-                def rep(msg):
-                    data = (nonce + " " + msg + "\n").encode()
-                    while data:
-                        data = data[_write(res_fd, data):]
-
-                _type = type
-                g = {"__name__": "__main__", "__builtins__": __builtins__}
-                try:
-                    _exec(_compile(prelude, "<prelude>", "exec"), g)
-                    _exec(_compile(prog, "<program>", "exec"), g)
-                    _exec(_compile(setup, "<test setup>", "exec"), g)
-                except BaseException as e:
-                    rep("load " + _type(e).__name__)
-                    _exit(0)
-                ns = g
-                if bind:
-                    ns = _dict(g)
-                    try:
-                        ns[bind[0]] = g[bind[1]]
-                    except BaseException as e:
-                        rep("load " + _type(e).__name__)
-                        _exit(0)
-                for i, t in _enumerate(tests):
-                    try:
-                        _exec(_compile(t, "<test %d>" % i, "exec"), ns)
-                        ok = True
-                    except BaseException:
-                        ok = False
-                    rep(("pass %d" if ok else "fail %d") % i)
-                rep("done")
-                for s in (sys.stdout, sys.stderr):
-                    try:
-                        s.flush()
-                    except BaseException:
-                        pass
-            finally:
-                _exit(0)
-        # stdout/stderr go straight to the host, which caps them; the host also owns the deadline
-        _, st = os.waitpid(pid, 0)
-        rc, why = decode_status(st)
-        data = ("exit %d %s\n" % (rc, why)).encode()
-        while data:
-            data = data[_write(res_fd, data):]
-        return
-
-    # stdio / functional: one child per case; the parent only shuttles bytes
-    for i, case in enumerate(job["cases"]):
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
-        val_r, val_w = os.pipe()
-        in_fd = os.memfd_create("stdin")
-        data = case["input"].encode()
-        while data:
-            data = data[os.write(in_fd, data):]
-        os.lseek(in_fd, 0, 0)
-        pid = os.fork()
-        if pid == 0:
-            try:
-                os.dup2(in_fd, 0)
-                os.dup2(out_w, 1)
-                os.dup2(err_w, 2)
-                val_fd = val_w
-                if val_fd < 3:
-                    val_fd = os.dup(val_fd)
-                enter_child({0, 1, 2, val_fd}, True)
-                prog = job["program"]
-                if mode == "stdio":
-                    _exit(run_main(prog, "__main__"))
-                fn = job["fn_name"]
-                args = [json.loads(line) for line in case["input"].split("\n") if line.strip()]
-                del job, case
-                g = {"__name__": "__solution__", "__builtins__": __builtins__}
-                exec(compile(prog, "<program>", "exec"), g)
-                sol = g.get("Solution")
-                f = getattr(sol(), fn) if sol is not None and hasattr(sol, fn) else g[fn]
-                res = f(*args)
-                data = json.dumps(res).encode()
-                while data:
-                    data = data[_write(val_fd, data):]
-                for s in (sys.stdout, sys.stderr):
-                    try:
-                        s.flush()
-                    except BaseException:
-                        pass
-                _exit(0)
-            except SystemExit as e:
-                _exit(e.code if isinstance(e.code, int) else 1)
-            except BaseException:
-                import traceback
-                try:
-                    traceback.print_exc()
-                    sys.stderr.flush()
-                except BaseException:
-                    pass
-                _exit(1)
-            finally:
-                _exit(1)
-        for fd in (out_w, err_w, val_w, in_fd):
-            os.close(fd)
-        got, st, reason = wait_child(pid, job["case_timeout_s"], {"stdout": out_r, "stderr": err_r, "value": val_r})
-        rc, why = decode_status(st)
-        send({
-            "case": i,
-            "rc": rc,
-            "reason": reason or why,
-            "stdout": bytes(got["stdout"]),
-            "stderr": bytes(got["stderr"][-4096:]),
-            "value": bytes(got["value"]).decode("utf-8", "replace") if mode == "functional" else None,
-        })
-    send({"done": True})
-
-_main()
-os._exit(0)  # skip interpreter teardown: a few ms per run
-'''
+_HARNESS_PATH = Path(__file__).parent / "sandbox_harness.py"
+_HARNESS_CODE = marshal.dumps(compile(_HARNESS_PATH.read_text(), str(_HARNESS_PATH), "exec"))
+_BOOT = "import marshal,sys;f=open(int(sys.argv[3]),'rb');c=f.read();f.close();del f;exec(marshal.loads(c))"
 
 # modules preloaded by the harness when the uid it drops to cannot read the interpreter's own files
-# (fallback mode as root with Python under /root): the common ones in MBPP/HumanEval/LCB solutions.
+# (fallback mode as root with Python under /root): the common ones in MBPP/HumanEval/LCB solutions, plus
+# whatever the program's own import statements name (_program_imports).
 _PREIMPORT = (
     "math re collections itertools functools heapq bisect string operator copy json random statistics "
     "fractions decimal typing array datetime cmath hashlib traceback io textwrap unicodedata"
@@ -385,6 +131,7 @@ class JobResult:
     mode: str
     verdicts: dict[int, bool] = field(default_factory=dict)  # asserts: test index -> passed
     load_error: str | None = None  # asserts: the program (or setup) raised this while loading
+    non_plain: set[int] = field(default_factory=set)  # asserts: tests failed for a value that is not plain built-in data
     done: bool = False  # the harness reached its end (asserts: after the last test)
     cases: list[CaseResult] = field(default_factory=list)  # stdio/functional, in order
     stdout: bytes = b""
@@ -404,6 +151,9 @@ class Job:
     setup: str = ""  # asserts: run after the program, before the tests
     tests: Sequence[str] = ()  # asserts: each source snippet is one test
     bind: tuple[str, str] | None = None  # asserts: run tests with name bind[0] = program's bind[1]
+    pinned: str = ""  # asserts: trusted code (a HumanEval prompt) whose names the tests get instead of the program's
+    provided: tuple[str, ...] | None = None  # asserts: names the program provides to the tests (its functions);
+    # a program's definition of a builtin's name outside this list is hidden from the tests. None: not known.
     inputs: Sequence[str] = ()  # stdio/functional: one stdin text / JSON-lines argument list per case
     fn_name: str = ""  # functional
     limits: Limits = field(default_factory=Limits)
@@ -413,18 +163,36 @@ class Job:
 # ----------------------------------------------------------------------------------------------------------
 # environment detection
 
-_MODE: str | None = None
+_PROBED: tuple[str, str] | None = None  # (mode, why the fallback) of this machine, probed once
 _MODE_LOCK = threading.Lock()
-_HIDE = ("/root", "/home")
+# directories bwrap replaces with empty tmpfs mounts: users' files and the shared temp dirs. What the sandbox
+# needs from inside them (the interpreter, the venv, site-packages) is bound back read-only, one directory each.
+_HIDE = ("/root", "/home", "/tmp", "/var/tmp")
+_PRIVATE_TMP = ("/tmp", "/var/tmp")  # the program's own (size-capped, world-writable) temp dirs
 
 
 def _interpreter_dirs() -> list[str]:
-    dirs = []
-    for p in {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}:
-        dirs.append(os.path.realpath(p))
-    # the venv's python is usually a symlink to the base interpreter: bind where it really lives too
-    dirs.append(os.path.dirname(os.path.dirname(os.path.realpath(sys.executable))))
-    return sorted(set(dirs))
+    """The directories the sandboxed interpreter reads: its prefixes, the venv, site-packages (as written and
+    resolved, since `sys.executable` is usually a venv symlink into the base interpreter)."""
+    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, *_SITE_DIRS}
+    paths.add(os.path.dirname(os.path.dirname(os.path.abspath(sys.executable))))
+    paths.add(os.path.dirname(os.path.dirname(os.path.realpath(sys.executable))))
+    dirs = set()
+    for p in paths:
+        for q in (os.path.abspath(p), os.path.realpath(p)):
+            if os.path.isdir(q):
+                dirs.add(q.rstrip("/") or "/")
+    return sorted(dirs)
+
+
+def _binds_under_hidden(dirs: Sequence[str]) -> list[str]:
+    """Those of `dirs` inside a hidden directory, outermost only (a bind inside a bind would be redundant)."""
+    inside = sorted(d for d in dirs if any(d.startswith(h + "/") for h in _HIDE))
+    out: list[str] = []
+    for d in inside:
+        if not any(d == o or d.startswith(o + "/") for o in out):
+            out.append(d)
+    return out
 
 
 def _world_readable(path: str) -> bool:
@@ -449,23 +217,23 @@ def _bwrap_cmd(limits: Limits) -> list[str]:
         "--ro-bind", "/", "/",
     ]  # fmt: skip
     for h in _HIDE:
-        if os.path.isdir(h):
-            cmd += ["--tmpfs", h]
+        if os.path.isdir(h) and not os.path.islink(h):
+            if h in _PRIVATE_TMP:  # world-writable like a real /tmp, so the unprivileged uid can use it as its cwd
+                cmd += ["--perms", "1777", "--size", str(limits.tmpfs_mb << 20), "--tmpfs", h]
+            else:
+                cmd += ["--tmpfs", h]
+    # after the tmpfs mounts, so these land on top of them
     made = set()
-    for d in _interpreter_dirs():
-        for h in _HIDE:
-            if d.startswith(h + "/"):
-                # bwrap would create the missing parents as 0700 root dirs, unreadable after the uid drop
-                parts = d[len(h) + 1 :].split("/")[:-1]
-                for i in range(1, len(parts) + 1):
-                    sub = h + "/" + "/".join(parts[:i])
-                    if sub not in made:
-                        made.add(sub)
-                        cmd += ["--perms", "0755", "--dir", sub]
-                cmd += ["--ro-bind", d, d]
-    # world-writable like a real /tmp, so the unprivileged uid can use it as its cwd
-    cmd += ["--perms", "1777", "--size", str(limits.tmpfs_mb << 20), "--tmpfs", "/tmp"]
-    cmd += ["--perms", "1777", "--size", str(limits.tmpfs_mb << 20), "--tmpfs", "/var/tmp"]
+    for d in _binds_under_hidden(_interpreter_dirs()):
+        h = next(h for h in _HIDE if d.startswith(h + "/"))
+        # bwrap would create the missing parents as 0700 root dirs, unreadable after the uid drop
+        parts = d[len(h) + 1 :].split("/")[:-1]
+        for i in range(1, len(parts) + 1):
+            sub = h + "/" + "/".join(parts[:i])
+            if sub not in made:
+                made.add(sub)
+                cmd += ["--perms", "0755", "--dir", sub]
+        cmd += ["--ro-bind", d, d]
     cmd += ["--proc", "/proc", "--dev", "/dev", "--chdir", "/tmp"]
     if os.getuid() == 0:
         # no user namespace as root (see module doc); keep only what the harness needs: dropping to a uid,
@@ -474,49 +242,161 @@ def _bwrap_cmd(limits: Limits) -> list[str]:
     return cmd
 
 
-def sandbox_mode() -> str:
-    """"bwrap" or "fallback" for this machine (probed once, with a warning when falling back)."""
-    global _MODE
+def _probe() -> tuple[str, str]:
+    """("bwrap", "") when bubblewrap can run our interpreter here, else ("fallback", why not)."""
+    if shutil.which("bwrap") is None:
+        return "fallback", "bubblewrap (bwrap) is not installed"
+    try:
+        probe = subprocess.run(
+            _bwrap_cmd(Limits()) + [sys.executable, "-I", "-S", "-c", "print('ok')"],
+            capture_output=True, text=True, timeout=30, env=_SANDBOX_ENV,
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return "fallback", f"bubblewrap is installed but cannot start a sandbox here ({e})"
+    if probe.returncode == 0 and probe.stdout.strip() == "ok":
+        return "bwrap", ""
+    return "fallback", f"bubblewrap is installed but cannot start a sandbox here ({probe.stderr.strip()[:300]})"
+
+
+def sandbox_status() -> tuple[str, str]:
+    """(mode, why) for this machine: ("bwrap", "") or ("fallback", the reason bubblewrap is not used).
+
+    The probe runs once per process; ROLECAST_SANDBOX=fallback forces the fallback (read on every call).
+    """
+    global _PROBED
+    if os.environ.get("ROLECAST_SANDBOX") == "fallback":
+        return "fallback", "ROLECAST_SANDBOX=fallback is set"
     with _MODE_LOCK:
-        if _MODE is None:
-            _MODE = "fallback"
-            if os.environ.get("ROLECAST_SANDBOX") == "fallback":
-                log.warning("ROLECAST_SANDBOX=fallback: code runs without bubblewrap isolation")
-            elif shutil.which("bwrap") is None:
+        if _PROBED is None:
+            _PROBED = _probe()
+            if _PROBED[0] == "fallback":
                 log.warning(
-                    "bubblewrap (bwrap) not found: the code sandbox falls back to rlimits + an unprivileged uid + "
-                    "a temp dir, with no network or filesystem isolation. Run scripts/install-sandbox.sh."
+                    "%s: the code sandbox falls back to rlimits + an unprivileged uid + a private temp dir, with no "
+                    "network or filesystem isolation. Run scripts/install-sandbox.sh (or apt-get install bubblewrap).",
+                    _PROBED[1],
                 )
-            else:
-                probe = subprocess.run(
-                    _bwrap_cmd(Limits()) + [sys.executable, "-I", "-c", "print('ok')"],
-                    capture_output=True, text=True, timeout=30,
-                )  # fmt: skip
-                if probe.returncode == 0 and probe.stdout.strip() == "ok":
-                    _MODE = "bwrap"
-                else:
-                    log.warning(
-                        "bubblewrap is installed but cannot start a sandbox here (%s); using the weaker fallback",
-                        probe.stderr.strip()[:300],
-                    )
-        return _MODE
+        return _PROBED
 
 
-def _set_mode_for_tests(mode: str | None) -> None:
-    global _MODE
-    with _MODE_LOCK:
-        _MODE = mode
+def sandbox_mode() -> str:
+    """"bwrap" or "fallback" for this machine (see :func:`sandbox_status`)."""
+    return sandbox_status()[0]
+
+
+UNISOLATED_HELP = (
+    "install bubblewrap (bash scripts/install-sandbox.sh, or apt-get install bubblewrap), or allow the weaker "
+    "fallback with `sandbox: {allow_unisolated: true}` in the config (--set sandbox.allow_unisolated=true)"
+)
 
 
 def _procs_of_uid(uid: int) -> int:
+    """Live (not zombie) processes owned by `uid`."""
     n = 0
     for d in os.listdir("/proc"):
         if d.isdigit():
             try:
-                n += os.stat("/proc/" + d).st_uid == uid
-            except OSError:
+                if os.stat("/proc/" + d).st_uid != uid:
+                    continue
+                with open(f"/proc/{d}/stat", "rb") as f:
+                    n += f.read().rpartition(b")")[2].split()[0] != b"Z"
+            except (OSError, IndexError):
                 pass
     return n
+
+
+# ----------------------------------------------------------------------------------------------------------
+# guarding assert-style tests (the checks themselves run in sandbox_harness._run_asserts)
+
+_CMP_OPS = (ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.Is, ast.IsNot, ast.In, ast.NotIn)
+# builtins whose behaviour depends on the frame that calls them: calling them through __rc_call would change it
+_FRAME_BUILTINS = frozenset({"super", "locals", "vars", "globals", "eval", "exec", "dir", "breakpoint"})
+
+
+class _Guard(ast.NodeTransformer):
+    """Route every call, comparison and assert of test code through the harness's checks."""
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        self.generic_visit(node)
+        if isinstance(node.func, ast.Name) and node.func.id in _FRAME_BUILTINS:
+            return node
+        return ast.Call(func=ast.Name("__rc_call", ast.Load()), args=[node.func, *node.args], keywords=node.keywords)
+
+    def visit_Compare(self, node: ast.Compare) -> ast.AST:
+        self.generic_visit(node)
+        ops = ast.Tuple([ast.Constant(_CMP_OPS.index(type(op))) for op in node.ops], ast.Load())
+        return ast.Call(func=ast.Name("__rc_cmp", ast.Load()), args=[ops, node.left, *node.comparators], keywords=[])
+
+    def visit_Assert(self, node: ast.Assert) -> ast.AST:
+        self.generic_visit(node)
+        node.test = ast.Call(func=ast.Name("__rc_truth", ast.Load()), args=[node.test], keywords=[])
+        return node
+
+
+_WARNINGS_LOCK = threading.Lock()  # catch_warnings swaps process-wide state: one thread at a time
+
+
+def parse_quietly(src: str) -> ast.Module:
+    """ast.parse without the SyntaxWarnings/DeprecationWarnings of someone else's code (invalid escapes)."""
+    with _WARNINGS_LOCK, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return ast.parse(src)
+
+
+@functools.lru_cache(maxsize=4096)
+def _guard_code(src: str, filename: str) -> CodeType | str:
+    """`src` compiled with its calls, comparisons and asserts guarded; the source itself if it does not parse
+    (the harness then compiles it and reports the error as the test's failure)."""
+    try:
+        with _WARNINGS_LOCK, warnings.catch_warnings():  # dataset tests' invalid escapes ('\d') are not ours to report
+            warnings.simplefilter("ignore")
+            tree = _Guard().visit(ast.parse(src))
+            return compile(ast.fix_missing_locations(tree), filename, "exec")
+    except (SyntaxError, ValueError):
+        return src
+
+
+@functools.lru_cache(maxsize=4096)
+def _modules_used(src: str) -> tuple[str, ...]:
+    """Modules a piece of test code imports or names (``sys.getsizeof``): tracked and restored for its checks."""
+    try:
+        tree = parse_quietly(src)
+    except (SyntaxError, ValueError):
+        return ()
+    mods: set[str] = set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Import):
+            mods.update(a.name for a in n.names)
+        elif isinstance(n, ast.ImportFrom) and n.module and not n.level:
+            mods.add(n.module)
+        elif isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id in sys.stdlib_module_names:
+            mods.add(n.value.id)  # `sys.getsizeof(...)` with `sys` from the program (MBPP)
+    return tuple(sorted(mods - _NEVER_PREIMPORT))
+
+
+# stdlib modules with import-time side effects (printing, a browser, site's path set-up): never imported for a
+# test that merely has a variable of that name
+_NEVER_PREIMPORT = frozenset({"this", "antigravity", "site", "idlelib", "turtle", "turtledemo", "tkinter", "__main__"})
+
+
+def _program_imports(src: str) -> set[str]:
+    """Top-level standard-library modules a program imports (best effort: it may not parse). Only those: the
+    harness may import them with privileges, so nothing of the program's choosing beyond the stdlib, and not
+    the stdlib's few modules with import-time side effects."""
+    return {m for m in _imports_in(src) if m in sys.stdlib_module_names} - _NEVER_PREIMPORT
+
+
+def _imports_in(src: str) -> set[str]:
+    try:
+        tree = parse_quietly(src)
+    except (SyntaxError, ValueError):
+        return set(re.findall(r"^\s*(?:from|import)\s+([A-Za-z_]\w*)", src, re.M))
+    mods: set[str] = set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Import):
+            mods.update(a.name.split(".")[0] for a in n.names)
+        elif isinstance(n, ast.ImportFrom) and n.module and not n.level:
+            mods.add(n.module.split(".")[0])
+    return mods
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -528,6 +408,7 @@ _SANDBOX_ENV = {
     "LANG": "C.UTF-8",
     "LC_ALL": "C.UTF-8",
     "HOME": "/tmp",
+    "TMPDIR": "/tmp",
     "OPENBLAS_NUM_THREADS": "1",
     "OMP_NUM_THREADS": "1",
     "MKL_NUM_THREADS": "1",
@@ -538,22 +419,27 @@ _SITE_DIRS = [p for p in sys.path if p.endswith(("site-packages", "dist-packages
 
 _UID_BASE = 100000 + (os.getpid() % 20000) * 256  # slots of different trainer processes rarely collide
 
+# the host's shared temp dirs, cleaned of what a fallback run's uid left there
+_SHARED_TMP = ("/tmp", "/var/tmp", "/dev/shm")
 
-def _execute(job: Job, slot: int) -> JobResult:
+
+def _execute(job: Job, slot: int, mode: str) -> JobResult:
     lim = job.limits
-    mode = sandbox_mode()
     root = os.getuid() == 0
     uid = _UID_BASE + slot if root else None
     nonce = secrets.token_hex(16)
     tmpdir = None
+    env = _SANDBOX_ENV
     if mode == "bwrap":
         cwd = "/tmp"
     else:
+        # the fallback's private dir: cwd, HOME and TMPDIR, removed afterwards
         tmpdir = tempfile.mkdtemp(prefix="rolecast-sbx-")
         if uid is not None:
             os.chown(tmpdir, uid, uid)
         os.chmod(tmpdir, 0o700)
         cwd = tmpdir
+        env = {**_SANDBOX_ENV, "HOME": tmpdir, "TMPDIR": tmpdir}
     nproc = lim.nproc if root else _procs_of_uid(os.getuid()) + lim.nproc
     n_cases = max(1, len(job.inputs))
     payload: dict[str, Any] = {
@@ -561,7 +447,7 @@ def _execute(job: Job, slot: int) -> JobResult:
         "program": job.program,
         "uid": uid,
         "cwd": cwd,
-        "env": _SANDBOX_ENV,
+        "env": env,
         "sys_path": _SITE_DIRS,
         "limits": {
             "cpu_s": max(1, int(lim.timeout_s + 0.999)),
@@ -572,21 +458,37 @@ def _execute(job: Job, slot: int) -> JobResult:
             "output_bytes": lim.output_bytes,
         },
     }
+    preimport: set[str] = set()
     if mode == "fallback" and root and not all(_world_readable(d) for d in _interpreter_dirs()):
-        payload["preimport"] = _PREIMPORT
+        # the dropped uid cannot read the interpreter's files: load what the program needs while we still can
+        preimport.update(_PREIMPORT)
+        preimport.update(_program_imports(job.program))
     if job.mode == "asserts":
-        payload.update(nonce=nonce, prelude=job.prelude, setup=job.setup, tests=list(job.tests), bind=job.bind)
+        if "re" in _program_imports(job.program):
+            preimport.add("re")  # so the harness knows the genuine re.Match (a plain result: `assert matches(s)`)
+        tracked: set[str] = {"builtins"}
+        for src in (job.prelude, job.setup, job.pinned, *job.tests):
+            tracked.update(_modules_used(src))
+        preimport.update(tracked)
+        payload.update(
+            nonce=nonce, prelude=job.prelude, pinned=job.pinned, provided=job.provided, tracked=sorted(tracked),
+            setup=_guard_code(job.setup, "<test setup>"),
+            tests=[_guard_code(t, f"<test {i}>") for i, t in enumerate(job.tests)],
+            bind=job.bind,
+        )  # fmt: skip
         wall = lim.timeout_s
     elif job.mode in ("stdio", "functional"):
         payload.update(cases=[{"input": x} for x in job.inputs], fn_name=job.fn_name, case_timeout_s=lim.timeout_s)
         wall = lim.timeout_s * n_cases + 2.0
     else:
         raise ValueError(f"unknown sandbox job mode {job.mode!r}; expected asserts, stdio or functional")
+    payload["preimport"] = sorted(preimport)
 
     job_r, job_w = os.pipe()
     res_r, res_w = os.pipe()
+    code_r, code_w = os.pipe()
     # -S: site's start-up work (and its .pth imports) costs ~5 ms a run; the harness appends site-packages itself
-    argv = [sys.executable, "-I", "-S", "-c", _HARNESS, str(job_r), str(res_w)]
+    argv = [sys.executable, "-I", "-S", "-c", _BOOT, str(job_r), str(res_w), str(code_r)]
     if mode == "bwrap":
         # /dev/shm is a fresh tmpfs from --dev; /tmp and /var/tmp are private tmpfs mounts
         argv = _bwrap_cmd(lim) + argv
@@ -598,13 +500,13 @@ def _execute(job: Job, slot: int) -> JobResult:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            pass_fds=(job_r, res_w),
+            pass_fds=(job_r, res_w, code_r),
             start_new_session=True,
             cwd=cwd if mode == "fallback" else None,
-            env=_SANDBOX_ENV,
+            env=env,
         )
     except OSError as e:
-        for fd in (job_r, job_w, res_r, res_w):
+        for fd in (job_r, job_w, res_r, res_w, code_r, code_w):
             os.close(fd)
         if tmpdir:
             shutil.rmtree(tmpdir, ignore_errors=True)
@@ -612,23 +514,26 @@ def _execute(job: Job, slot: int) -> JobResult:
         return out
     os.close(job_r)
     os.close(res_w)
-    data = marshal.dumps(payload)
-    writer = None
-    if len(data) <= 65536:  # fits in the pipe buffer: no writer thread needed
-        _write_all(job_w, data)
-    else:
-        writer = threading.Thread(target=_write_all, args=(job_w, data), daemon=True)
-        writer.start()
+    os.close(code_r)
+    writers = []
+    for fd, data in ((code_w, _HARNESS_CODE), (job_w, marshal.dumps(payload))):
+        if len(data) <= 65536:  # fits in the pipe buffer: no writer thread needed
+            _write_all(fd, data)
+        else:
+            writers.append(threading.Thread(target=_write_all, args=(fd, data), daemon=True))
+            writers[-1].start()
     try:
         _collect(proc, res_r, out, nonce, job, t0 + wall, lim.output_bytes * (n_cases + 1) * 2 + (1 << 16))
     finally:
         os.close(res_r)
         _kill(proc)
-        if writer is not None:
-            writer.join(timeout=5)
+        for w in writers:
+            w.join(timeout=5)
         if tmpdir:
-            if uid is not None and (out.reason is not None or not out.done):
-                _kill_uid(uid)  # fallback has no pid namespace: strays may have left the process group
+            if uid is not None:
+                # no pid namespace here: daemons (double-forked, setsid, descriptors closed) outlive the group
+                _kill_uid(uid)
+                _remove_files_of_uid(uid, _SHARED_TMP)
             shutil.rmtree(tmpdir, ignore_errors=True)
     out.returncode = proc.returncode
     out.wall_s = time.monotonic() - t0
@@ -662,16 +567,42 @@ def _kill(proc: subprocess.Popen) -> None:
 
 
 def _kill_uid(uid: int) -> None:
-    subprocess.run(
-        # kill(-1) as that uid reaches every process it owns (but the caller); sh, as the uid may not be
-        # able to run our interpreter (fallback mode with Python under /root)
-        ["/bin/sh", "-c", "kill -9 -1 2>/dev/null; true"],
-        user=uid, group=uid, extra_groups=[], timeout=10, check=False,
-    )  # fmt: skip
+    """Kill every process of `uid` (fallback mode has no pid namespace to do it for us)."""
+    for _ in range(50):
+        subprocess.run(
+            # kill(-1) as that uid reaches every process it owns (but the caller), whatever its group, session
+            # or descriptors; sh, as the uid may not be able to run our interpreter (Python under /root)
+            ["/bin/sh", "-c", "kill -9 -1 2>/dev/null; true"],
+            user=uid, group=uid, extra_groups=[], timeout=10, check=False,
+        )  # fmt: skip
+        if _procs_of_uid(uid) == 0:
+            return
+        time.sleep(0.01)  # one forked between our scan and the kill
+    log.error("sandbox uid %d still has processes after repeated kills", uid)
+
+
+def _remove_files_of_uid(uid: int, dirs: Sequence[str]) -> None:
+    """Remove what `uid` left at the top of the shared temp dirs (all it can create there: they are sticky)."""
+    for d in dirs:
+        try:
+            entries = list(os.scandir(d))
+        except OSError:
+            continue
+        for e in entries:
+            try:
+                if e.stat(follow_symlinks=False).st_uid != uid:
+                    continue
+                if e.is_dir(follow_symlinks=False):
+                    shutil.rmtree(e.path, ignore_errors=True)
+                else:
+                    os.unlink(e.path)
+            except OSError:
+                pass
 
 
 def _collect(proc: subprocess.Popen, res_fd: int, out: JobResult, nonce: str, job: Job, deadline: float, res_cap: int) -> None:
     cap = job.limits.output_bytes
+    assert proc.stdout is not None and proc.stderr is not None  # Popen(stdout=PIPE, stderr=PIPE)
     so, se = proc.stdout.fileno(), proc.stderr.fileno()
     bufs = {so: bytearray(), se: bytearray()}
     open_fds = {so, se, res_fd}
@@ -720,8 +651,12 @@ def _parse_results(buf: bytearray, out: JobResult, tag: bytes, job: Job) -> bool
             words = line[len(tag) :].decode("ascii", "replace").split()
             if not words:
                 continue
-            if words[0] in ("pass", "fail") and len(words) == 2 and words[1].isdigit():
-                out.verdicts.setdefault(int(words[1]), words[0] == "pass")  # first verdict per test wins
+            if words[0] in ("pass", "fail") and len(words) in (2, 3) and words[1].isdigit():
+                i = int(words[1])
+                if i not in out.verdicts:  # first verdict per test wins
+                    out.verdicts[i] = words[0] == "pass"
+                    if words[2:] == ["non_plain"]:
+                        out.non_plain.add(i)
             elif words[0] == "load":
                 out.load_error = " ".join(words[1:]) or "error"
                 out.done = True
@@ -755,20 +690,27 @@ def _parse_results(buf: bytearray, out: JobResult, tag: bytes, job: Job) -> bool
 class SandboxPool:
     """Runs jobs concurrently: `workers` threads, each driving one sandbox process at a time on its own uid."""
 
-    def __init__(self, workers: int | None = None):
+    def __init__(self, workers: int | None = None, *, mode: str | None = None):
+        """`mode`: None = the best this machine supports (:func:`sandbox_mode`); "fallback" forces the weaker
+        one (what a machine without bubblewrap gets); "bwrap" insists on bubblewrap."""
         self.workers = workers or max(1, os.cpu_count() or 1)
         if self.workers > 256:
             raise ValueError("SandboxPool: at most 256 workers (one uid slot each)")
+        if mode not in (None, "bwrap", "fallback"):
+            raise ValueError(f"SandboxPool: mode must be None, 'bwrap' or 'fallback', got {mode!r}")
+        found, why = sandbox_status()  # probe (and warn) up front, not inside the first batch
+        if mode == "bwrap" and found != "bwrap":
+            raise RuntimeError(f"SandboxPool(mode='bwrap'): {why}")
+        self.mode = mode or found
         self._slots: list[int] = list(range(self.workers))
         self._slot_lock = threading.Lock()
         self._ex = ThreadPoolExecutor(self.workers, thread_name_prefix="sandbox")
-        sandbox_mode()  # probe (and warn) up front, not inside the first batch
 
     def _run_slot(self, job: Job) -> JobResult:
         with self._slot_lock:
             slot = self._slots.pop()
         try:
-            return _execute(job, slot)
+            return _execute(job, slot, self.mode)
         finally:
             with self._slot_lock:
                 self._slots.append(slot)

@@ -27,6 +27,7 @@ class Task:
 
     name: str = "task"
     family: str = "math"  # prompt family, see rolecast.prompts
+    executes_code: bool = False  # scoring runs model-written programs (in the code sandbox)
 
     def problems(self, split: str) -> Sequence[Problem]:
         """All problems of a split ("train" or "test"), in a deterministic order."""

@@ -421,6 +421,7 @@ class MathJSONL(MathTask):
 
 class CodeTask(DatasetTask):
     family = "code"
+    executes_code = True
 
     def __init__(self, *args: Any, partial: bool = False, timeout_s: float | None = None, **kwargs: Any):
         super().__init__(*args, **kwargs)

@@ -161,6 +161,7 @@ class CodeTestbed(Task):
 
     name = "testbed_code"
     family = "testbed"
+    executes_code = True
 
     def __init__(self, seed: int = 0, test_functions: int = 40, timeout_s: float = 5.0):
         self.seed = seed
