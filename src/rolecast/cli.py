@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .config import ConfigError, load_config, parse_override
+from .config import load_config, parse_override
+from .errors import UserError
 
 # Common flags map onto config fields; `--set section.field=value` reaches every other field.
 FLAG_FIELDS = {
@@ -37,23 +38,27 @@ def _add_run_flags(p: argparse.ArgumentParser) -> None:
                    help="override any config field, e.g. --set train.lr=1e-4 (repeatable)")
 
 
-def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+def _overrides(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, str]]:
+    """(dotted field -> value, dotted field -> the flag that set it, for error messages)."""
     out: dict[str, Any] = {}
+    origins: dict[str, str] = {}
     for flag, field in FLAG_FIELDS.items():
         value = getattr(args, flag, None)
         if value is not None:
             out[field] = value
+            origins[field] = f"--{flag.replace('_', '-')} {value}"
     for item in args.set:
         key, value = parse_override(item)
         out[key] = value
-    return out
+        origins[key] = f"--set {item}"
+    return out, origins
 
 
 def cmd_train(args: argparse.Namespace) -> int:
     config = args.config
     if args.resume and not config:
         config = str(Path(args.resume) / "config.yaml")
-    cfg = load_config(config, _overrides(args))
+    cfg = load_config(config, *_overrides(args))
     from .train.grpo import train  # heavy imports only once the config is known to be good
 
     summary = train(cfg, resume=args.resume, stop_after=args.stop_after)
@@ -66,7 +71,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_eval(args: argparse.Namespace) -> int:
     from .evaluate_cli import run_eval_command
 
-    cfg = load_config(args.config, _overrides(args))
+    cfg = load_config(args.config, *_overrides(args))
     return run_eval_command(cfg, checkpoint=args.checkpoint, every=args.every, n_samples=args.n,
                             size=args.size, out=args.out)
 
@@ -99,6 +104,8 @@ def cmd_model(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rolecast", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true")
+    parser.add_argument("--debug", action="store_true",
+                        help="show the full traceback of expected errors (bad config, data, missing package)")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("train", help="train a workflow with GRPO")
@@ -139,8 +146,12 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(levelname)s %(name)s: %(message)s")
     try:
         return args.fn(args)
-    except ConfigError as e:
-        print(f"rolecast: {e}", file=sys.stderr)
+    except UserError as e:
+        # an expected failure (config, data file, missing package, unreachable model): its message says what to
+        # fix; a traceback would only bury it. Anything else is a bug and keeps its traceback.
+        if args.debug:
+            raise
+        print(f"rolecast: error: {e}", file=sys.stderr)
         return 2
 
 

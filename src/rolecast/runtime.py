@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .config import RunConfig
+from .errors import DatasetError, UserError
 from .policies import PolicySet, Routing, build_routing, load_tokenizer
 from .prompts import PromptBook
+from .rollout.engine import Backend
 from .tasks import Task, make_task
 from .workflows import WorkflowSpec, get_workflow
 
@@ -20,10 +23,10 @@ class Runtime:
     prompts: PromptBook
     tokenizer: Any
     policies: PolicySet
-    backend: Any
+    backend: Backend
 
 
-def make_backend(cfg: RunConfig, policies: PolicySet, tokenizer):
+def make_backend(cfg: RunConfig, policies: PolicySet, tokenizer: Any) -> Backend:
     from .rollout.hf import HFBackend
 
     return HFBackend(policies, tokenizer, max_new_tokens=cfg.rollout.max_new_tokens,
@@ -31,7 +34,9 @@ def make_backend(cfg: RunConfig, policies: PolicySet, tokenizer):
                      max_batch=cfg.rollout.max_batch, seed=cfg.seed, decode_threads=cfg.rollout.decode_threads)
 
 
-def build_runtime(cfg: RunConfig) -> Runtime:
+def build_runtime(cfg: RunConfig, data_splits: Sequence[str] | None = None) -> Runtime:
+    """`data_splits` (default: the train and eval splits) are read before the model loads, so a bad dataset
+    file fails in a second, not after a model download. The task caches them for later `problems` calls."""
     import torch
 
     if cfg.threads:
@@ -40,6 +45,14 @@ def build_runtime(cfg: RunConfig) -> Runtime:
     routing = build_routing(spec.roles, cfg.routing.sharing, cfg.routing.map, cfg.routing.policies)
     task = make_task(cfg.task.name, **cfg.task.options)
     prompts = PromptBook(task.family, cfg.task.prompts)
+    for split in (cfg.task.train_split, cfg.task.eval_split) if data_splits is None else data_splits:
+        try:
+            task.problems(split)
+        except UserError:
+            raise
+        except ValueError as e:  # e.g. a split the task does not have
+            field = "task.train_split" if split == cfg.task.train_split else "task.eval_split"
+            raise DatasetError(f"{field} {split!r}: {e}") from e
     tokenizer = load_tokenizer(cfg.model.path)
     policies = PolicySet(cfg.model.path, routing.policy_ids, mode=cfg.model.trainable,
                          lora=cfg.model.lora.model_dump(), dtype=cfg.model.dtype, seed=cfg.seed,
