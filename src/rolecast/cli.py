@@ -80,16 +80,13 @@ def cmd_testbed(args: argparse.Namespace) -> int:
     from . import testbed
 
     if args.action == "build":
-        path = testbed.build(args.out, seed=args.seed, **({"steps": args.steps} if args.steps else {}))
+        path = testbed.build(args.out, seed=args.seed, evaluate=not args.no_eval,
+                             **({"steps": args.steps} if args.steps else {}))
         print(f"testbed built in {path}")
     else:
-        import json
-
-        path = testbed.default_path()
-        info = Path(path) / "build_info.json"
+        path = Path(args.dir) if args.dir else testbed.default_path()
         print(f"testbed: {path}")
-        if info.exists():
-            print(json.dumps(json.loads(info.read_text()), indent=2))
+    print(testbed.format_info(testbed.info(path)))
     return 0
 
 
@@ -126,9 +123,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("testbed", help="build or inspect the embedded testbed model")
     p.add_argument("action", choices=["build", "info"])
+    p.add_argument("dir", nargs="?", default=None, help="info: a testbed build directory (default: the shipped one)")
     p.add_argument("--out", default="testbed-build", help="output directory for build")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--steps", type=int, default=None, help="warm-start steps")
+    p.add_argument("--steps", type=int, default=None,
+                   help="warm-start optimizer steps (batch 64; the first 500 train the solver only)")
+    p.add_argument("--no-eval", action="store_true", dest="no_eval", help="build: skip the per-role evaluation")
     p.set_defaults(fn=cmd_testbed)
 
     p = sub.add_parser("model", help="make a random-weight model in a published shape (Qwen3 tokenizer)")

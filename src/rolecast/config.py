@@ -150,7 +150,7 @@ def check_run_config(cfg: RunConfig) -> None:
     so the message names the file or the command-line override the field came from."""
     from .policies.router import build_routing
     from .prompts import PromptBook
-    from .tasks import make_task
+    from .tasks import make_task, task_names
     from .train.advantages import ADVANTAGES
     from .train.attribution import ATTRIBUTIONS
     from .train.losses import AGGREGATIONS
@@ -164,8 +164,18 @@ def check_run_config(cfg: RunConfig) -> None:
         raise FieldError("workflow.name", str(e)) from None
     # typed and range-checked from the workflow function's signature; coerced values replace the raw ones
     cfg.workflow.options = spec.check_options(cfg.workflow.options)
-    build_routing(spec.roles, cfg.routing.sharing, cfg.routing.map, cfg.routing.policies)
-    task = make_task(cfg.task.name, **cfg.task.options)
+    try:
+        build_routing(spec.roles, cfg.routing.sharing, cfg.routing.map, cfg.routing.policies)
+    except ValueError as e:
+        raise FieldError("routing", str(e)) from None
+    if cfg.task.name not in task_names():
+        raise FieldError("task.name", f"unknown task {cfg.task.name!r}; known tasks: {task_names()}")
+    try:
+        task = make_task(cfg.task.name, **cfg.task.options)
+    except UserError:
+        raise
+    except (TypeError, ValueError) as e:  # an option the task does not take, or a bad value for one
+        raise FieldError("task.options", f"task {cfg.task.name!r}: {e}") from None
     book = PromptBook(task.family, cfg.task.prompts)
     for role, names in spec.prompts.items():
         missing = [n for n in names if not book.has(n)]

@@ -28,7 +28,7 @@ import os
 import random
 import re
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -628,7 +628,3 @@ class CodeJSONL(CodeTask):
             tests = _lcb_tests(raw, fn)
         return Problem(f"{self.name}/{split}/{index}", str(text), tests, {"split": split, "index": index})
 
-
-ALL_DATASET_TASKS: dict[str, Callable[..., Task]] = {
-    c.name: c for c in (GSM8K, MATH, MATH500, AIME2024, DAPOMath, MathJSONL, MBPP, MBPPSanitized, HumanEval, DeepCoder, CodeJSONL)
-}
