@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rolecast.episode import AnswerClaim, Episode, PickClaim, Turn, VerdictClaim, group_turns
+from rolecast.episode import AnswerClaim, Episode, PickClaim, Turn, VerdictClaim, group_turns, turns_by_policy
 from rolecast.policies.router import build_routing
 from rolecast.tasks.base import Problem, Score, Task
 from rolecast.train.attribution import attribute, score_episodes
@@ -122,3 +122,9 @@ def test_custom_attribution_hook():
     score_episodes([ep], {"q": Problem("q", "2+2", "4")}, BoxTask())
     attribute([ep], f"{__name__}:double_reward")
     assert [t.reward for t in ep.turns] == [2.0, 2.5]
+
+
+def test_turns_by_policy_keeps_every_policy():
+    e1 = Episode("q", 0, [turn("generator", "generator/0"), turn("aggregator", index=1)])
+    by_policy = turns_by_policy([e1, Episode("q", 1, [turn("generator")])], ["p", "unused"])
+    assert list(by_policy) == ["p", "unused"] and len(by_policy["p"]) == 3 and by_policy["unused"] == []
