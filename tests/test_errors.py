@@ -159,6 +159,13 @@ def test_missing_column_names_file_and_line(tmp_path):
     assert msg.startswith(f"{f}, line 3: ") and "missing column 'problem'" in msg and "'question'" in msg
 
 
+def test_non_utf8_line_is_named(tmp_path):
+    f = tmp_path / "latin1.jsonl"
+    f.write_bytes(b'{"problem": "1+1", "answer": "2"}\n{"problem": "caf\xe9", "answer": "3"}\n')
+    with pytest.raises(DatasetError, match=r"latin1\.jsonl, line 2: not UTF-8 text"):
+        read_rows(f)
+
+
 def test_empty_file_is_an_error(tmp_path):
     f = write(tmp_path / "empty.jsonl", "\n  \n")
     with pytest.raises(DatasetError, match=r"empty\.jsonl: the file holds no rows"):

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from ..episode import Episode, Turn
+from ..episode import Episode, FinishReason, Turn
 from ..prompts import PromptBook
 from ..tasks.base import Problem, Task
 from ..workflows.api import CallOp, Context, ForkOp, Messages, WorkflowSpec
@@ -31,7 +31,7 @@ class Generation:
     completion_ids: list[int]
     logprobs: list[float]
     text: str
-    finish_reason: str  # "stop" (EOS) or "length" (hit max_new_tokens)
+    finish_reason: FinishReason  # "stop" (EOS) or "length" (hit max_new_tokens)
 
 
 @runtime_checkable

@@ -102,8 +102,8 @@ def read_rows(path: str | Path) -> Rows:
         try:
             text = p.read_text(encoding="utf-8")
         except UnicodeDecodeError as e:
-            line = p.read_bytes()[:e.start].count(b"\n") + 1
-            raise DatasetError(f"{p}, line {line}: not UTF-8 text ({e.reason})") from e
+            bad_line = p.read_bytes()[:e.start].count(b"\n") + 1
+            raise DatasetError(f"{p}, line {bad_line}: not UTF-8 text ({e.reason})") from e
         if p.suffix == ".json" and text.lstrip().startswith("["):
             try:
                 rows = Rows(json.loads(text), str(p))
@@ -112,7 +112,8 @@ def read_rows(path: str | Path) -> Rows:
         else:
             # "\n" only: str.splitlines also breaks at U+2028, U+0085, form feeds ..., which JSON strings may hold
             # unescaped, so it would split a valid row and miscount the lines an editor shows.
-            objs, lines = [], []
+            objs: list[Any] = []
+            lines: list[int] = []
             for n, line in enumerate(text.split("\n"), 1):
                 if line.strip():
                     try:
