@@ -124,7 +124,7 @@ class RolecastRunner:
         self.policies = PolicySet(model_dir, self.routing.policy_ids, mode="full", seed=0)
         self.backend = HFBackend(self.policies, self.tok, max_new_tokens=args.completion_len, temperature=1.0,
                                  top_p=1.0, seed=0, ignore_eos=True, fast=not args.stock_decode,
-                                 decode_threads=args.decode_threads)
+                                 decode_threads=args.decode_threads, cpu_kernels=not args.no_cpu_kernels)
         self.pid = self.routing.policy_ids[0]
         self.opt = torch.optim.AdamW(self.policies.parameters(self.pid), lr=args.lr, betas=(0.9, 0.999),
                                      weight_decay=0.0)
@@ -284,32 +284,28 @@ def decode_fast_vs_stock(model_dir: str, args) -> dict:
     reqs = [GenRequest("p", chat_messages(t)) for t in problems()[:args.prompts] for _ in range(args.group)]
     # (name, fast path, numba kernels): the kernels variant only where numba is installed
     variants = [("fast", True, True), ("fast, torch ops", True, False), ("stock", False, False)]
-    enabled = cpu_kernels.ENABLED  # --no-cpu-kernels: off for the GRPO steps and, restored below, after this
     if cpu_kernels.load() is None:
         variants = variants[1:]
     times: dict[str, list[float]] = {name: [] for name, _, _ in variants}
     outs: dict[str, list] = {}
-    try:
-        for rep in range(args.decode_reps + 1):  # the first round warms up
-            for name, fast, kernels in variants:
-                cpu_kernels.ENABLED = kernels
-                backend = HFBackend(policies, tok, max_new_tokens=args.completion_len, temperature=1.0, top_p=1.0,
-                                    seed=rep, ignore_eos=True, fast=fast, decode_threads=args.decode_threads)
-                t0 = time.perf_counter()
-                gens = backend.generate(reqs)
-                if rep:
-                    times[name].append(time.perf_counter() - t0)
-                outs[name] = [(g.completion_ids, g.logprobs) for g in gens]
-            for name, _, _ in variants[:-1]:
-                same = [a[0] for a in outs[name]] == [b[0] for b in outs["stock"]]
-                # relative: fp32 summation order differs (packed projections, kernels; merged LoRA rounds differently)
-                lp = max(abs(x - y) / max(1.0, abs(y)) for a, b in zip(outs[name], outs["stock"], strict=True)
-                         for x, y in zip(a[1], b[1], strict=True))
-                if not same or lp > (1e-4 if args.decode_lora else 1e-5):
-                    raise SystemExit(f"{name} and stock decode differ (tokens identical: {same}, max relative log-prob "
-                                     f"diff {lp:.2e})")
-    finally:
-        cpu_kernels.ENABLED = enabled
+    for rep in range(args.decode_reps + 1):  # the first round warms up
+        for name, fast, kernels in variants:
+            backend = HFBackend(policies, tok, max_new_tokens=args.completion_len, temperature=1.0, top_p=1.0,
+                                seed=rep, ignore_eos=True, fast=fast, decode_threads=args.decode_threads,
+                                cpu_kernels=kernels)
+            t0 = time.perf_counter()
+            gens = backend.generate(reqs)
+            if rep:
+                times[name].append(time.perf_counter() - t0)
+            outs[name] = [(g.completion_ids, g.logprobs) for g in gens]
+        for name, _, _ in variants[:-1]:
+            same = [a[0] for a in outs[name]] == [b[0] for b in outs["stock"]]
+            # relative: fp32 summation order differs (packed projections, kernels; merged LoRA rounds differently)
+            lp = max(abs(x - y) / max(1.0, abs(y)) for a, b in zip(outs[name], outs["stock"], strict=True)
+                     for x, y in zip(a[1], b[1], strict=True))
+            if not same or lp > (1e-4 if args.decode_lora else 1e-5):
+                raise SystemExit(f"{name} and stock decode differ (tokens identical: {same}, max relative log-prob "
+                                 f"diff {lp:.2e})")
     return {name: statistics.median(t) for name, t in times.items()}
 
 
@@ -343,8 +339,6 @@ def main(argv=None) -> int:
         ap.error("--warmup must be >= 1 (TRL's first step time is measured from the end of the warm-up step)")
     args.steps = args.steps or (4 if args.vocab == "tiny" else 2)
     torch.set_num_threads(args.threads)
-    if args.no_cpu_kernels:
-        cpu_kernels.ENABLED = False
     import logging
     import warnings
 

@@ -4,7 +4,7 @@ Two debaters answer; each then sees the other's answer and may revise; a judge p
 Train it with:  rolecast train --workflow examples/debate.py:debate --sharing isolated
 """
 
-from rolecast.workflows import Context, parse_choice, workflow
+from rolecast.workflows import AnswerClaim, Context, PickClaim, parse_choice, workflow
 
 
 @workflow("debate", prompts={"debater": ["solve", "refine"], "judge": ["aggregate"]})
@@ -18,8 +18,8 @@ async def debate(ctx: Context, rounds: int = 2) -> str:
             for i, (mine, other) in enumerate([(answers[0], answers[1]), (answers[1], answers[0])])
         ))
     for a in answers:
-        a.claim = {"kind": "answer", "text": a.text}
+        a.claim = AnswerClaim(a.text)
     verdict = await ctx.call("judge", ctx.prompt("aggregate", solutions=[a.text for a in answers]))
     pick = parse_choice(verdict.text, len(answers))
-    verdict.claim = {"kind": "pick", "picked": pick, "candidates": [a.text for a in answers]}
+    verdict.claim = PickClaim(pick, [a.text for a in answers])
     return answers[pick].text

@@ -57,7 +57,8 @@ MODELS = _models()
 LENGTHS = [3, 9, 14, 14, 6]  # left padding of 11, 5, 0, 0, 8
 
 
-def _fast_vs_full_forward(model, steps: int = 10, *, shift_positions: int = 0, drop_mask: bool = False):
+def _fast_vs_full_forward(model, steps: int = 10, *, shift_positions: int = 0, drop_mask: bool = False,
+                          kernels: bool = True):
     """Max |fast step logits - full stock forward logits| over every step and row (teacher-forced tokens)."""
     g = torch.Generator().manual_seed(0)
     V, B, P = model.config.vocab_size, len(LENGTHS), max(LENGTHS)
@@ -73,8 +74,8 @@ def _fast_vs_full_forward(model, steps: int = 10, *, shift_positions: int = 0, d
         prefill = model(input_ids=ids[:, :P], attention_mask=mask[:, :P], position_ids=pos[:, :P],
                         **{hf.cache_keyword(model): cache}, use_cache=True, logits_to_keep=1).logits[:, -1]
         worst = (prefill - full[:, P - 1]).abs().max().item()
-        fast = fast_qwen3.FastDecoder(model, rows=B)
-        assert (fast.kernels is not None) == (cpu_kernels.load() is not None and model.dtype == torch.float32)
+        fast = fast_qwen3.FastDecoder(model, rows=B, kernels=kernels)
+        assert (fast.kernels is not None) == (cpu_kernels.load(kernels) is not None and model.dtype == torch.float32)
         cos, sin = fast.rope_tables(pos[:, P:] + shift_positions)
         step_mask = hf._decode_mask(model, mask[:, :P], steps, bool_4d=True)
         keys, values = [lay._k for lay in cache.layers], [lay._v for lay in cache.layers]
@@ -87,25 +88,24 @@ def _fast_vs_full_forward(model, steps: int = 10, *, shift_positions: int = 0, d
 
 
 @pytest.fixture(params=["kernels", "torch-ops"])
-def small_ops(request, monkeypatch):
+def small_ops(request) -> bool:
     """The decode step's norms, RoPE and cache writes as numba kernels (rollout/cpu_kernels.py) or as torch ops."""
     if request.param == "kernels":
         pytest.importorskip("numba")
-    monkeypatch.setattr(cpu_kernels, "ENABLED", request.param == "kernels")
-    return request.param
+    return request.param == "kernels"
 
 
 @pytest.mark.parametrize("name", list(MODELS))
 def test_step_logits_equal_full_forward(name, small_ops):
     model = MODELS[name]
     assert fast_qwen3.supports(model)
-    assert _fast_vs_full_forward(model) < 1e-4
+    assert _fast_vs_full_forward(model, kernels=small_ops) < 1e-4
 
 
 @pytest.mark.parametrize("mutation", [dict(shift_positions=1), dict(drop_mask=True)])
 def test_comparison_catches_wrong_positions_or_mask(mutation, small_ops):
     """The check above is sensitive: a RoPE position off by one, or no padding mask, breaks it."""
-    assert _fast_vs_full_forward(MODELS["qwen3-testbed"], **mutation) > 1e-2
+    assert _fast_vs_full_forward(MODELS["qwen3-testbed"], kernels=small_ops, **mutation) > 1e-2
 
 
 def test_bf16_close_to_stock_bf16():
@@ -165,13 +165,11 @@ def test_without_numba_the_torch_ops_run(monkeypatch):
     assert _fast_vs_full_forward(MODELS["qwen3-tiny"]) < 1e-4
 
 
-def test_kernels_only_for_fp32_on_cpu(monkeypatch):
+def test_kernels_only_for_fp32_on_cpu():
     pytest.importorskip("numba")
     model = MODELS["qwen3-tiny"]
     assert fast_qwen3.FastDecoder(model, rows=2).kernels is not None
-    monkeypatch.setattr(cpu_kernels, "ENABLED", False)
-    assert fast_qwen3.FastDecoder(model, rows=2).kernels is None
-    monkeypatch.setattr(cpu_kernels, "ENABLED", True)
+    assert fast_qwen3.FastDecoder(model, rows=2, kernels=False).kernels is None
     bf16 = _qwen3(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, head_dim=16,
                   intermediate_size=64).to(torch.bfloat16)
     assert fast_qwen3.FastDecoder(bf16, rows=2).kernels is None
@@ -270,12 +268,11 @@ def test_backend_sees_in_place_weight_updates(testbed_shape_dir):
     assert [g.completion_ids for g in after_fast] != [g.completion_ids for g in before]
 
 
-def test_module_switch_forces_stock(tiny_model_dir, monkeypatch):
+def test_fast_false_forces_stock(tiny_model_dir, monkeypatch):
     ps, tok = PolicySet(tiny_model_dir, ["p"], mode="full", seed=0), load_tokenizer(tiny_model_dir)
-    monkeypatch.setattr(hf, "FAST_DECODE", False)
     calls = []
     monkeypatch.setattr(fast_qwen3.FastDecoder, "step", lambda *a, **k: calls.append(1))
-    HFBackend(ps, tok, max_new_tokens=4, temperature=0.0, fast=True).generate(_requests())
+    HFBackend(ps, tok, max_new_tokens=4, temperature=0.0, fast=False).generate(_requests())
     assert not calls
 
 
@@ -289,7 +286,7 @@ def test_decode_threads_same_outputs_and_restored(tiny_model_dir):
 
 
 @pytest.mark.parametrize("fast", [True, False])
-def test_repeated_prompts_are_prefilled_once_with_the_same_outputs(testbed_shape_dir, monkeypatch, fast):
+def test_repeated_prompts_are_prefilled_once_with_the_same_outputs(testbed_shape_dir, fast):
     """A group's rows share one prefill (cache rows copied): same tokens and log-probs as prefilling every row,
     and the prefill forward sees only the distinct prompts."""
     ps, tok = PolicySet(testbed_shape_dir, ["p"], mode="full", seed=0), load_tokenizer(testbed_shape_dir)
@@ -302,8 +299,8 @@ def test_repeated_prompts_are_prefilled_once_with_the_same_outputs(testbed_shape
     try:
         outs = {}
         for share in (True, False):
-            monkeypatch.setattr(hf, "SHARE_PREFILL", share)
-            backend = HFBackend(ps, tok, max_new_tokens=12, temperature=1.0, seed=0, ignore_eos=True, fast=fast)
+            backend = HFBackend(ps, tok, max_new_tokens=12, temperature=1.0, seed=0, ignore_eos=True, fast=fast,
+                                share_prefill=share)
             outs[share] = backend.generate(reqs)
     finally:
         hook.remove()

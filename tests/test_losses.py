@@ -81,21 +81,25 @@ LMASK = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0], [0, 0, 0, 0]], dtype=D)
 
 
 def test_aggregation_hand_values() -> None:
+    # verl's meanings (core_algos.agg_loss); sequence sums are 6 and 9 over 3 and 2 tokens, the third row is empty
     assert aggregate(LOSS, LMASK, "token-mean").item() == pytest.approx(15 / 5)
     assert aggregate(LOSS, LMASK, "seq-mean-token-mean").item() == pytest.approx((6 / 3 + 9 / 2) / 2)
-    assert aggregate(LOSS, LMASK, "seq-mean-token-sum", max_len=10).item() == pytest.approx((6 / 10 + 9 / 10) / 2)
+    assert aggregate(LOSS, LMASK, "seq-mean-token-sum").item() == pytest.approx((6 + 9) / 2)
+    assert aggregate(LOSS, LMASK, "seq-mean-token-sum", max_len=10).item() == pytest.approx((6 + 9) / 2)  # unused
+    assert aggregate(LOSS, LMASK, "seq-mean-token-sum-norm", max_len=10).item() == pytest.approx((6 / 10 + 9 / 10) / 2)
+    assert aggregate(LOSS, LMASK, "seq-mean-token-sum", total_seqs=3).item() == pytest.approx(15 / 3)
     # explicit global normalisers override the local counts
     assert aggregate(LOSS, LMASK, "token-mean", total_tokens=10).item() == pytest.approx(1.5)
     assert aggregate(LOSS, LMASK, "seq-mean-token-mean", total_seqs=4).item() == pytest.approx(6.5 / 4)
     assert normalisers(LMASK) == {"total_tokens": 5, "total_seqs": 2}
     with pytest.raises(ValueError, match="max_len"):
-        aggregate(LOSS, LMASK, "seq-mean-token-sum")
+        aggregate(LOSS, LMASK, "seq-mean-token-sum-norm")
     with pytest.raises(ValueError, match="unknown"):
         aggregate(LOSS, LMASK, "token-sum")
     assert aggregate(LOSS, torch.zeros_like(LMASK), "token-mean").item() == 0.0  # empty batch: 0, not NaN
 
 
-@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"])
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"])
 def test_micro_batches_accumulate_to_full_batch(mode: str) -> None:
     torch.manual_seed(0)
     B, T, Dim, V = 7, 9, 5, 11

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rolecast.episode import Episode, Turn, group_turns
+from rolecast.episode import AnswerClaim, Episode, PickClaim, Turn, VerdictClaim, group_turns, turns_by_policy
 from rolecast.policies.router import build_routing
 from rolecast.tasks.base import Problem, Score, Task
 from rolecast.train.attribution import attribute, score_episodes
@@ -72,17 +72,16 @@ class BoxTask(Task):
 
 
 def voting_episode():
-    gens = [turn("generator", f"generator/{i}", i, {"kind": "answer", "text": t})
+    gens = [turn("generator", f"generator/{i}", i, AnswerClaim(t))
             for i, t in enumerate([r"\boxed{5}", r"\boxed{4}", r"\boxed{4}"])]
-    agg = turn("aggregator", index=3, claim={"kind": "pick", "picked": 1,
-                                              "candidates": [r"\boxed{5}", r"\boxed{4}", r"\boxed{4}"]})
-    return Episode("q", 0, gens + [agg], metadata={"final_text": r"\boxed{4}"})
+    agg = turn("aggregator", index=3, claim=PickClaim(1, [r"\boxed{5}", r"\boxed{4}", r"\boxed{4}"]))
+    return Episode("q", 0, gens + [agg], final_text=r"\boxed{4}")
 
 
 def evalopt_episode():
-    g1 = turn("generator", index=0, claim={"kind": "answer", "text": r"\boxed{4}"})
-    e1 = turn("evaluator", index=1, claim={"kind": "verdict", "accept": True, "reviewed": r"\boxed{4}"})
-    return Episode("q", 1, [g1, e1], metadata={"final_text": r"\boxed{4}"})
+    g1 = turn("generator", index=0, claim=AnswerClaim(r"\boxed{4}"))
+    e1 = turn("evaluator", index=1, claim=VerdictClaim(True, r"\boxed{4}"))
+    return Episode("q", 1, [g1, e1], final_text=r"\boxed{4}")
 
 
 def test_team_attribution_copies_the_outcome():
@@ -101,16 +100,16 @@ def test_role_attribution_uses_role_local_rewards():
     assert [t.reward for t in eps[0].turns] == [1.0, 0.0, 0.0, 0.0]
     # the evaluator accepted a wrong answer: its verdict is wrong
     assert [t.reward for t in eps[1].turns] == [0.0, 0.0]
-    assert eps[1].turns[1].claim["reviewed_correct"] is False
+    assert eps[1].turns[1].claim.reviewed_correct is False
 
 
 def test_role_attribution_aggregator_without_a_correct_candidate_gets_team_reward():
     ep = voting_episode()
-    ep.turns[0].claim["text"] = r"\boxed{3}"
-    ep.turns[3].claim["candidates"][0] = r"\boxed{3}"
+    ep.turns[0].claim.text = r"\boxed{3}"
+    ep.turns[3].claim.candidates[0] = r"\boxed{3}"
     score_episodes([ep], {"q": Problem("q", "2+3", "5")}, BoxTask())
     attribute([ep], "role")
-    assert ep.turns[3].claim["correct"] is None and ep.turns[3].reward == ep.reward == 0.0
+    assert ep.turns[3].claim.correct is None and ep.turns[3].reward == ep.reward == 0.0
 
 
 def double_reward(ep):  # custom attribution hook used below
@@ -123,3 +122,9 @@ def test_custom_attribution_hook():
     score_episodes([ep], {"q": Problem("q", "2+2", "4")}, BoxTask())
     attribute([ep], f"{__name__}:double_reward")
     assert [t.reward for t in ep.turns] == [2.0, 2.5]
+
+
+def test_turns_by_policy_keeps_every_policy():
+    e1 = Episode("q", 0, [turn("generator", "generator/0"), turn("aggregator", index=1)])
+    by_policy = turns_by_policy([e1, Episode("q", 1, [turn("generator")])], ["p", "unused"])
+    assert list(by_policy) == ["p", "unused"] and len(by_policy["p"]) == 3 and by_policy["unused"] == []

@@ -235,3 +235,14 @@ def test_build_is_deterministic(tmp_path):
     wa, wb = load_file(a / "model.safetensors"), load_file(b / "model.safetensors")
     assert wa.keys() == wb.keys()
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def test_one_command_line_for_the_testbed(capsys):
+    """`rolecast testbed info` prints the build's per-role table; the package has no second CLI of its own."""
+    import rolecast.testbed
+    from rolecast.cli import main
+
+    assert main(["testbed", "info"]) == 0
+    out = capsys.readouterr().out
+    assert "testbed/solve" in out and "params" in out
+    assert not hasattr(rolecast.testbed, "main")

@@ -9,7 +9,7 @@ from rolecast.prompts import PromptBook
 from rolecast.rollout.engine import RolloutStats, run_episodes
 from rolecast.rollout.scripted import ScriptedBackend
 from rolecast.tasks.base import Problem, Score, Task
-from rolecast.workflows import get_workflow, parse_choice, parse_strategies, parse_verdict
+from rolecast.workflows import PickClaim, VerdictClaim, get_workflow, parse_choice, parse_strategies, parse_verdict
 from rolecast.workflows.parsing import last_boxed
 
 
@@ -56,7 +56,7 @@ def test_parsers_and_fallbacks():
 def test_single_one_call():
     eps, backend, _ = run("single", lambda pid, m: r"\boxed{5}")
     [ep] = eps
-    assert [t.role for t in ep.turns] == ["solver"] and ep.metadata["final_text"] == r"\boxed{5}"
+    assert [t.role for t in ep.turns] == ["solver"] and ep.final_text == r"\boxed{5}"
     assert ep.turns[0].policy_id == "solver"
 
 
@@ -70,14 +70,14 @@ def test_voting_batches_generators_then_aggregator_and_follows_the_pick():
     [ep] = eps
     assert [len(b) for b in backend.batches] == [3, 1]  # all generators in one batch, then the aggregator
     assert [t.instance for t in ep.turns] == ["generator/0", "generator/1", "generator/2", "aggregator"]
-    assert ep.metadata["final_text"] == r"\boxed{5}"  # candidate 2
+    assert ep.final_text == r"\boxed{5}"  # candidate 2
     assert "1: \\boxed{4}" in user_text(backend.batches[1][0].messages)
-    assert ep.turns[-1].claim == {"kind": "pick", "picked": 1, "candidates": [r"\boxed{4}", r"\boxed{5}", r"\boxed{6}"]}
+    assert ep.turns[-1].claim == PickClaim(1, [r"\boxed{4}", r"\boxed{5}", r"\boxed{6}"])
 
 
 def test_voting_aggregator_garbage_falls_back_to_candidate_1():
     eps, _, _ = run("voting", lambda pid, m: "???" if pid == "aggregator" else r"\boxed{9}", n=2)
-    assert eps[0].metadata["final_text"] == r"\boxed{9}" and eps[0].turns[-1].claim["picked"] == 0
+    assert eps[0].final_text == r"\boxed{9}" and eps[0].turns[-1].claim.picked == 0
 
 
 def test_eval_opt_stops_on_correct():
@@ -90,10 +90,10 @@ def test_eval_opt_stops_on_correct():
     eps, backend, _ = run("eval_opt", respond)
     [ep] = eps
     assert [t.role for t in ep.turns] == ["generator", "evaluator", "generator", "evaluator"]
-    assert ep.metadata["final_text"] == r"\boxed{5}" and ep.metrics["rounds"] == 2
+    assert ep.final_text == r"\boxed{5}" and ep.metrics["rounds"] == 2
     refine_prompt = user_text(backend.batches[2][0].messages)
     assert refine_prompt.startswith("fix:") and r"\boxed{4}" in refine_prompt  # shared history reaches the generator
-    assert ep.turns[1].claim == {"kind": "verdict", "accept": False, "reviewed": r"\boxed{4}"}
+    assert ep.turns[1].claim == VerdictClaim(False, r"\boxed{4}")
 
 
 def test_eval_opt_unparseable_verdict_counts_as_incorrect_until_max_rounds():
@@ -161,5 +161,5 @@ def test_custom_workflow_example_debate():
                        router=build_routing(spec.roles, "isolated"), backend=backend)
     assert [len(b) for b in backend.batches] == [4, 4, 2]  # 2 samples x 2 debaters, twice, then 2 judges
     assert [t.instance for t in eps[0].turns] == ["debater/0", "debater/1", "debater/0", "debater/1", "judge"]
-    assert eps[0].metadata["final_text"] == r"\boxed{5}"
+    assert eps[0].final_text == r"\boxed{5}"
     assert {t.policy_id for t in eps[0].turns} == {"debater", "judge"}

@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .config import ConfigError, load_config, parse_override
+from .config import load_config, parse_override
+from .errors import UserError
 
 # Common flags map onto config fields; `--set section.field=value` reaches every other field.
 FLAG_FIELDS = {
@@ -37,23 +38,27 @@ def _add_run_flags(p: argparse.ArgumentParser) -> None:
                    help="override any config field, e.g. --set train.lr=1e-4 (repeatable)")
 
 
-def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+def _overrides(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, str]]:
+    """(dotted field -> value, dotted field -> the flag that set it, for error messages)."""
     out: dict[str, Any] = {}
+    origins: dict[str, str] = {}
     for flag, field in FLAG_FIELDS.items():
         value = getattr(args, flag, None)
         if value is not None:
             out[field] = value
+            origins[field] = f"--{flag.replace('_', '-')} {value}"
     for item in args.set:
         key, value = parse_override(item)
         out[key] = value
-    return out
+        origins[key] = f"--set {item}"
+    return out, origins
 
 
 def cmd_train(args: argparse.Namespace) -> int:
     config = args.config
     if args.resume and not config:
         config = str(Path(args.resume) / "config.yaml")
-    cfg = load_config(config, _overrides(args))
+    cfg = load_config(config, *_overrides(args))
     from .train.grpo import train  # heavy imports only once the config is known to be good
 
     summary = train(cfg, resume=args.resume, stop_after=args.stop_after)
@@ -66,7 +71,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_eval(args: argparse.Namespace) -> int:
     from .evaluate_cli import run_eval_command
 
-    cfg = load_config(args.config, _overrides(args))
+    cfg = load_config(args.config, *_overrides(args))
     return run_eval_command(cfg, checkpoint=args.checkpoint, every=args.every, n_samples=args.n,
                             size=args.size, out=args.out)
 
@@ -75,16 +80,13 @@ def cmd_testbed(args: argparse.Namespace) -> int:
     from . import testbed
 
     if args.action == "build":
-        path = testbed.build(args.out, seed=args.seed, **({"steps": args.steps} if args.steps else {}))
+        path = testbed.build(args.out, seed=args.seed, evaluate=not args.no_eval,
+                             **({"steps": args.steps} if args.steps else {}))
         print(f"testbed built in {path}")
     else:
-        import json
-
-        path = testbed.default_path()
-        info = Path(path) / "build_info.json"
+        path = Path(args.dir) if args.dir else testbed.default_path()
         print(f"testbed: {path}")
-        if info.exists():
-            print(json.dumps(json.loads(info.read_text()), indent=2))
+    print(testbed.format_info(testbed.info(path)))
     return 0
 
 
@@ -99,6 +101,8 @@ def cmd_model(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rolecast", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true")
+    parser.add_argument("--debug", action="store_true",
+                        help="show the full traceback of expected errors (bad config, data, missing package)")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("train", help="train a workflow with GRPO")
@@ -119,9 +123,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("testbed", help="build or inspect the embedded testbed model")
     p.add_argument("action", choices=["build", "info"])
+    p.add_argument("dir", nargs="?", default=None, help="info: a testbed build directory (default: the shipped one)")
     p.add_argument("--out", default="testbed-build", help="output directory for build")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--steps", type=int, default=None, help="warm-start steps")
+    p.add_argument("--steps", type=int, default=None,
+                   help="warm-start optimizer steps (batch 64; the first 500 train the solver only)")
+    p.add_argument("--no-eval", action="store_true", dest="no_eval", help="build: skip the per-role evaluation")
     p.set_defaults(fn=cmd_testbed)
 
     p = sub.add_parser("model", help="make a random-weight model in a published shape (Qwen3 tokenizer)")
@@ -139,8 +146,12 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(levelname)s %(name)s: %(message)s")
     try:
         return args.fn(args)
-    except ConfigError as e:
-        print(f"rolecast: {e}", file=sys.stderr)
+    except UserError as e:
+        # an expected failure (config, data file, missing package, unreachable model): its message says what to
+        # fix; a traceback would only bury it. Anything else is a bug and keeps its traceback.
+        if args.debug:
+            raise
+        print(f"rolecast: error: {e}", file=sys.stderr)
         return 2
 
 

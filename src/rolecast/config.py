@@ -14,12 +14,12 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from .errors import ConfigError, FieldError, MissingPackageError, UserError, require
+
+__all__ = ["ConfigError", "FieldError", "RunConfig", "dump_config", "load_config", "parse_override", "validate_config"]
+
 CONFIG_DIR = Path(__file__).parent / "configs"
 DEFAULT_CONFIG = CONFIG_DIR / "testbed.yaml"
-
-
-class ConfigError(ValueError):
-    """A configuration problem, with the field and file named."""
 
 
 class _Strict(BaseModel):
@@ -154,19 +154,36 @@ class RunConfig(_Strict):
 
 
 def check_run_config(cfg: RunConfig) -> None:
-    """Everything that can be checked without loading a model."""
+    """Everything that can be checked without loading a model. Problems with one field raise `FieldError`,
+    so the message names the file or the command-line override the field came from."""
     from .policies.router import build_routing
     from .prompts import PromptBook
-    from .tasks import make_task
+    from .tasks import make_task, task_names
     from .train.advantages import ADVANTAGES
     from .train.attribution import ATTRIBUTIONS
     from .train.losses import AGGREGATIONS
     from .workflows import get_workflow
 
-    spec = get_workflow(cfg.workflow.name)
-    spec.check_options(cfg.workflow.options)
-    build_routing(spec.roles, cfg.routing.sharing, cfg.routing.map, cfg.routing.policies)
-    task = make_task(cfg.task.name, **cfg.task.options)
+    try:
+        spec = get_workflow(cfg.workflow.name)
+    except FieldError:
+        raise
+    except ValueError as e:
+        raise FieldError("workflow.name", str(e)) from None
+    # typed and range-checked from the workflow function's signature; coerced values replace the raw ones
+    cfg.workflow.options = spec.check_options(cfg.workflow.options)
+    try:
+        build_routing(spec.roles, cfg.routing.sharing, cfg.routing.map, cfg.routing.policies)
+    except ValueError as e:
+        raise FieldError("routing", str(e)) from None
+    if cfg.task.name not in task_names():
+        raise FieldError("task.name", f"unknown task {cfg.task.name!r}; known tasks: {task_names()}")
+    try:
+        task = make_task(cfg.task.name, **cfg.task.options)
+    except UserError:
+        raise
+    except (TypeError, ValueError) as e:  # an option the task does not take, or a bad value for one
+        raise FieldError("task.options", f"task {cfg.task.name!r}: {e}") from None
     book = PromptBook(task.family, cfg.task.prompts)
     for role, names in spec.prompts.items():
         missing = [n for n in names if not book.has(n)]
@@ -174,47 +191,83 @@ def check_run_config(cfg: RunConfig) -> None:
             raise ValueError(f"workflow {spec.name!r} role {role!r} needs prompt(s) {missing}, which the "
                              f"{task.family!r} prompt family lacks (task {cfg.task.name!r})")
     if cfg.train.advantage not in ADVANTAGES:
-        raise ValueError(f"train.advantage: unknown estimator {cfg.train.advantage!r}; known: {sorted(ADVANTAGES)}")
+        raise FieldError("train.advantage", f"unknown estimator {cfg.train.advantage!r}; known: {sorted(ADVANTAGES)}")
     if cfg.train.loss_agg not in AGGREGATIONS:
-        raise ValueError(f"train.loss_agg: unknown mode {cfg.train.loss_agg!r}; known: {sorted(AGGREGATIONS)}")
+        raise FieldError("train.loss_agg", f"unknown mode {cfg.train.loss_agg!r}; known: {sorted(AGGREGATIONS)}")
     _check_model_path(cfg.model.path)
     if cfg.train.attribution not in ATTRIBUTIONS and ":" not in cfg.train.attribution:
-        raise ValueError(f"train.attribution: unknown mode {cfg.train.attribution!r}; known: {sorted(ATTRIBUTIONS)} "
-                         f"or 'package.module:function'")
+        raise FieldError("train.attribution", f"unknown mode {cfg.train.attribution!r}; known: "
+                         f"{sorted(ATTRIBUTIONS)} or 'package.module:function'")
+    _check_optional_packages(cfg)
+
+
+# Settings that need an optional package: (field, is it on, package import name, pyproject extra).
+OPTIONAL_PACKAGES = (
+    ("logging.tensorboard", lambda c: c.logging.tensorboard, "tensorboard", "tensorboard"),
+    ("logging.wandb", lambda c: c.logging.wandb, "wandb", "wandb"),
+    ("task.options.hub", lambda c: bool(c.task.options.get("hub")), "datasets", "hub"),
+)
+
+
+def _check_optional_packages(cfg: RunConfig) -> None:
+    """A switched-on feature whose package is missing fails here, before any model loads, not mid-run."""
+    for field, enabled, package, extra in OPTIONAL_PACKAGES:
+        if enabled(cfg):
+            try:
+                require(package, extra, load=False)
+            except MissingPackageError:
+                raise FieldError(field, f"needs the {package} package, which is not installed: "
+                                        f"pip install 'rolecast[{extra}]'") from None
 
 
 def _check_model_path(path: str) -> None:
-    """A path that is plainly local must exist; a hub id ("org/name") can only be checked when loading."""
-    from .policies.models import PACKAGED_MODELS
+    """A path that is plainly local must exist; a hub id ("org/name") must be in the local cache when the hub
+    is switched off (HF_HUB_OFFLINE); whether it exists online can only be checked when loading."""
+    from .policies.models import PACKAGED_MODELS, offline_hub_problem
 
     if path == "testbed" or path in PACKAGED_MODELS:
         return
     looks_local = path.startswith(("/", "./", "../", "~")) or path.endswith(".gguf") or path.count("/") != 1
     if looks_local and not Path(path).expanduser().exists():
-        raise ValueError(f"model.path: {path!r} does not exist (a local path), and it is not a hub id of the "
-                         f"form 'org/name'")
+        raise FieldError("model.path", f"{path!r} does not exist (a local path), and it is not a hub id of the "
+                                       f"form 'org/name'")
+    if not looks_local and not Path(path).exists():
+        problem = offline_hub_problem(path)
+        if problem:
+            raise FieldError("model.path", problem)
 
 
-def _set_path(data: dict, dotted: str, value: Any) -> None:
+def _set_path(data: dict, dotted: str, value: Any, origin: str) -> None:
     keys = dotted.split(".")
+    if not all(keys):
+        raise ConfigError(f"{origin}: {dotted!r} is not a field path like section.field")
     node = data
-    for k in keys[:-1]:
+    for i, k in enumerate(keys[:-1]):
         node = node.setdefault(k, {})
         if not isinstance(node, dict):
-            raise ConfigError(f"override {dotted}: {k} is not a section")
+            raise ConfigError(f"{origin}: {'.'.join(keys[:i + 1])} is a value ({node!r}), not a section, so it "
+                              f"has no field {keys[i + 1]!r}")
     node[keys[-1]] = value
 
 
 def parse_override(item: str) -> tuple[str, Any]:
     """'train.lr=1e-4' -> ('train.lr', 0.0001); values are parsed as YAML."""
     if "=" not in item:
-        raise ConfigError(f"override {item!r} must look like section.field=value")
+        raise ConfigError(f"--set {item}: must look like section.field=value")
     key, _, raw = item.partition("=")
-    return key.strip(), yaml.safe_load(raw) if raw.strip() else None
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"--set {item}: the value is not valid YAML ({' '.join(str(e).split())})") from None
+    return key.strip(), value
 
 
-def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> RunConfig:
-    """Load a YAML config (default: the embedded testbed recipe), apply dotted overrides, validate."""
+def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None,
+                origins: dict[str, str] | None = None) -> RunConfig:
+    """Load a YAML config (default: the embedded testbed recipe), apply dotted overrides, validate.
+
+    `origins` names where each override came from (the CLI passes "--set train.lr=abc" or "--steps 5"), so an
+    error in an override names the override, not the file it overrode."""
     source = Path(path) if path else DEFAULT_CONFIG
     if not source.exists():
         raise ConfigError(f"config file {source} does not exist")
@@ -224,24 +277,51 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
         raise ConfigError(f"{source}: not valid YAML: {e}") from e
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: the top level must be a mapping of sections")
+    labels: dict[str, str] = {}
     for key, value in (overrides or {}).items():
-        _set_path(data, key, value)
-    return validate_config(data, source)
+        labels[key] = (origins or {}).get(key) or f"override {key}={value!r}"
+        _set_path(data, key, value, labels[key])
+    return validate_config(data, source, labels)
 
 
-def validate_config(data: dict[str, Any], source: str | Path = "<config>") -> RunConfig:
+def _origin(field: str, source: str | Path, labels: dict[str, str]) -> str:
+    """The override that set `field` (or a section above or a field below it), else the config file."""
+    best = ""
+    for key in labels:
+        if (key == field or key.startswith(field + ".") or field.startswith(key + ".")) and len(key) > len(best):
+            best = key
+    return labels[best] if best else str(source)
+
+
+def validate_config(data: dict[str, Any], source: str | Path = "<config>",
+                    labels: dict[str, str] | None = None) -> RunConfig:
+    labels = labels or {}
     try:
         return RunConfig.model_validate(data)
     except ValidationError as e:
         lines = []
         for err in e.errors():
-            loc = ".".join(str(x) for x in err["loc"]) or "(top level)"
-            msg = err["msg"]
-            if err["type"] == "extra_forbidden":
-                msg = "unknown field (misspelled?)"
-            lines.append(f"{source}: {loc}: {msg}" + (f" (got {err['input']!r})" if err["type"] != "extra_forbidden"
-                                                          and not isinstance(err["input"], dict) else ""))
+            cause = (err.get("ctx") or {}).get("error")
+            if err["type"] == "value_error" and isinstance(cause, FieldError):  # a cross-section check
+                loc, msg = cause.field, cause.detail
+            elif err["type"] == "value_error" and not err["loc"] and cause is not None:
+                lines.append(f"{source}: {cause}")
+                continue
+            else:
+                loc = ".".join(str(x) for x in err["loc"]) or "(top level)"
+                msg = err["msg"]
+                if err["type"] == "extra_forbidden":
+                    msg = "unknown field (misspelled?)"
+                elif not isinstance(err["input"], dict):
+                    msg += f" (got {err['input']!r})"
+            lines.append(f"{_origin(loc, source, labels)}: {loc}: {msg}")
+        if len(lines) == 1:
+            raise ConfigError(lines[0]) from None
         raise ConfigError("invalid config:\n  " + "\n  ".join(lines)) from None
+    except FieldError as e:  # raised outside pydantic's wrapping (e.g. by an assignment in a check)
+        raise ConfigError(f"{_origin(e.field, source, labels)}: {e}") from None
+    except UserError:
+        raise
     except ValueError as e:  # cross-section checks
         raise ConfigError(f"{source}: {e}") from None
 

@@ -3,6 +3,10 @@
 Plain dataclasses, no torch. Advantages, losses and metrics work from these objects only and never
 know which workflow produced them: roles are just names, and workflow-specific facts travel as
 `Episode.metrics` (numbers to average) and `Turn.claim` (what a turn asserted, for role-local credit).
+
+Claims are three small classes. The workflow fills what the turn asserted; scoring (train/attribution.py)
+fills `correct` and the per-kind truth fields. In episodes/step_N.jsonl each is a JSON object with a `kind`
+tag ("answer" | "verdict" | "pick"), read back by `Episode.from_dict`.
 """
 
 from __future__ import annotations
@@ -10,10 +14,56 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
 FinishReason = Literal["stop", "length"]
+
+
+@dataclass
+class AnswerClaim:
+    """The turn states a solution: `text` is scored like a final answer."""
+
+    text: str
+    correct: bool | None = None  # set by scoring
+    kind: Literal["answer"] = field(default="answer", init=False)
+
+
+@dataclass
+class VerdictClaim:
+    """The turn judged the solution `reviewed`: `accept` is its verdict."""
+
+    accept: bool
+    reviewed: str
+    correct: bool | None = None  # set by scoring: the verdict matches the truth of `reviewed`
+    reviewed_correct: bool | None = None  # set by scoring: `reviewed` is correct
+    kind: Literal["verdict"] = field(default="verdict", init=False)
+
+
+@dataclass
+class PickClaim:
+    """The turn picked `candidates[picked]` (0-based) among candidate solutions."""
+
+    picked: int
+    candidates: list[str]
+    correct: bool | None = None  # set by scoring: the pick is correct (None when no candidate was)
+    candidates_correct: list[bool] | None = None  # set by scoring, one flag per candidate
+    kind: Literal["pick"] = field(default="pick", init=False)
+
+
+Claim = AnswerClaim | VerdictClaim | PickClaim
+CLAIM_KINDS: dict[str, type[AnswerClaim] | type[VerdictClaim] | type[PickClaim]] = {
+    "answer": AnswerClaim, "verdict": VerdictClaim, "pick": PickClaim}
+
+
+def claim_from_dict(d: dict[str, Any]) -> Claim:
+    """The claim a serialised `{"kind": ..., ...}` object describes."""
+    d = dict(d)
+    kind = d.pop("kind", None)
+    if kind not in CLAIM_KINDS:
+        raise ValueError(f"unknown claim kind {kind!r}; known: {sorted(CLAIM_KINDS)}")
+    cls = CLAIM_KINDS[kind]
+    return cls(**{f.name: d[f.name] for f in fields(cls) if f.init and f.name in d})
 
 
 @dataclass
@@ -29,9 +79,7 @@ class Turn:
     text: str  # decoded completion
     finish_reason: FinishReason
     index: int = 0  # position of the turn in its episode
-    # What the turn asserted, for role attribution, e.g. {"kind": "answer", "answer": "5"},
-    # {"kind": "verdict", "correct": True, "reviewed": "5"}, {"kind": "pick", "picked": "5", "candidates": [...]}.
-    claim: dict[str, Any] | None = None
+    claim: Claim | None = None  # what the turn asserted, set by the workflow, for role attribution
     # Filled by the trainer:
     reward: float = 0.0
     advantage: float = 0.0
@@ -42,10 +90,6 @@ class Turn:
                 f"Turn({self.instance}): {len(self.completion_ids)} completion tokens but {len(self.logprobs)} log-probs"
             )
 
-    @property
-    def num_tokens(self) -> int:
-        return len(self.prompt_ids) + len(self.completion_ids)
-
 
 @dataclass
 class Episode:
@@ -54,8 +98,9 @@ class Episode:
     problem_id: str
     sample: int  # which of the G samples of this problem
     turns: list[Turn] = field(default_factory=list)
-    final_answer: str | None = None
-    reward: float = 0.0  # the task's score of final_answer
+    final_text: str | None = None  # what the workflow returned
+    final_answer: str | None = None  # the answer the task extracted from final_text
+    reward: float = 0.0  # the task's score of final_text
     metrics: dict[str, float] = field(default_factory=dict)  # workflow-specific numbers, averaged per step
     metadata: dict[str, Any] = field(default_factory=dict)
 
@@ -65,7 +110,18 @@ class Episode:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Episode:
         d = dict(d)
-        d["turns"] = [Turn(**t) for t in d.get("turns", [])]
+        turns = []
+        for t in d.get("turns", []):
+            t = dict(t)
+            t.pop("num_tokens", None)
+            if t.get("claim") is not None:
+                t["claim"] = claim_from_dict(t["claim"])
+            turns.append(Turn(**t))
+        d["turns"] = turns
+        meta = dict(d.get("metadata") or {})
+        if "final_text" not in d and "final_text" in meta:  # written before final_text was a field
+            d["final_text"] = meta.pop("final_text")
+            d["metadata"] = meta
         return cls(**d)
 
 
@@ -89,12 +145,14 @@ def group_turns(episodes: Iterable[Episode], by: str = "role") -> dict[GroupKey,
     return dict(groups)
 
 
-def turns_by_policy(episodes: Iterable[Episode]) -> dict[str, list[Turn]]:
-    out: dict[str, list[Turn]] = defaultdict(list)
+def turns_by_policy(episodes: Iterable[Episode], policy_ids: Iterable[str] = ()) -> dict[str, list[Turn]]:
+    """Every turn under the policy that produced it, in episode order; each of `policy_ids` is a key even
+    when it has no turn (so every policy's scheduler still steps)."""
+    out: dict[str, list[Turn]] = {pid: [] for pid in policy_ids}
     for ep in episodes:
         for t in ep.turns:
-            out[t.policy_id].append(t)
-    return dict(out)
+            out.setdefault(t.policy_id, []).append(t)
+    return out
 
 
 def distinct_rows(keys: Iterable[Hashable]) -> tuple[list[int], list[int]]:

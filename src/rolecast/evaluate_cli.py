@@ -17,7 +17,7 @@ from .train.checkpoint import list_checkpoints, load_checkpoint
 def run_eval_command(cfg: RunConfig, *, checkpoint: str | None = None, every: int = 0, n_samples: int | None = None,
                      size: int | None = None, out: str | None = None) -> int:
     n = n_samples or cfg.eval.n_samples
-    rt = build_runtime(cfg)
+    rt = build_runtime(cfg, data_splits=[cfg.task.eval_split])
     problems = list(rt.task.problems(cfg.task.eval_split))[:size or cfg.eval.size]
     if not problems:
         raise ValueError(f"task {cfg.task.name!r} has no problems in split {cfg.task.eval_split!r}")

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .config import ConfigError, RunConfig
+from .errors import DatasetError, UserError
 from .policies import PolicySet, Routing, build_routing, load_tokenizer
 from .prompts import PromptBook
+from .rollout.engine import Backend
 from .tasks import Task, make_task
 from .workflows import WorkflowSpec, get_workflow
 
@@ -23,10 +26,10 @@ class Runtime:
     prompts: PromptBook
     tokenizer: Any
     policies: PolicySet
-    backend: Any
+    backend: Backend
 
 
-def make_backend(cfg: RunConfig, policies: PolicySet, tokenizer):
+def make_backend(cfg: RunConfig, policies: PolicySet, tokenizer: Any) -> Backend:
     from .rollout.hf import HFBackend
 
     return HFBackend(policies, tokenizer, max_new_tokens=cfg.rollout.max_new_tokens,
@@ -55,7 +58,9 @@ def check_code_isolation(cfg: RunConfig, task: Task) -> None:
                              f"{why}.\n  To fix: {UNISOLATED_HELP}.")
 
 
-def build_runtime(cfg: RunConfig) -> Runtime:
+def build_runtime(cfg: RunConfig, data_splits: Sequence[str] | None = None) -> Runtime:
+    """`data_splits` (default: the train and eval splits) are read before the model loads, so a bad dataset
+    file fails in a second, not after a model download. The task caches them for later `problems` calls."""
     import torch
 
     if cfg.threads:
@@ -65,6 +70,14 @@ def build_runtime(cfg: RunConfig) -> Runtime:
     task = make_task(cfg.task.name, **cfg.task.options)
     prompts = PromptBook(task.family, cfg.task.prompts)
     check_code_isolation(cfg, task)  # before the model loads: minutes earlier than the first scoring
+    for split in (cfg.task.train_split, cfg.task.eval_split) if data_splits is None else data_splits:
+        try:
+            task.problems(split)
+        except UserError:
+            raise
+        except ValueError as e:  # e.g. a split the task does not have
+            field = "task.train_split" if split == cfg.task.train_split else "task.eval_split"
+            raise DatasetError(f"{field} {split!r}: {e}") from e
     tokenizer = load_tokenizer(cfg.model.path)
     policies = PolicySet(cfg.model.path, routing.policy_ids, mode=cfg.model.trainable,
                          lora=cfg.model.lora.model_dump(), dtype=cfg.model.dtype, seed=cfg.seed,

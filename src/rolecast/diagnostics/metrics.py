@@ -6,7 +6,7 @@ import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
-from ..episode import Episode, Turn
+from ..episode import Episode, PickClaim, Turn, VerdictClaim
 
 
 def _mean(xs: Iterable[float]) -> float:
@@ -40,7 +40,7 @@ def episode_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
             m[p + "adv_std"] = _std([t.advantage for t in turns])
             m[p + "length"] = _mean(len(t.completion_ids) for t in turns)
             m[p + "truncated"] = _mean(float(t.finish_reason == "length") for t in turns)
-            own = [c["correct"] for t in turns if (c := t.claim) and c.get("correct") is not None]
+            own = [t.claim.correct for t in turns if t.claim is not None and t.claim.correct is not None]
             if own:
                 m[p + "accuracy"] = _mean(float(x) for x in own)
     m.update(_claim_metrics(episodes))
@@ -55,19 +55,19 @@ def episode_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
 def _claim_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
     """Evaluator precision/recall against ground truth and aggregator agreement with a correct candidate."""
     out: dict[str, float] = {}
-    verdicts = [t.claim for ep in episodes for t in ep.turns if t.claim and t.claim.get("kind") == "verdict"
-                and "reviewed_correct" in t.claim]
+    verdicts = [c for ep in episodes for t in ep.turns
+                if isinstance(c := t.claim, VerdictClaim) and c.reviewed_correct is not None]
     if verdicts:
-        accepted = [v for v in verdicts if v["accept"]]
-        truly = [v for v in verdicts if v["reviewed_correct"]]
+        accepted = [v for v in verdicts if v.accept]
+        truly = [v for v in verdicts if v.reviewed_correct]
         out["wf/evaluator_accept_rate"] = len(accepted) / len(verdicts)
-        out["wf/evaluator_precision"] = _mean(float(v["reviewed_correct"]) for v in accepted)
-        out["wf/evaluator_recall"] = _mean(float(v["accept"]) for v in truly)
-        out["wf/evaluator_accuracy"] = _mean(float(v["correct"]) for v in verdicts)
-    picks = [t.claim for ep in episodes for t in ep.turns if t.claim and t.claim.get("kind") == "pick"
-             and "candidates_correct" in t.claim]
+        out["wf/evaluator_precision"] = _mean(float(bool(v.reviewed_correct)) for v in accepted)
+        out["wf/evaluator_recall"] = _mean(float(v.accept) for v in truly)
+        out["wf/evaluator_accuracy"] = _mean(float(bool(v.correct)) for v in verdicts)
+    picks = [c for ep in episodes for t in ep.turns
+             if isinstance(c := t.claim, PickClaim) and c.candidates_correct is not None]
     if picks:
-        solvable = [p for p in picks if any(p["candidates_correct"])]
+        solvable = [p for p in picks if any(p.candidates_correct or ())]
         out["wf/aggregator_solvable"] = len(solvable) / len(picks)
-        out["wf/aggregator_picks_correct"] = _mean(float(p["candidates_correct"][p["picked"]]) for p in solvable)
+        out["wf/aggregator_picks_correct"] = _mean(float((p.candidates_correct or [])[p.picked]) for p in solvable)
     return out

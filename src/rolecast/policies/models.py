@@ -12,12 +12,16 @@ from __future__ import annotations
 import copy
 import inspect
 import logging
+import os
+import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 from torch import nn
+
+from ..errors import ModelNotFoundError
 
 log = logging.getLogger(__name__)
 
@@ -56,11 +60,12 @@ def load_tokenizer(path: str):
     from transformers import AutoTokenizer
 
     path = resolve_model_path(path)
+    _fail_fast_if_hub_unreachable(path)
     where, extra = _from_pretrained_args(path)
     try:
         tok = AutoTokenizer.from_pretrained(where, **extra)
     except Exception as e:  # transformers raises several types for "not found"
-        raise ValueError(_not_found(path, "tokenizer", e)) from e
+        raise ModelNotFoundError(_not_found(path, "tokenizer", e)) from e
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     return tok
@@ -70,17 +75,77 @@ def load_model(path: str, dtype: str = "float32") -> nn.Module:
     from transformers import AutoModelForCausalLM
 
     path = resolve_model_path(path)
+    _fail_fast_if_hub_unreachable(path)
     where, extra = _from_pretrained_args(path)
     try:
         model = AutoModelForCausalLM.from_pretrained(where, dtype=getattr(torch, dtype), **extra)
     except Exception as e:
-        raise ValueError(_not_found(path, "model", e)) from e
+        raise ModelNotFoundError(_not_found(path, "model", e)) from e
     return model
 
 
 def _not_found(path: str, what: str, err: Exception) -> str:
     where = "local directory" if Path(path).exists() else "hub id (no such local directory; offline?)"
-    return f"could not load {what} from {path!r} as a {where}: {type(err).__name__}: {err}"
+    return f"could not load {what} from {path!r} as a {where}: {type(err).__name__}: {' '.join(str(err).split())}"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Hub ids while offline. Without this, an id that is not cached costs a minute of retries (huggingface_hub backs
+# off 1 + 2 + 4 + 8 + 8 s per file, for several files) before the same "couldn't connect" error.
+
+HUB_PROBE_TIMEOUT_S = 3.0
+
+
+def _hub_offline() -> bool:
+    flags = (os.environ.get("HF_HUB_OFFLINE", ""), os.environ.get("TRANSFORMERS_OFFLINE", ""))
+    return any(f.strip().upper() in ("1", "ON", "YES", "TRUE") for f in flags)
+
+
+def _hub_cache_dir() -> Path:
+    from huggingface_hub import constants
+
+    return Path(os.environ.get("HF_HUB_CACHE") or constants.HF_HUB_CACHE)
+
+
+def in_hub_cache(repo_id: str) -> bool:
+    """True when some snapshot of the model repo `repo_id` is in the local Hugging Face cache."""
+    snapshots = _hub_cache_dir() / f"models--{repo_id.replace('/', '--')}" / "snapshots"
+    return snapshots.is_dir() and any(snapshots.iterdir())
+
+
+def offline_hub_problem(repo_id: str) -> str | None:
+    """Why the hub id `repo_id` cannot load with the hub switched off (HF_HUB_OFFLINE), or None. No network."""
+    if not _hub_offline() or in_hub_cache(repo_id):
+        return None
+    return (f"{repo_id!r} is not in the local Hugging Face cache ({_hub_cache_dir()}) and HF_HUB_OFFLINE is set; "
+            f"download it where there is network (huggingface-cli download {repo_id}) or give a local directory")
+
+
+def hub_unreachable_problem(repo_id: str, timeout_s: float = HUB_PROBE_TIMEOUT_S) -> str | None:
+    """Why `repo_id` cannot load right now, found in seconds, or None: it is cached, or the hub's host accepts a
+    connection. Dials only the hub endpoint (HF_ENDPOINT), which loading would contact anyway."""
+    from urllib.parse import urlparse
+
+    problem = offline_hub_problem(repo_id)
+    if problem or in_hub_cache(repo_id) or _hub_offline():
+        return problem
+    endpoint = os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
+    url = urlparse(endpoint)
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        socket.create_connection((url.hostname or "", port), timeout=timeout_s).close()
+    except OSError as e:
+        return (f"{repo_id!r} is not in the local Hugging Face cache and the hub ({endpoint}) cannot be reached "
+                f"({e.strerror or e}); connect, download it first, or give a local directory")
+    return None
+
+
+def _fail_fast_if_hub_unreachable(path: str) -> None:
+    if Path(path).exists() or path.startswith(("/", "./", "../", "~")) or path.count("/") != 1:
+        return  # a local path: from_pretrained reports it without any network
+    problem = hub_unreachable_problem(path)
+    if problem:
+        raise ModelNotFoundError(f"model.path: {problem}")
 
 
 def cache_keyword(model: nn.Module) -> str:

@@ -9,6 +9,8 @@ from typing import Any
 from rich.console import Console as RichConsole
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from ..errors import require
+
 log = logging.getLogger("rolecast")
 
 
@@ -48,19 +50,15 @@ class MetricLoggers:
     """Optional extras; each is imported only when switched on, with a clear message when missing."""
 
     def __init__(self, settings: Any, run_dir: Path):
-        self._tb = self._wandb = None
+        self._tb: Any = None
+        self._wandb: Any = None
         if settings.tensorboard:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-            except ImportError as e:
-                raise ImportError("logging.tensorboard needs the tensorboard package: pip install 'rolecast[tensorboard]'") from e
-            self._tb = SummaryWriter(str(run_dir / "tensorboard"))
+            tb = require("tensorboard", "tensorboard", module="torch.utils.tensorboard", purpose="logging.tensorboard")
+            self._tb = tb.SummaryWriter(str(run_dir / "tensorboard"))  # type: ignore[union-attr]
         if settings.wandb:
-            try:
-                import wandb
-            except ImportError as e:
-                raise ImportError("logging.wandb needs the wandb package: pip install 'rolecast[wandb]'") from e
-            self._wandb = wandb.init(project=settings.wandb_project, dir=str(run_dir), name=run_dir.name)
+            wandb = require("wandb", "wandb", purpose="logging.wandb")
+            self._wandb = wandb.init(project=settings.wandb_project, dir=str(run_dir),  # type: ignore[union-attr]
+                                     name=run_dir.name)
 
     def log(self, metrics: dict[str, Any], step: int) -> None:
         numbers = {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and k != "step"}

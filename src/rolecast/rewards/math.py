@@ -327,7 +327,3 @@ def score_math(text: str | None, gold: str, *, last_number: bool = True) -> Scor
         return Score(0.0, None, "no_answer")
     ok, reason = v.equivalent(gold, pred)
     return Score(1.0 if ok else 0.0, pred, reason)
-
-
-def score_math_many(texts: Sequence[str | None], golds: Sequence[str]) -> list[Score]:
-    return default_verifier().score_many(golds, texts)

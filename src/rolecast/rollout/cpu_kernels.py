@@ -24,13 +24,10 @@ import logging
 
 log = logging.getLogger(__name__)
 
-# Module-level switch (tests, debugging): False keeps every op a torch op even where numba is installed.
-ENABLED = True
-
-
-def load():
-    """The kernels (module `_numba_kernels`), or None when disabled or numba is not installed."""
-    return _import() if ENABLED else None
+def load(enabled: bool = True):
+    """The kernels (module `_numba_kernels`), or None when not `enabled` (callers pass their own switch, e.g.
+    `HFBackend(cpu_kernels=False)`, to keep every op a torch op) or numba is not installed."""
+    return _import() if enabled else None
 
 
 @functools.cache

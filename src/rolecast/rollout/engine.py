@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
-from ..episode import Episode, Turn
+from ..episode import Episode, FinishReason, Turn
 from ..prompts import PromptBook
 from ..tasks.base import Problem, Task
 from ..workflows.api import CallOp, Context, ForkOp, Messages, WorkflowSpec
@@ -31,11 +31,24 @@ class Generation:
     completion_ids: list[int]
     logprobs: list[float]
     text: str
-    finish_reason: str  # "stop" (EOS) or "length" (hit max_new_tokens)
+    finish_reason: FinishReason  # "stop" (EOS) or "length" (hit max_new_tokens)
 
 
+@runtime_checkable
 class Backend(Protocol):
-    def generate(self, requests: Sequence[GenRequest]) -> list[Generation]: ...
+    """What the engine, the trainer and evaluation need from a generation backend (`hf.HFBackend`,
+    `scripted.ScriptedBackend`)."""
+
+    # sampling temperature of every later `generate` (0 = greedy); evaluation sets it and restores it
+    temperature: float
+
+    def generate(self, requests: Sequence[GenRequest]) -> list[Generation]:
+        """One completion per request, in request order."""
+        ...
+
+    def reseed(self, seed: int) -> None:
+        """Restart sampling from `seed`, so a step's rollouts depend only on (run seed, step)."""
+        ...
 
 
 Router = Callable[[str, str], str]  # (role, instance) -> policy id
@@ -87,7 +100,7 @@ def run_episodes(
 
     def finish(t: _Task, value: Any) -> None:
         if t.parent is None:
-            episodes[t.episode].metadata["final_text"] = value
+            episodes[t.episode].final_text = value
             return
         t.parent.results[t.slot] = value
         t.parent.waiting -= 1
@@ -127,12 +140,11 @@ def run_episodes(
                 ep = episodes[t.episode]
                 turn = Turn(role=op.role, instance=op.instance, policy_id=req.policy_id, prompt_ids=gen.prompt_ids,
                             completion_ids=gen.completion_ids, logprobs=gen.logprobs, text=gen.text,
-                            finish_reason=gen.finish_reason, index=len(ep.turns), claim=op.claim)
+                            finish_reason=gen.finish_reason, index=len(ep.turns))
                 ep.turns.append(turn)
                 runnable.append((t, turn))
 
     for ep, ctx in zip(episodes, contexts, strict=True):
         ep.metrics.update(ctx.metrics)
         ep.metadata.update(ctx.metadata)
-        ep.metadata.setdefault("final_text", None)
     return episodes

@@ -168,14 +168,15 @@ class FastDecoder:
     in place."""
 
     @torch.no_grad()
-    def __init__(self, model: Any, rows: int = 16):
-        """`rows`: the decode batch size (the packed weights' layout is chosen for it)."""
+    def __init__(self, model: Any, rows: int = 16, kernels: bool = True):
+        """`rows`: the decode batch size (the packed weights' layout is chosen for it). `kernels`: the numba
+        kernels where installed (fp32 CPU); False keeps every op a torch op."""
         model = model.get_base_model() if hasattr(model, "get_base_model") else model
         cfg, inner = model.config, model.model
         self.model = model
         self.embed = inner.embed_tokens.weight
         cpu_fp32 = self.embed.dtype == torch.float32 and self.embed.device.type == "cpu"
-        self.kernels = cpu_kernels.load() if cpu_fp32 else None
+        self.kernels = cpu_kernels.load(kernels) if cpu_fp32 else None
         self.eps = cfg.rms_norm_eps
         self.n_heads, self.n_kv = cfg.num_attention_heads, cfg.num_key_value_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads

@@ -40,10 +40,6 @@ class GenStats:
     batches: list[int] = field(default_factory=list)
 
 
-# Module-level switches (tests, debugging): False sends every decode step through the stock forward / prefills
-# every row, even rows that repeat a prompt.
-FAST_DECODE = True
-SHARE_PREFILL = True
 # "auto" decode threads: below this many FLOPs per decode step (2 x parameters x rows) one thread is used. On a
 # loaded machine (more runnable threads than cores) every parallel region of a small decode step waits for a
 # descheduled OpenMP worker, and one thread was up to several times faster; on a quiet machine two threads were
@@ -54,12 +50,17 @@ AUTO_SINGLE_THREAD_FLOPS = 5e8
 class HFBackend:
     def __init__(self, policies: PolicySet, tokenizer, *, max_new_tokens: int, temperature: float = 0.7,
                  top_p: float = 1.0, max_batch: int = 256, seed: int = 0, ignore_eos: bool = False,
-                 fast: bool = True, decode_threads: int | str | None = None):
-        """`fast`: decode steps through `fast_qwen3` where `fast_qwen3.supports(model)` (and FAST_DECODE).
+                 fast: bool = True, decode_threads: int | str | None = None, cpu_kernels: bool = True,
+                 share_prefill: bool = True):
+        """`fast`: decode steps through `fast_qwen3` where `fast_qwen3.supports(model)`; False: every decode step
+        through the stock forward. `cpu_kernels`: the fast path's and the sampler's numba kernels where installed
+        (False: torch ops only). `share_prefill`: rows that repeat a prompt are prefilled once (False: every row).
         `decode_threads`: torch intra-op threads while generating (None: unchanged). "auto" uses one thread
         when a decode step is under AUTO_SINGLE_THREAD_FLOPS (2 x parameters x rows), else leaves threads as
         set: for loaded machines, where small decode steps lose most to waiting threads."""
         self.fast = fast
+        self.cpu_kernels = cpu_kernels
+        self.share_prefill = share_prefill
         self.decode_threads = decode_threads
         self.policies = policies
         self.tokenizer = tokenizer
@@ -133,7 +134,7 @@ class HFBackend:
         # cache rows and next-token logits are copied to every row that shares it.
         first, of_row = distinct_rows((tuple(p), adapter_names[i] if adapter_names else None)
                                       for i, p in enumerate(prompts))
-        share = SHARE_PREFILL and len(first) < B
+        share = self.share_prefill and len(first) < B
         rows = torch.tensor(first) if share else slice(None)
         if adapter_names is not None:
             kwargs["adapter_names"] = [adapter_names[i] for i in first] if share else adapter_names
@@ -148,9 +149,9 @@ class HFBackend:
                 kwargs["adapter_names"] = adapter_names
         step_pos = positions[:, -1:] + torch.arange(1, T + 1)  # [B, T]: row b's position of new token t+1
         fast = None
-        if self.fast and FAST_DECODE and adapter_names is None and fast_qwen3.supports(model):
+        if self.fast and adapter_names is None and fast_qwen3.supports(model):
             # built per call: the trainer updates weights in place between calls (fused copies would go stale)
-            fast = fast_qwen3.FastDecoder(model, rows=B)
+            fast = fast_qwen3.FastDecoder(model, rows=B, kernels=self.cpu_kernels)
             cos, sin = fast.rope_tables(step_pos)
             keys, values = [layer._k for layer in cache.layers], [layer._v for layer in cache.layers]
         step_mask = _decode_mask(model, mask, T, bool_4d=fast is not None)
@@ -162,7 +163,7 @@ class HFBackend:
         self.stats.batches.append(B)
         n = 0
         for step in range(T):
-            tok, lp = sample_tokens(logits, self.temperature, self.generator, self.top_p)
+            tok, lp = sample_tokens(logits, self.temperature, self.generator, self.top_p, kernels=self.cpu_kernels)
             if stops is not None:
                 tok = torch.where(finished, pad, tok)
                 finished |= torch.isin(tok, stops)

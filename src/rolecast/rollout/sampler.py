@@ -18,15 +18,16 @@ import torch
 from . import cpu_kernels
 
 
-def _draw(weights: torch.Tensor, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
+def _draw(weights: torch.Tensor, generator: torch.Generator | None,
+          kernels: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     u = torch.rand(weights.shape[0], 1, generator=generator, dtype=torch.float64, device=weights.device)
-    return _inverse_cdf(weights, u)
+    return _inverse_cdf(weights, u, kernels)
 
 
-def _inverse_cdf(weights: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _inverse_cdf(weights: torch.Tensor, u: torch.Tensor, use_kernels: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """Index per row of non-negative, unnormalised `weights [B, V]` for uniforms `u [B, 1]` in [0, 1];
-    also returns the row totals (float64)."""
-    kernels = cpu_kernels.load()
+    also returns the row totals (float64). `use_kernels`: the numba kernel where installed (same result)."""
+    kernels = cpu_kernels.load(use_kernels)
     if kernels is not None and weights.device.type == "cpu" and weights.dtype == torch.float32:
         # the same running sum, target and search in one pass per row (cpu_kernels; same tokens and totals)
         tokens = torch.empty(weights.shape[0], dtype=torch.long)
@@ -43,7 +44,8 @@ def _inverse_cdf(weights: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor, 
 
 
 def sample_tokens(
-    logits: torch.Tensor, temperature: float, generator: torch.Generator | None = None, top_p: float = 1.0
+    logits: torch.Tensor, temperature: float, generator: torch.Generator | None = None, top_p: float = 1.0,
+    kernels: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Sample one token per row of `logits [B, V]`; return `(tokens [B] long, logprobs [B] float32)`.
 
@@ -51,7 +53,8 @@ def sample_tokens(
     temperature), renormalised over the nucleus when `top_p < 1` (the truncated distribution's log-prob,
     which is what an importance ratio against the sampler needs). `temperature <= 0` means greedy: the
     argmax, with its log-prob under the temperature-1 softmax (the point-mass sampling distribution would
-    always give 0). Every row needs at least one finite logit. `logits` is never modified.
+    always give 0). Every row needs at least one finite logit. `logits` is never modified. `kernels=False`
+    keeps the running sum and search torch ops even where the numba kernel is installed (same draws).
     """
     x = logits.float()
     if temperature <= 0:
@@ -60,15 +63,15 @@ def sample_tokens(
     z = x * (1.0 / temperature)  # a fresh tensor: the in-place ops below never touch the caller's logits
     zmax = z.amax(dim=-1, keepdim=True)
     if top_p < 1.0:
-        return _sample_nucleus(z, zmax, top_p, generator)
-    tokens, total = _draw(z.sub_(zmax).exp_(), generator)  # z now holds exp(z - zmax)
+        return _sample_nucleus(z, zmax, top_p, generator, kernels)
+    tokens, total = _draw(z.sub_(zmax).exp_(), generator, kernels)  # z now holds exp(z - zmax)
     # log p = (z_tok - zmax) - log(sum exp(z - zmax)); re-read z_tok from the logits (z was overwritten)
     z_tok = _at(x, tokens) * (1.0 / temperature)
     return tokens, ((z_tok - zmax.squeeze(-1)).double() - total.log()).float()
 
 
 def _sample_nucleus(
-    z: torch.Tensor, zmax: torch.Tensor, top_p: float, generator: torch.Generator | None
+    z: torch.Tensor, zmax: torch.Tensor, top_p: float, generator: torch.Generator | None, kernels: bool = True
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Sample from the smallest set of most likely tokens whose mass reaches top_p (top token always kept)."""
     sorted_z, order = z.sort(dim=-1, descending=True)
@@ -76,7 +79,7 @@ def _sample_nucleus(
     cum = w.double().cumsum_(-1)
     mass_before = cum - w.double()
     kept = torch.where(mass_before < top_p * cum[:, -1:], w, torch.zeros_like(w))
-    pos, kept_total = _draw(kept, generator)
+    pos, kept_total = _draw(kept, generator, kernels)
     tokens = _at(order, pos)
     return tokens, ((_at(sorted_z, pos) - zmax.squeeze(-1)).double() - kept_total.log()).float()
 

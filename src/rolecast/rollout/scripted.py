@@ -10,9 +10,16 @@ Respond = Callable[[str, list[dict[str, str]]], str]  # (policy_id, messages) ->
 
 
 class ScriptedBackend:
-    def __init__(self, respond: Respond):
+    """Satisfies `engine.Backend`: `temperature` and `reseed` are recorded (the script decides the text)."""
+
+    def __init__(self, respond: Respond, temperature: float = 0.7):
         self.respond = respond
+        self.temperature = temperature
+        self.seeds: list[int] = []  # every reseed, in order
         self.batches: list[list[GenRequest]] = []  # every backend call, to assert on batching
+
+    def reseed(self, seed: int) -> None:
+        self.seeds.append(seed)
 
     def generate(self, requests: Sequence[GenRequest]) -> list[Generation]:
         self.batches.append(list(requests))

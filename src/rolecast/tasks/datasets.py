@@ -28,11 +28,12 @@ import os
 import random
 import re
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import rolecast
+from rolecast.errors import DatasetError, require
 from rolecast.tasks.base import Problem, Score, Task, register_task
 
 log = logging.getLogger(__name__)
@@ -55,55 +56,87 @@ def data_root() -> Path:
     return candidates[0].resolve()
 
 
+class DatasetFileMissing(DatasetError, FileNotFoundError):
+    """A dataset file (or a split's file) that does not exist."""
+
+
+class Rows(list):
+    """Rows of one source, remembering where each came from, so an error names the file and the line an
+    editor shows (1-based, blank lines counted) or the row of a Parquet file / JSON array / hub split."""
+
+    def __init__(self, rows: Sequence[dict[str, Any]], source: str, lines: Sequence[int] | None = None):
+        super().__init__(rows)
+        self.source = source
+        self.lines = list(lines) if lines is not None else None
+
+    def where(self, i: int) -> str:
+        return f"{self.source}, line {self.lines[i]}" if self.lines is not None else f"{self.source}, row {i + 1}"
+
+
 def dataset_file(rel: str) -> Path:
     """An offline dataset file under the data root, with an error naming the path and the env var."""
     p = data_root() / rel
     if not p.exists():
-        raise FileNotFoundError(
+        raise DatasetFileMissing(
             f"dataset file {p} not found. Set ROLECAST_DATA_DIR to the folder holding the offline data "
             f"(currently {os.environ.get('ROLECAST_DATA_DIR', 'unset')}), pass path=..., or hub=True to download."
         )
     return p
 
 
-def read_rows(path: str | Path) -> list[dict[str, Any]]:
-    """Rows of a JSONL, JSON (list of objects) or Parquet file."""
+def read_rows(path: str | Path) -> Rows:
+    """Rows of a JSONL, JSON (list of objects) or Parquet file. A malformed line, a row that is not an object
+    or a file without rows is a `DatasetError` naming the file and the 1-based line (row for Parquet)."""
     p = Path(path)
     if not p.exists():
-        raise FileNotFoundError(f"dataset file {p} not found")
+        raise DatasetFileMissing(f"dataset file {p} not found")
+    if p.is_dir():
+        raise DatasetError(f"{p}: is a directory, expected a .jsonl, .json or .parquet file")
     if p.suffix == ".parquet":
+        pq = require("pyarrow", "parquet", module="pyarrow.parquet", purpose=f"reading {p}")
         try:
-            import pyarrow.parquet as pq
-        except ImportError as e:
-            raise ImportError(f"reading {p} needs pyarrow (pip install pyarrow)") from e
-        return pq.read_table(p).to_pylist()
-    text = p.read_text(encoding="utf-8")
-    if p.suffix == ".json" and text.lstrip().startswith("["):
-        rows = json.loads(text)
+            rows = Rows(pq.read_table(p).to_pylist(), str(p))  # type: ignore[union-attr]
+        except Exception as e:  # noqa: BLE001 - pyarrow raises its own types for a damaged file
+            raise DatasetError(f"{p}: not a readable Parquet file ({type(e).__name__}: {e})") from e
     else:
-        rows = []
-        for n, line in enumerate(text.splitlines(), 1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as e:
-                    raise ValueError(f"{p}, line {n}: not valid JSON ({e.msg})") from e
-    for n, r in enumerate(rows, 1):
+        try:
+            text = p.read_text(encoding="utf-8")
+        except UnicodeDecodeError as e:
+            bad_line = p.read_bytes()[:e.start].count(b"\n") + 1
+            raise DatasetError(f"{p}, line {bad_line}: not UTF-8 text ({e.reason})") from e
+        if p.suffix == ".json" and text.lstrip().startswith("["):
+            try:
+                rows = Rows(json.loads(text), str(p))
+            except json.JSONDecodeError as e:
+                raise DatasetError(f"{p}, line {e.lineno}: not valid JSON ({e.msg})") from e
+        else:
+            # "\n" only: str.splitlines also breaks at U+2028, U+0085, form feeds ..., which JSON strings may hold
+            # unescaped, so it would split a valid row and miscount the lines an editor shows.
+            objs: list[Any] = []
+            lines: list[int] = []
+            for n, line in enumerate(text.split("\n"), 1):
+                if line.strip():
+                    try:
+                        objs.append(json.loads(line))
+                    except json.JSONDecodeError as e:
+                        raise DatasetError(f"{p}, line {n}: not valid JSON ({e.msg} at column {e.colno})") from e
+                    lines.append(n)
+            rows = Rows(objs, str(p), lines)
+    for i, r in enumerate(rows):
         if not isinstance(r, dict):
-            raise ValueError(f"{p}, row {n}: expected a JSON object, got {type(r).__name__}")
+            raise DatasetError(f"{rows.where(i)}: expected a JSON object (one row), got {type(r).__name__}")
+    if not rows:
+        raise DatasetError(f"{p}: the file holds no rows (empty)")
     return rows
 
 
-def load_hub(name: str, config: str | None, split: str) -> list[dict[str, Any]]:
+def load_hub(name: str, config: str | None, split: str) -> Rows:
+    datasets = require("datasets", "hub", purpose=f"loading {name} from the Hugging Face hub (hub=True)")
     try:
-        import datasets
-    except ImportError as e:
-        raise ImportError(f"loading {name} from the Hugging Face hub needs the `datasets` package: pip install 'rolecast[hub]'") from e
-    try:
-        ds = datasets.load_dataset(name, config, split=split)
+        ds = datasets.load_dataset(name, config, split=split)  # type: ignore[union-attr]
     except Exception as e:  # noqa: BLE001 - offline, auth, missing split: all worth one clear message
-        raise RuntimeError(f"could not load {name} ({config or 'default'}, split {split!r}) from the hub: {e}") from e
-    return [dict(r) for r in ds]
+        raise DatasetError(f"could not load {name} ({config or 'default'}, split {split!r}) from the hub: {e}") from e
+    return Rows([dict(r) for r in ds], f"hub dataset {name} ({config or 'default'}, split {split})")
 
 
 def _partition(n: int, seed: int, val_fraction: float) -> tuple[list[int], list[int]]:
@@ -181,17 +214,17 @@ class DatasetTask(Task):
                         rows = read_rows(p / f"{split}{ext}")
                         break
                 else:
-                    raise FileNotFoundError(f"{self.name}: no {split}.jsonl / {split}.parquet / {split}.json in {p}")
+                    raise DatasetFileMissing(f"{self.name}: no {split}.jsonl / {split}.parquet / {split}.json in {p}")
             else:
                 rows = read_rows(p)
         elif self.hub:
             name = self.hub if isinstance(self.hub, str) else self.hub_name
             if not name:
-                raise ValueError(f"{self.name}: no hub dataset known; pass hub='org/name'")
+                raise DatasetError(f"{self.name}: no hub dataset known; pass hub='org/name'")
             rows = load_hub(name, self.hub_config, self.hub_splits.get(split, split))
         else:
             if split not in self.files:
-                raise FileNotFoundError(f"{self.name}: no offline file for split {split!r}; pass path=... or hub=True")
+                raise DatasetFileMissing(f"{self.name}: no offline file for split {split!r}; pass path=... or hub=True")
             rows = read_rows(dataset_file(self.files[split]))
         self._raw[split] = rows
         return rows
@@ -208,16 +241,20 @@ class DatasetTask(Task):
             return [(i, r, split) for i, r in enumerate(rows)]
         if split in ("train", "validation"):
             if split == "validation" and self.val_fraction <= 0:
-                raise ValueError(f"{self.name} has no validation split; pass val_fraction > 0 to carve one out of train")
+                raise DatasetError(f"{self.name} has no validation split; pass val_fraction > 0 to carve one out of train")
             base = "train" if "train" in avail else "test"
             rows = self._source_rows(base)
             tr, va = _partition(len(rows), self.seed, self.val_fraction)
             return [(i, rows[i], base) for i in (tr if split == "train" else va)]
-        raise ValueError(f"{self.name} has no {split!r} split; it has {sorted(set(avail) | {'train', 'validation'})}")
+        raise DatasetError(f"{self.name} has no {split!r} split; it has {sorted(set(avail) | {'train', 'validation'})}")
+
+    def _where(self, src: str, index: int) -> str:
+        rows = self._raw.get(src)
+        return rows.where(index) if isinstance(rows, Rows) else f"{self.name} {src} split, row {index + 1}"
 
     def problems(self, split: str) -> Sequence[Problem]:
         if split not in SPLITS:
-            raise ValueError(f"unknown split {split!r}; expected one of {SPLITS}")
+            raise DatasetError(f"{self.name}: unknown split {split!r}; expected one of {SPLITS}")
         if split not in self._cache:
             out: list[Problem] = []
             skipped: Counter[str] = Counter()
@@ -227,9 +264,13 @@ class DatasetTask(Task):
                 except _Skip as e:
                     skipped[str(e)] += 1
                 except (KeyError, TypeError, ValueError) as e:
-                    raise ValueError(f"{self.name}: {src} row {i}: {type(e).__name__}: {e}") from e
+                    why = e.args[0] if isinstance(e, KeyError) and e.args else f"{type(e).__name__}: {e}"
+                    raise DatasetError(f"{self._where(src, i)}: {self.name}: {why}") from e
                 if self.limit is not None and len(out) >= self.limit:
                     break
+            if skipped and not out:
+                raise DatasetError(f"{self.name}/{split}: every row was skipped ({dict(skipped)}); check the file "
+                                   f"and the column mapping")
             if skipped:
                 log.warning("%s/%s: skipped %d rows: %s", self.name, split, sum(skipped.values()), dict(skipped))
                 self.skipped.update(skipped)
@@ -589,7 +630,3 @@ class CodeJSONL(CodeTask):
             tests = _lcb_tests(raw, fn)
         return Problem(f"{self.name}/{split}/{index}", str(text), tests, {"split": split, "index": index})
 
-
-ALL_DATASET_TASKS: dict[str, Callable[..., Task]] = {
-    c.name: c for c in (GSM8K, MATH, MATH500, AIME2024, DAPOMath, MathJSONL, MBPP, MBPPSanitized, HumanEval, DeepCoder, CodeJSONL)
-}

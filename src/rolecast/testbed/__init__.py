@@ -10,10 +10,7 @@ It exists so `rolecast train` works offline, on a CPU, in minutes. The shipped b
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +52,8 @@ def load(path: str | Path | None = None, dtype: str = "float32"):
     return model.eval(), AutoTokenizer.from_pretrained(p)
 
 
-def _format_info(d: dict[str, Any]) -> str:
+def format_info(d: dict[str, Any]) -> str:
+    """A build_info.json as a few lines: the build, then each role's format and accuracy."""
     lines = [f"seed {d['seed']}  steps {d['steps']}  params {d['params']:,}  vocab {d['vocab_size']}  "
              f"build {d.get('wall_seconds', '?')}s (training {d['train_seconds']}s)"]
     for key, r in d.get("roles", {}).items():
@@ -68,32 +66,4 @@ def _format_info(d: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """`rolecast testbed build [--out DIR] [--seed N] [--steps N]` and `rolecast testbed info [DIR]`."""
-    from .builder import DEFAULT_SEED, DEFAULT_STEPS
-
-    ap = argparse.ArgumentParser(prog="rolecast testbed", description="Build or inspect the embedded testbed model.")
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    b = sub.add_parser("build", help="train tokenizer + model from scratch (deterministic for a seed)")
-    b.add_argument("--out", default=None, help=f"output directory (default: the shipped artifact, {ARTIFACT_DIR})")
-    b.add_argument("--seed", type=int, default=DEFAULT_SEED)
-    b.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="warm-start optimizer steps (batch 64; the first 500 train the solver only)")
-    b.add_argument("--no-eval", action="store_true", help="skip the per-role evaluation")
-    i = sub.add_parser("info", help="print a build's per-role numbers")
-    i.add_argument("dir", nargs="?", default=None)
-    args = ap.parse_args(argv)
-    if args.cmd == "build":
-        out = build(args.out or ARTIFACT_DIR, seed=args.seed, steps=args.steps, evaluate=not args.no_eval)
-        print(_format_info(info(out)))
-    else:
-        print(_format_info(info(args.dir)))
-    return 0
-
-
-main_build = main  # the name the CLI wiring was promised
-
-
-__all__ = ["default_path", "build", "info", "load", "main", "main_build", "ARTIFACT_DIR"]
-
-if __name__ == "__main__":
-    sys.exit(main())
+__all__ = ["default_path", "build", "info", "load", "format_info", "ARTIFACT_DIR"]

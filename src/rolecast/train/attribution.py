@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Sequence
 
-from ..episode import Episode
+from ..episode import AnswerClaim, Episode, PickClaim, VerdictClaim
 from ..tasks.base import Problem, Task
 
 AttributionFn = Callable[[Episode], None]
@@ -34,44 +34,43 @@ def score_episodes(episodes: Sequence[Episode], problems: dict[str, Problem], ta
     """Set `episode.reward`/`final_answer` and each claim's `correct` (None where undefined)."""
     keys: dict[tuple[str, str | None], int] = {}
 
-    def need(pid: str, text: str | None) -> tuple[str, str | None]:
+    def need(pid: str, text: str | None) -> None:
         keys.setdefault((pid, text), len(keys))
-        return (pid, text)
 
     for ep in episodes:
-        need(ep.problem_id, ep.metadata.get("final_text"))
+        need(ep.problem_id, ep.final_text)
         for t in ep.turns:
-            c = t.claim or {}
-            if c.get("kind") == "answer":
-                need(ep.problem_id, c["text"])
-            elif c.get("kind") == "verdict":
-                need(ep.problem_id, c["reviewed"])
-            elif c.get("kind") == "pick":
-                for cand in c["candidates"]:
+            c = t.claim
+            if isinstance(c, AnswerClaim):
+                need(ep.problem_id, c.text)
+            elif isinstance(c, VerdictClaim):
+                need(ep.problem_id, c.reviewed)
+            elif isinstance(c, PickClaim):
+                for cand in c.candidates:
                     need(ep.problem_id, cand)
-    order = sorted(keys, key=keys.get)
+    order = sorted(keys, key=keys.__getitem__)
     scores = task.score_many([problems[pid] for pid, _ in order], [text for _, text in order])
     result = dict(zip(order, scores, strict=True))
 
+    def correct(pid: str, text: str | None) -> bool:
+        return result[(pid, text)].reward >= 1.0
+
     for ep in episodes:
-        final = result[(ep.problem_id, ep.metadata.get("final_text"))]
+        final = result[(ep.problem_id, ep.final_text)]
         ep.reward, ep.final_answer = final.reward, final.answer
         if final.reason:
             ep.metadata["score_reason"] = final.reason
         for t in ep.turns:
             c = t.claim
-            if not c:
-                continue
-            if c.get("kind") == "answer":
-                c["correct"] = result[(ep.problem_id, c["text"])].reward >= 1.0
-            elif c.get("kind") == "verdict":
-                truth = result[(ep.problem_id, c["reviewed"])].reward >= 1.0
-                c["reviewed_correct"] = truth
-                c["correct"] = bool(c["accept"]) == truth
-            elif c.get("kind") == "pick":
-                flags = [result[(ep.problem_id, cand)].reward >= 1.0 for cand in c["candidates"]]
-                c["candidates_correct"] = flags
-                c["correct"] = flags[c["picked"]] if any(flags) else None
+            if isinstance(c, AnswerClaim):
+                c.correct = correct(ep.problem_id, c.text)
+            elif isinstance(c, VerdictClaim):
+                c.reviewed_correct = correct(ep.problem_id, c.reviewed)
+                c.correct = bool(c.accept) == c.reviewed_correct
+            elif isinstance(c, PickClaim):
+                flags = [correct(ep.problem_id, cand) for cand in c.candidates]
+                c.candidates_correct = flags
+                c.correct = flags[c.picked] if any(flags) else None
 
 
 @register_attribution("team")
@@ -83,7 +82,7 @@ def team(ep: Episode) -> None:
 @register_attribution("role")
 def role_local(ep: Episode) -> None:
     for t in ep.turns:
-        correct = (t.claim or {}).get("correct")
+        correct = t.claim.correct if t.claim is not None else None
         t.reward = ep.reward if correct is None else float(correct)
 
 

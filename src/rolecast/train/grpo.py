@@ -28,7 +28,7 @@ from transformers import DynamicCache
 
 from ..config import RunConfig, dump_config
 from ..diagnostics.metrics import episode_metrics
-from ..episode import Episode, Turn, distinct_rows, group_turns
+from ..episode import Episode, Turn, distinct_rows, group_turns, turns_by_policy
 from ..evaluation import append_eval_row, eval_key, evaluate
 from ..policies import PolicySet
 from ..policies.models import cache_keyword
@@ -114,11 +114,6 @@ def batching_order(turns: list[Turn]) -> list[Turn]:
     return sorted(turns, key=lambda t: (len(t.prompt_ids), t.prompt_ids, len(t.completion_ids)))
 
 
-# Module switch (tests, debugging): False projects through the head module per chunk (the path for heads
-# that are not a plain nn.Linear, e.g. LoRA-wrapped) instead of the fused log-prob function.
-FUSED_HEAD = True
-
-
 def completion_hidden_states(model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
     """The decoder's last hidden states at the positions that predict each completion token, `[B, L, H]`.
 
@@ -149,14 +144,14 @@ def completion_hidden_states(model, batch: dict[str, torch.Tensor]) -> torch.Ten
 
 
 def completion_logprobs(model, batch: dict[str, torch.Tensor], temperature: float,
-                        chunk_tokens: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                        chunk_tokens: int | None = None, fused_head: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-probs of the completion tokens under softmax(logits / T) (the sampler's distribution), and the
     per-token entropy (detached), both `[B, L]`.
 
     The `[B, L, V]` logits never exist at once (1.9 GB in fp32 for 16 x 193 positions of Qwen3's 151,936-token
     vocabulary): a plain linear head goes through `losses.linear_logprobs` (projection, log-prob and entropy
     in one pass per chunk of positions, logits recomputed in backward); any other head module runs per chunk
-    under activation checkpointing."""
+    under activation checkpointing (`fused_head=False` forces that path, for tests and debugging)."""
     L = int(batch["L"])
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     hidden = completion_hidden_states(base, batch)
@@ -164,7 +159,7 @@ def completion_logprobs(model, batch: dict[str, torch.Tensor], temperature: floa
     scale = 1.0 / temperature if temperature > 0 else 1.0
     B, _, H = hidden.shape
     flat_h, flat_t = hidden.reshape(B * L, H), batch["targets"].reshape(B * L)
-    if FUSED_HEAD and type(head) is torch.nn.Linear:
+    if fused_head and type(head) is torch.nn.Linear:
         logp, entropy = linear_logprobs(flat_h, head.weight, head.bias, flat_t, scale, chunk_tokens)
         return logp.float().reshape(B, L), entropy.float().reshape(B, L)
 
@@ -378,10 +373,7 @@ def train(cfg: RunConfig, *, resume: str | Path | None = None, stop_after: int |
         # 4. advantages within groups of turns
         episode_turn_advantages(group_turns(episodes, cfg.train.group_by), cfg.train.advantage)
         # 5. one update per policy, each touching only its own parameters
-        by_policy: dict[str, list[Turn]] = {pid: [] for pid in routing.policy_ids}
-        for ep in episodes:
-            for t in ep.turns:
-                by_policy[t.policy_id].append(t)
+        by_policy = turns_by_policy(episodes, routing.policy_ids)
         update_rng = random.Random(_step_seed(cfg.seed, step, 3))
         policy_stats: dict[str, dict[str, float]] = {}
         role_tally: dict[str, dict[str, float]] = {}

@@ -165,6 +165,17 @@ def _seq_count(mask: torch.Tensor, total_seqs: int | None) -> int | torch.Tensor
 Tensor = torch.Tensor
 
 
+# The four names are verl's `loss_agg_mode`s (verl/trainer/ppo/core_algos.py `agg_loss`) with verl's meaning:
+#   token-mean               sum of masked token losses / number of masked tokens
+#   seq-mean-token-mean      mean over sequences of each sequence's token mean (original GRPO)
+#   seq-mean-token-sum       mean over sequences of each sequence's token SUM (no length normalisation)
+#   seq-mean-token-sum-norm  the same, each sum divided by a constant length first (Dr. GRPO); verl's default
+#                            constant is the padded width, ours must be given (`max_len`, the trainer passes
+#                            rollout.max_new_tokens) because a padded width differs between micro-batches.
+# One deliberate difference: a sequence with no masked token does not count in the sequence mean (verl divides
+# by the number of rows), so padding rows never dilute the loss; the trainer drops empty completions anyway.
+
+
 @register_aggregation("token-mean")
 def _token_mean(loss: Tensor, mask: Tensor, *, total_tokens: int | None = None, **_: object) -> Tensor:
     """Every token weighs the same: sum over masked tokens / number of masked tokens (in the whole batch)."""
@@ -179,7 +190,14 @@ def _seq_mean_token_mean(loss: Tensor, mask: Tensor, *, total_seqs: int | None =
 
 
 @register_aggregation("seq-mean-token-sum")
-def _seq_mean_token_sum(
+def _seq_mean_token_sum(loss: Tensor, mask: Tensor, *, total_seqs: int | None = None, **_: object) -> Tensor:
+    """Every token of a sequence adds up and every sequence weighs the same: mean over sequences of per-sequence
+    token sums (a longer completion carries proportionally more loss)."""
+    return (loss * mask).sum() / _seq_count(mask, total_seqs)
+
+
+@register_aggregation("seq-mean-token-sum-norm")
+def _seq_mean_token_sum_norm(
     loss: Tensor, mask: Tensor, *, total_seqs: int | None = None, max_len: int | None = None, **_: object
 ) -> Tensor:
     """Dr. GRPO: per-sequence token sums divided by a constant `max_len`, then averaged over sequences.
@@ -188,7 +206,7 @@ def _seq_mean_token_sum(
     would differ between micro-batches and silently break gradient accumulation.
     """
     if max_len is None:
-        raise ValueError("seq-mean-token-sum needs max_len (a constant, e.g. max_new_tokens)")
+        raise ValueError("seq-mean-token-sum-norm needs max_len (a constant, e.g. max_new_tokens)")
     return (loss * mask).sum() / max_len / _seq_count(mask, total_seqs)
 
 

@@ -36,5 +36,3 @@ def constant(optimizer: Optimizer, warmup_steps: int = 0) -> LambdaLR:
     """Constant lr, optionally after the same linear warmup."""
     return LambdaLR(optimizer, lambda step: _warmup(step, warmup_steps))
 
-
-SCHEDULES = {"warmup_cosine": warmup_cosine, "constant": constant}

@@ -1,7 +1,8 @@
 """Workflows: plain async code over `ctx.call`. See `api.py` for how to write your own."""
 
+from ..episode import AnswerClaim, PickClaim, VerdictClaim
 from .api import WORKFLOWS, Context, WorkflowSpec, get_workflow, workflow
 from .parsing import last_boxed, parse_choice, parse_strategies, parse_verdict
 
-__all__ = ["WORKFLOWS", "Context", "WorkflowSpec", "get_workflow", "workflow",
-           "last_boxed", "parse_choice", "parse_strategies", "parse_verdict"]
+__all__ = ["WORKFLOWS", "AnswerClaim", "Context", "PickClaim", "VerdictClaim", "WorkflowSpec", "get_workflow",
+           "workflow", "last_boxed", "parse_choice", "parse_strategies", "parse_verdict"]

@@ -8,18 +8,26 @@
 
 `ctx.call` suspends the episode until the rollout engine has generated the call's completion; the engine
 runs every episode of the batch until all of them wait, then generates every waiting call together.
-Workflows never import training code: they return the final text, and may attach a `claim` (what a
-turn asserted) and `ctx.log` numbers for metrics.
+Workflows never import training code: they return the final text, and may set a turn's `claim` (what it
+asserted: `AnswerClaim`, `VerdictClaim`, `PickClaim`) and `ctx.log` numbers for metrics.
+
+Options (`workflow.options` in a config) are the function's keyword parameters. They are validated at config
+load from the signature: the annotation is the type, and `Annotated[int, Field(ge=1)]` adds a range, so
+`n: 0` fails with `workflow.options.n: ...` before any model loads.
 """
 
 from __future__ import annotations
 
 import inspect
+import typing
 from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+
 from ..episode import Turn
+from ..errors import ConfigError, FieldError
 from ..prompts import PromptBook
 from ..tasks.base import Problem, Task
 
@@ -33,7 +41,6 @@ class CallOp:
     role: str
     instance: str
     messages: Messages
-    claim: dict[str, Any] | None = None
 
 
 @dataclass
@@ -70,11 +77,10 @@ class Context:
     def prompt(self, name: str, **variables: Any) -> Messages:
         return self.prompts.render(name, problem=self.problem.text, **variables)
 
-    def call(self, role: str, messages: Messages, *, instance: int | str | None = None,
-             claim: dict[str, Any] | None = None) -> Awaitable[Turn]:
+    def call(self, role: str, messages: Messages, *, instance: int | str | None = None) -> Awaitable[Turn]:
         """Ask `role` (agent instance `instance` when several run in parallel); resumes with the Turn."""
         inst = role if instance is None else f"{role}/{instance}"
-        return _Suspend(CallOp(role=role, instance=inst, messages=messages, claim=claim))
+        return _Suspend(CallOp(role=role, instance=inst, messages=messages))
 
     def gather(self, *awaitables: Awaitable[Any]) -> Awaitable[list[Any]]:
         """Concurrent calls, like asyncio.gather: all are generated in the same batch."""
@@ -96,18 +102,49 @@ class WorkflowSpec:
     name: str
     fn: WorkflowFn
     prompts: dict[str, list[str]]  # role -> prompt names that role is called with
-    defaults: dict[str, Any] = field(default_factory=dict)  # option -> default value
+    defaults: dict[str, Any] = field(default_factory=dict)  # option -> default value (None: required)
+    options_model: type[BaseModel] | None = None  # built from the signature; validates `workflow.options`
 
     @property
     def roles(self) -> list[str]:
         return list(self.prompts)
 
-    def check_options(self, options: dict[str, Any]) -> None:
-        unknown = set(options) - set(self.defaults)
-        if unknown:
-            raise ValueError(
-                f"workflow {self.name!r} has no option(s) {sorted(unknown)}; its options are {sorted(self.defaults)}"
-            )
+    def check_options(self, options: dict[str, Any]) -> dict[str, Any]:
+        """The options as the function will get them (typed per its annotations), or a `FieldError` naming
+        `workflow.options.<name>` for the first bad one."""
+        if self.options_model is None:
+            return dict(options)
+        try:
+            validated = self.options_model.model_validate(options)
+        except ValidationError as e:
+            err = e.errors()[0]
+            name = ".".join(str(x) for x in err["loc"])
+            if err["type"] == "extra_forbidden":
+                msg = f"workflow {self.name!r} has no option {name!r}; its options are {sorted(self.defaults)}"
+            elif err["type"] == "missing":
+                msg = f"workflow {self.name!r} needs this option (its function has no default for it)"
+            else:
+                msg = f"{err['msg']} (got {err['input']!r})"
+            raise FieldError(f"workflow.options.{name}", msg) from None
+        return validated.model_dump(exclude_unset=True)
+
+
+def _options_model(name: str, fn: WorkflowFn) -> type[BaseModel] | None:
+    """A pydantic model of `fn`'s keyword options (every parameter after ctx): annotation = type (Any where
+    missing), default = default (required where missing). `**kwargs` allows unknown options."""
+    try:
+        hints = typing.get_type_hints(fn, include_extras=True)
+    except Exception:  # noqa: BLE001 - an annotation that cannot be resolved: check the names only
+        hints = {}
+    fields: dict[str, Any] = {}
+    extra = "forbid"
+    for p in list(inspect.signature(fn).parameters.values())[1:]:
+        if p.kind is inspect.Parameter.VAR_KEYWORD:
+            extra = "allow"
+        elif p.kind is not inspect.Parameter.VAR_POSITIONAL:
+            fields[p.name] = (hints.get(p.name, Any), ... if p.default is inspect.Parameter.empty else p.default)
+    config = ConfigDict(extra=extra, arbitrary_types_allowed=True)  # type: ignore[typeddict-item]
+    return create_model(f"{name}_options", __config__=config, **fields)
 
 
 WORKFLOWS: dict[str, WorkflowSpec] = {}
@@ -115,20 +152,24 @@ WORKFLOWS: dict[str, WorkflowSpec] = {}
 
 def workflow(name: str, *, prompts: dict[str, Sequence[str]]) -> Callable[[WorkflowFn], WorkflowFn]:
     """Register an async workflow function. `prompts` declares each role and the prompts it uses, so a
-    config can be checked (routing, prompt files) before any model is loaded."""
+    config can be checked (routing, prompt files, option values) before any model is loaded."""
 
     def deco(fn: WorkflowFn) -> WorkflowFn:
         if not inspect.iscoroutinefunction(fn):
             raise TypeError(f"workflow {name!r} must be an async function")
         params = list(inspect.signature(fn).parameters.values())[1:]  # skip ctx
-        defaults = {p.name: (None if p.default is inspect.Parameter.empty else p.default) for p in params}
-        WORKFLOWS[name] = WorkflowSpec(name, fn, {r: list(p) for r, p in prompts.items()}, defaults)
+        defaults = {p.name: (None if p.default is inspect.Parameter.empty else p.default) for p in params
+                    if p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)}
+        WORKFLOWS[name] = WorkflowSpec(name, fn, {r: list(p) for r, p in prompts.items()}, defaults,
+                                       _options_model(name, fn))
         return fn
 
     return deco
 
 
 def get_workflow(name: str) -> WorkflowSpec:
+    """A registered workflow, or a user's as "package.module:function" / "path/to/file.py:function".
+    Every failure is a `ConfigError` naming what is missing."""
     from . import builtin  # noqa: F401  (registers the shipped workflows)
 
     if name not in WORKFLOWS and ":" in name:
@@ -137,9 +178,11 @@ def get_workflow(name: str) -> WorkflowSpec:
         for spec in WORKFLOWS.values():
             if spec.fn is fn:
                 return spec
-        raise ValueError(f"{name}: {name.rpartition(':')[2]!r} is not decorated with @rolecast.workflows.workflow")
+        raise ConfigError(f"workflow {name}: {name.rpartition(':')[2]!r} is not decorated with "
+                          f"@rolecast.workflows.workflow")
     if name not in WORKFLOWS:
-        raise ValueError(f"unknown workflow {name!r}; known: {sorted(WORKFLOWS)} (or 'module:function')")
+        raise ConfigError(f"unknown workflow {name!r}; known: {sorted(WORKFLOWS)} (or 'module:function' / "
+                          f"'file.py:function')")
     return WORKFLOWS[name]
 
 
@@ -149,15 +192,25 @@ def _load_user_function(ref: str) -> Callable[..., Any]:
     from pathlib import Path
 
     module, _, attr = ref.rpartition(":")
+    if not module or not attr:
+        raise ConfigError(f"workflow {ref}: expected 'package.module:function' or 'path/to/file.py:function'")
     if module.endswith(".py"):
         path = Path(module)
-        if not path.exists():
-            raise ValueError(f"workflow file {path} does not exist")
+        if not path.is_file():
+            raise ConfigError(f"workflow {ref}: the file {path} does not exist")
         mod_spec = importlib.util.spec_from_file_location(f"rolecast_user_{path.stem}", path)
+        if mod_spec is None or mod_spec.loader is None:
+            raise ConfigError(f"workflow {ref}: {path} cannot be imported as a Python module")
         mod = importlib.util.module_from_spec(mod_spec)
-        mod_spec.loader.exec_module(mod)  # type: ignore[union-attr]
+        try:
+            mod_spec.loader.exec_module(mod)
+        except Exception as e:  # the user's file: say where it failed, in one line
+            raise ConfigError(f"workflow {ref}: importing {path} failed: {type(e).__name__}: {e}") from e
     else:
-        mod = importlib.import_module(module)
+        try:
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError as e:
+            raise ConfigError(f"workflow {ref}: no module named {e.name!r} (is it on PYTHONPATH?)") from e
     if not hasattr(mod, attr):
-        raise ValueError(f"{ref}: {module} has no function {attr!r}")
+        raise ConfigError(f"workflow {ref}: {module} has no function {attr!r}")
     return getattr(mod, attr)

@@ -1,7 +1,11 @@
 """Orchestrator-workers: strategies are proposed, workers solve in parallel, a synthesizer decides."""
 
 import re
+from typing import Annotated
 
+from pydantic import Field
+
+from ..episode import AnswerClaim
 from .api import Context, workflow
 from .parsing import parse_strategies
 
@@ -10,7 +14,7 @@ FALLBACK_STRATEGY = "Solve the problem directly."
 
 
 @workflow("orch_workers", prompts={"orchestrator": ["orchestrate"], "worker": ["work"], "synthesizer": ["synthesize"]})
-async def orch_workers(ctx: Context, k: int = 3) -> str:
+async def orch_workers(ctx: Context, k: Annotated[int, Field(ge=1)] = 3) -> str:
     plan = await ctx.call("orchestrator", ctx.prompt("orchestrate", k=k))
     strategies = parse_strategies(plan.text, k)
     proposed = len(re.findall(r"STRATEGY\s*\d+\s*:", plan.text, re.I))
@@ -23,9 +27,9 @@ async def orch_workers(ctx: Context, k: int = 3) -> str:
     )
     texts = [w.text for w in works]
     for w in works:
-        w.claim = {"kind": "answer", "text": w.text}
+        w.claim = AnswerClaim(w.text)
     ctx.log("worker_diversity", len({ctx.extract(t) for t in texts}) / len(texts))
 
     final = await ctx.call("synthesizer", ctx.prompt("synthesize", strategies=strategies, solutions=texts))
-    final.claim = {"kind": "answer", "text": final.text}
+    final.claim = AnswerClaim(final.text)
     return final.text

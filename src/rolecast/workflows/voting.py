@@ -1,20 +1,24 @@
 """Voting: N generators answer the same prompt independently; an aggregator picks one with \\boxed{i}."""
 
 from collections import Counter
+from typing import Annotated
 
+from pydantic import Field
+
+from ..episode import AnswerClaim, PickClaim
 from .api import Context, workflow
 from .parsing import parse_choice
 
 
 @workflow("voting", prompts={"generator": ["solve"], "aggregator": ["aggregate"]})
-async def voting(ctx: Context, n: int = 3) -> str:
+async def voting(ctx: Context, n: Annotated[int, Field(ge=1)] = 3) -> str:
     solutions = await ctx.gather(*(ctx.call("generator", ctx.prompt("solve"), instance=i) for i in range(n)))
     texts = [s.text for s in solutions]
     for s in solutions:
-        s.claim = {"kind": "answer", "text": s.text}
+        s.claim = AnswerClaim(s.text)
     pick = await ctx.call("aggregator", ctx.prompt("aggregate", solutions=texts))
     choice = parse_choice(pick.text, n)
-    pick.claim = {"kind": "pick", "picked": choice, "candidates": texts}
+    pick.claim = PickClaim(choice, texts)
 
     answers = [ctx.extract(t) for t in texts]
     majority, votes = Counter(answers).most_common(1)[0]
