@@ -506,7 +506,7 @@ def test_code_task_without_bubblewrap_stops_before_the_model_loads(tmp_path, mon
     # the command line: one message, no traceback, exit code 2
     rc = main(["eval", "--task", "testbed_code", "--model", str(empty_model), "--out", str(tmp_path / "e.jsonl")])
     err = capsys.readouterr().err
-    assert rc == 2 and err.startswith("rolecast: task 'testbed_code' runs model-written code")
+    assert rc == 2 and err.startswith("rolecast: error: task 'testbed_code' runs model-written code")
     assert "Traceback" not in err and len(err.strip().splitlines()) == 2
     with pytest.raises(ConfigError, match="allow_unisolated"):
         load_config(None, {"sandbox.allow_unisolated": "maybe"})
