@@ -103,7 +103,9 @@ class TrainSettings(_Strict):
 
 
 class EvalSettings(_Strict):
-    every: int = Field(0, ge=0)  # evaluate every N steps (0 = only at start and end)
+    # evaluate every N steps (0 = only at start and end); "auto" (resolved at load, see `resolve_auto_eval`):
+    # a curve of about 10 points on runs of >= AUTO_EVAL_MIN_STEPS steps, aligned with checkpoints; else 0
+    every: int | Literal["auto"] = Field("auto")
     size: int = Field(200, gt=0)  # problems from the eval split
     n_samples: int = Field(1, gt=0)
     temperature: float = Field(0.0, ge=0)  # 0 = greedy
@@ -123,6 +125,9 @@ class LogSettings(_Strict):
 class CheckpointSettings(_Strict):
     every: int = Field(10, ge=0)  # 0 = only at the end
     keep_last: int = Field(2, gt=0)
+    # also keep (never prune) checkpoints whose step is a multiple of this, so a finished run can be
+    # re-evaluated at several points (0 = none); "auto" = the resolved eval.every (the evaluated steps)
+    keep_every: int | Literal["auto"] = Field("auto")
 
 
 class RunConfig(_Strict):
@@ -142,7 +147,30 @@ class RunConfig(_Strict):
     @model_validator(mode="after")
     def _cross_checks(self) -> RunConfig:
         check_run_config(self)
+        resolve_auto_eval(self)
         return self
+
+
+AUTO_EVAL_MIN_STEPS = 20  # shorter runs (tests, `--steps 3`) evaluate only at start and end
+AUTO_EVAL_POINTS = 10  # about this many periodic evaluations on a long run
+
+
+def resolve_auto_eval(cfg: RunConfig) -> None:
+    """Replace eval.every / checkpoint.keep_every "auto" by numbers (the resolved config.yaml holds them).
+
+    eval.every "auto": 0 when train.steps < AUTO_EVAL_MIN_STEPS; else the smallest multiple of checkpoint.every
+    that is >= steps / AUTO_EVAL_POINTS (so every evaluated step has a checkpoint), or max(5, ceil(steps / 10))
+    when checkpoint.every is 0. checkpoint.keep_every "auto": the resolved eval.every (evaluated steps are kept)."""
+    if cfg.eval.every == "auto":
+        steps, ck = cfg.train.steps, cfg.checkpoint.every
+        if steps < AUTO_EVAL_MIN_STEPS:
+            cfg.eval.every = 0
+        elif ck:
+            cfg.eval.every = ck * max(1, -(-steps // (AUTO_EVAL_POINTS * ck)))
+        else:
+            cfg.eval.every = max(5, -(-steps // AUTO_EVAL_POINTS))
+    if cfg.checkpoint.keep_every == "auto":
+        cfg.checkpoint.keep_every = cfg.eval.every
 
 
 def check_run_config(cfg: RunConfig) -> None:
