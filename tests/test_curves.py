@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from rolecast.config import load_config
+from rolecast.config import ConfigError, dump_config, load_config
 from rolecast.diagnostics.curves import (
     CurvePoint,
     detect_cliff,
@@ -139,6 +139,20 @@ def test_training_points_average_windows():
 def test_auto_eval_every_and_keep_every(overrides, every, keep):
     cfg = load_config(None, overrides)
     assert (cfg.eval.every, cfg.checkpoint.keep_every) == (every, keep)
+
+
+def test_auto_is_accepted_explicitly_and_bad_values_still_name_their_field(tmp_path):
+    p = tmp_path / "run.yaml"
+    p.write_text("train: {steps: 50}\neval: {every: auto}\ncheckpoint: {every: 5, keep_every: auto}\n")
+    cfg = load_config(p)
+    assert (cfg.eval.every, cfg.checkpoint.keep_every) == (5, 5)
+    assert "every: 5" in dump_config(cfg)  # the resolved config.yaml holds the number
+    p.write_text("eval: {every: sometimes}\n")
+    with pytest.raises(ConfigError, match=r"eval\.every"):
+        load_config(p)
+    p.write_text("eval: 5\n")
+    with pytest.raises(ConfigError, match=r"eval"):
+        load_config(p)
 
 
 def test_keep_every_spares_evaluated_checkpoints_from_pruning(tmp_path):
