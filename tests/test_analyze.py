@@ -140,3 +140,15 @@ def test_analyze_a_real_testbed_run(tmp_path, capsys):
         png_size(run / name)
     assert main(["analyze", str(run), "--no-plots"]) == 0
     assert f"base   step      0  {evals[0]['pass@1']:.3f}" in capsys.readouterr().out
+
+
+def test_analyze_without_matplotlib_still_reports_numbers(tmp_path, capsys, monkeypatch):
+    import sys
+
+    d = write_synthetic_run(tmp_path / "run")
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)  # what a missing package looks like to import
+    assert main(["analyze", str(d)]) == 0
+    out = capsys.readouterr().out
+    assert "plots skipped: plots need matplotlib: pip install 'rolecast[plots]'" in out
+    assert "cliff  YES from step 30" in out and not (d / "analysis" / "accuracy.png").exists()
+    assert json.loads((d / "analysis" / "summary.json").read_text())["plots"] == []
