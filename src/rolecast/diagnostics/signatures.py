@@ -29,7 +29,7 @@ from typing import Any
 
 from ..workflows.parsing import last_boxed, parse_strategies
 
-AnswerExtractor = Callable[[str | None], str | None]
+AnswerExtractor = Callable[[str], str | None]  # a task's extract_answer; \boxed{} by default
 
 
 @dataclass
@@ -361,7 +361,8 @@ def format_failure(step: int, episodes: Sequence[EpisodeView], th: SignatureThre
             if not c or c.get("kind") not in ("answer", "verdict", "pick"):
                 continue
             if c["kind"] == "answer":
-                bad = extract(c.get("text") if isinstance(c.get("text"), str) else t.text) is None
+                text = c.get("text")
+                bad = extract(text if isinstance(text, str) else t.text) is None
             elif c["kind"] == "verdict":
                 bad = last_boxed(t.text) is None
             else:
@@ -372,12 +373,12 @@ def format_failure(step: int, episodes: Sequence[EpisodeView], th: SignatureThre
     for role, rs in rows.items():
         if len(rs) < th.format_min_turns:
             continue
-        bad = [(ep, t) for ep, t, b in rs if b]
-        rate = len(bad) / len(rs)
+        failed = [(ep, t) for ep, t, b in rs if b]
+        rate = len(failed) / len(rs)
         if rate >= th.format_failure_rate:
             out.append(Finding("format_failure", step, role, rate, th.format_failure_rate,
-                               f"{len(bad)}/{len(rs)} {role} turns have no parseable answer or decision",
-                               [_example(step, ep, t) for ep, t in bad[:th.examples]]))
+                               f"{len(failed)}/{len(rs)} {role} turns have no parseable answer or decision",
+                               [_example(step, ep, t) for ep, t in failed[:th.examples]]))
     return out
 
 
@@ -467,6 +468,9 @@ class SeriesSignatures:
                 rows.sort(key=lambda r: key(r[1]))
             return [_example(step, ep, t) for ep, t in rows[:th.examples]]
 
+        def of_role(role: str, truncated: bool = False) -> Callable[[TurnView], bool]:
+            return lambda t: t.role == role and (not truncated or t.finish_reason == "length")
+
         out: list[Finding] = []
         for k in sorted(metrics):
             m = _ROLE_KEY.match(k)
@@ -481,19 +485,19 @@ class SeriesSignatures:
             if stat == "length" and base > 0 and cur <= th.length_collapse_ratio * base:
                 out.append(Finding("length_collapse", step, role, cur / base, th.length_collapse_ratio,
                                    f"{role} mean length {cur:.1f} tokens vs {base:.1f} at the start",
-                                   examples(lambda t, r=role: t.role == r, lambda t: len(t.text))))
+                                   examples(of_role(role), lambda t: len(t.text))))
             elif stat == "length" and base > 0 and cur >= th.length_blowup_ratio * base:
                 out.append(Finding("length_blowup", step, role, cur / base, th.length_blowup_ratio,
                                    f"{role} mean length {cur:.1f} tokens vs {base:.1f} at the start",
-                                   examples(lambda t, r=role: t.role == r, lambda t: -len(t.text))))
+                                   examples(of_role(role), lambda t: -len(t.text))))
             elif stat == "entropy" and base > 0 and cur <= th.entropy_collapse_ratio * base:
                 out.append(Finding("entropy_collapse", step, role, cur / base, th.entropy_collapse_ratio,
                                    f"{role} token entropy {cur:.3f} vs {base:.3f} at the start",
-                                   examples(lambda t, r=role: t.role == r)))
+                                   examples(of_role(role))))
             elif stat == "truncated" and cur >= th.truncation_surge_min and cur - base >= th.truncation_surge_delta:
                 out.append(Finding("truncation_surge", step, role, cur, th.truncation_surge_min,
                                    f"{role} truncated share {cur:.2f} vs {base:.2f} at the start",
-                                   examples(lambda t, r=role: t.role == r and t.finish_reason == "length")))
+                                   examples(of_role(role, truncated=True))))
         acc, prec = _finite(metrics.get("wf/evaluator_accept_rate")), _finite(metrics.get("wf/evaluator_precision"))
         if acc is not None and prec is not None:
             ta, tp = self._track("wf/evaluator_accept_rate", acc), self._track("wf/evaluator_precision", prec)
