@@ -145,7 +145,8 @@ def analyze(run_dir: str | Path, *, plots: bool = True, cfg: WarningConfig | Non
     plot_files: list[str] = []
     if plots and (points or train_pts or run.metrics):
         try:
-            plot_files = _draw(run, out_dir, curve or train_curve, points, train_pts, config)
+            events = [(g["first_step"], f"{g['name']} [{g['subject']}]") for g in groups]
+            plot_files = _draw(run, out_dir, curve or train_curve, points, train_pts, config, events)
         except ImportError as e:
             notes.append(f"plots skipped: {e}")
 
@@ -175,7 +176,7 @@ def analyze(run_dir: str | Path, *, plots: bool = True, cfg: WarningConfig | Non
 
 
 def _draw(run: RunFiles, out_dir: Path, curve: CurveSummary | None, points: list, train_pts: list,
-          config: dict[str, Any]) -> list[str]:
+          config: dict[str, Any], events: list[tuple[int, str]]) -> list[str]:
     from .plots import plot_accuracy, plot_panels
 
     title = " / ".join(str(x) for x in ((config.get("task") or {}).get("name"), (config.get("workflow") or {}).get(
@@ -184,7 +185,8 @@ def _draw(run: RunFiles, out_dir: Path, curve: CurveSummary | None, points: list
     if points or train_pts:
         z = curve.rule.get("interval_z", 1.96) if curve else 1.96
         files.append(plot_accuracy(out_dir / "accuracy.png", points, train_pts, peak=curve.peak if curve else None,
-                                   cliff=curve.cliff if curve and points else None, z=z, title=title))
+                                   cliff=curve.cliff if curve and points else None, z=z, title=title,
+                                   events=events))
     grads = collect_series(run.metrics, _GRAD_ROLE, lambda m: f"{m.group('pid')}/{m.group('role')}")
     if grads:
         panels = [(label, grads[stat]) for stat, label in (("norm", "gradient norm |g_r|"),
