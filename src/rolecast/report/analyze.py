@@ -237,7 +237,8 @@ def format_summary(s: dict[str, Any]) -> str:
             lines.append(f"  gain   final - base  {_diff(c['gain'])}")
         if c["peak_gain"]:
             lines.append(f"         peak - base   {_diff(c['peak_gain'])}")
-        lines.append(f"         final - peak  {_diff(c['final_vs_peak'])}")
+        if c["final"]["step"] != c["peak"]["step"]:
+            lines.append(f"         final - peak  {_diff(c['final_vs_peak'])}")
         rule = c["rule"]
         if c["cliff"]:
             cl = c["cliff"]
