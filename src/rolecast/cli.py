@@ -98,6 +98,17 @@ def cmd_model(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_analyze(args: argparse.Namespace) -> int:
+    from .report.analyze import analyze, format_summary
+
+    if not Path(args.run_dir).is_dir():
+        print(f"rolecast: analyze: {args.run_dir} is not a directory", file=sys.stderr)
+        return 2
+    summary = analyze(args.run_dir, plots=not args.no_plots)
+    print(format_summary(summary))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rolecast", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true")
@@ -120,6 +131,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--size", type=int, default=None, help="number of eval problems")
     p.add_argument("--out", help="eval.jsonl to append to (default: the run dir or runs/eval.jsonl)")
     p.set_defaults(fn=cmd_eval)
+
+    p = sub.add_parser("analyze", help="accuracy curve, failure signatures, warnings and plots of a run directory")
+    p.add_argument("run_dir", metavar="RUN_DIR")
+    p.add_argument("--no-plots", action="store_true", dest="no_plots", help="numbers and summary.json only")
+    p.set_defaults(fn=cmd_analyze)
 
     p = sub.add_parser("testbed", help="build or inspect the embedded testbed model")
     p.add_argument("action", choices=["build", "info"])

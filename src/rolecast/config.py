@@ -103,7 +103,9 @@ class TrainSettings(_Strict):
 
 
 class EvalSettings(_Strict):
-    every: int = Field(0, ge=0)  # evaluate every N steps (0 = only at start and end)
+    # evaluate every N steps (0 = only at start and end). In a run config the default is "auto", resolved at
+    # load (`resolve_auto_eval`): ~10 evaluations on checkpointed steps for runs of >= 20 steps, else 0
+    every: int = Field(0, ge=0)
     size: int = Field(200, gt=0)  # problems from the eval split
     n_samples: int = Field(1, gt=0)
     temperature: float = Field(0.0, ge=0)  # 0 = greedy
@@ -123,6 +125,9 @@ class LogSettings(_Strict):
 class CheckpointSettings(_Strict):
     every: int = Field(10, ge=0)  # 0 = only at the end
     keep_last: int = Field(2, gt=0)
+    # also keep (never prune) checkpoints whose step is a multiple of this, so a finished run can be
+    # re-evaluated at several points (0 = none). In a run config the default is "auto" = the resolved eval.every
+    keep_every: int = Field(0, ge=0)
 
 
 class SandboxSettings(_Strict):
@@ -147,10 +152,67 @@ class RunConfig(_Strict):
     checkpoint: CheckpointSettings = CheckpointSettings()
     sandbox: SandboxSettings = SandboxSettings()
 
+    @model_validator(mode="before")
+    @classmethod
+    def _resolve_auto(cls, data: Any) -> Any:
+        return resolve_auto_eval(data) if isinstance(data, dict) else data
+
     @model_validator(mode="after")
     def _cross_checks(self) -> RunConfig:
         check_run_config(self)
         return self
+
+
+AUTO_EVAL_MIN_STEPS = 20  # shorter runs (tests, `--steps 3`) evaluate only at start and end
+AUTO_EVAL_POINTS = 10  # about this many periodic evaluations on a long run
+
+
+def _field(data: dict[str, Any], section: str, name: str) -> Any:
+    sec = data.get(section)
+    if isinstance(sec, BaseModel):
+        return getattr(sec, name, "auto")
+    return sec.get(name, "auto") if isinstance(sec, dict) else "auto"
+
+
+def resolve_auto_eval(data: dict[str, Any]) -> dict[str, Any]:
+    """Raw config data with eval.every / checkpoint.keep_every "auto" (or absent) replaced by numbers, so the
+    typed fields stay plain ints and the resolved config.yaml holds the numbers.
+
+    eval.every "auto": 0 when train.steps < AUTO_EVAL_MIN_STEPS; else the smallest multiple of checkpoint.every
+    that is >= steps / AUTO_EVAL_POINTS (so every evaluated step has a checkpoint), or max(5, ceil(steps / 10))
+    when checkpoint.every is 0. checkpoint.keep_every "auto": the resolved eval.every (evaluated steps are kept).
+    Values that are neither "auto" nor absent are left for field validation."""
+    every, keep = _field(data, "eval", "every"), _field(data, "checkpoint", "keep_every")
+    if every != "auto" and keep != "auto":
+        return data
+    steps = _field(data, "train", "steps")
+    steps = TrainSettings.model_fields["steps"].default if steps == "auto" else steps
+    ck = _field(data, "checkpoint", "every")
+    ck = CheckpointSettings.model_fields["every"].default if ck == "auto" else ck
+    data = dict(data)
+    if every == "auto":
+        if not isinstance(steps, int) or not isinstance(ck, int) or steps < AUTO_EVAL_MIN_STEPS:
+            every = 0  # (a malformed steps / checkpoint.every is reported by its own field)
+        elif ck > 0:
+            every = ck * max(1, -(-steps // (AUTO_EVAL_POINTS * ck)))
+        else:
+            every = max(5, -(-steps // AUTO_EVAL_POINTS))
+        if _is_section(data.get("eval")):
+            data["eval"] = _with(data.get("eval"), "every", every)
+    if keep == "auto" and _is_section(data.get("checkpoint")):
+        data["checkpoint"] = _with(data.get("checkpoint"), "keep_every", every if isinstance(every, int) else 0)
+    return data
+
+
+def _is_section(section: Any) -> bool:
+    """Absent or a mapping: a malformed section is left for validation to report."""
+    return section is None or isinstance(section, (dict, BaseModel))
+
+
+def _with(section: Any, name: str, value: Any) -> Any:
+    if isinstance(section, BaseModel):
+        return section.model_copy(update={name: value})
+    return {**(section if isinstance(section, dict) else {}), name: value}
 
 
 def check_run_config(cfg: RunConfig) -> None:

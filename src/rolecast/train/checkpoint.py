@@ -47,8 +47,10 @@ _SAFE_LEAVES = (torch.Tensor, int, float, bool, str, type(None), torch.dtype, to
 # Saving
 
 
-def save_checkpoint(run_dir: str | os.PathLike, step: int, state: dict[str, Any], keep_last: int = 2) -> Path:
-    """Write `state` as checkpoint `step` atomically, point `latest` at it, prune to `keep_last`; return its dir."""
+def save_checkpoint(run_dir: str | os.PathLike, step: int, state: dict[str, Any], keep_last: int = 2,
+                    keep_every: int = 0) -> Path:
+    """Write `state` as checkpoint `step` atomically, point `latest` at it, prune to `keep_last` (never pruning
+    steps that are multiples of `keep_every` > 0, kept to re-evaluate a finished run); return its dir."""
     if keep_last < 1:
         raise ValueError(f"keep_last must be >= 1, got {keep_last}")
     for name, value in state.items():
@@ -72,7 +74,7 @@ def save_checkpoint(run_dir: str | os.PathLike, step: int, state: dict[str, Any]
     _write_durably(pointer_tmp, f"{step}\n".encode())
     os.replace(pointer_tmp, root / "latest")
     _fsync_dir(root)
-    _prune(root, keep=step, keep_last=keep_last)
+    _prune(root, keep=step, keep_last=keep_last, keep_every=keep_every)
     return final
 
 
@@ -141,10 +143,13 @@ def _replace_dir(src: Path, dst: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-def _prune(root: Path, keep: int, keep_last: int) -> None:
-    """Keep `keep` (just written) and the newest keep_last - 1 others; drop leftovers of dead writers."""
+def _prune(root: Path, keep: int, keep_last: int, keep_every: int = 0) -> None:
+    """Keep `keep` (just written), the newest keep_last - 1 others and multiples of keep_every; drop leftovers
+    of dead writers."""
     others = sorted((s for s in _complete_steps(root) if s != keep), reverse=True)
     for s in others[keep_last - 1 :]:
+        if keep_every > 0 and s % keep_every == 0:
+            continue
         shutil.rmtree(root / f"step_{s}", ignore_errors=True)
     for p in root.iterdir():
         m = _LEFTOVER.match(p.name)

@@ -1,0 +1,271 @@
+"""`rolecast analyze RUN_DIR`: the accuracy curve (base / peak / final / gain / cliff with intervals), the failure
+signatures and early warnings that fired (replayed over metrics.jsonl and the logged episodes with the same
+`EarlyWarning` the loop can run), and PNG plots, written to RUN_DIR/analysis/ with a machine-readable
+summary.json. Reads only the run directory's files; works on a run that is still going or was killed."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..diagnostics.curves import CurveSummary, eval_points, summarize_curve, training_points
+from ..diagnostics.signatures import AnswerExtractor
+from ..diagnostics.warnings import Alert, EarlyWarning, WarningConfig
+from ..workflows.parsing import last_boxed
+from .rundir import RunFiles, read_run
+
+SUMMARY_VERSION = 1
+MAX_STEPS_LISTED = 40
+
+
+def _answer_extractor(run: RunFiles) -> tuple[AnswerExtractor, str]:
+    """The run's task's own answer extractor when the task can be built offline, else \\boxed{}."""
+    task = ((run.config or {}).get("task") or {})
+    name = task.get("name")
+    if not name:
+        return last_boxed, "\\boxed{} (task unknown)"
+    try:
+        from ..tasks import make_task
+
+        t = make_task(name, **(task.get("options") or {}))
+        return t.extract_answer, f"task {name!r}"
+    except Exception as e:  # a task whose data is absent here: fall back, and say so
+        run.notes.append(f"task {name!r} could not be built here ({e.__class__.__name__}: {e}); answers are "
+                         f"read as \\boxed{{}}")
+        return last_boxed, "\\boxed{} (fallback)"
+
+
+def _ranges(steps: list[int]) -> str:
+    """[1, 2, 3, 7, 9, 10] -> '1-3, 7, 9-10'."""
+    out: list[str] = []
+    for s in steps:
+        if out and int(out[-1].split("-")[-1]) == s - 1:
+            out[-1] = f"{out[-1].split('-')[0]}-{s}"
+        else:
+            out.append(str(s))
+    return ", ".join(out)
+
+
+def group_alerts(alerts: list[Alert], examples: int = 3) -> list[dict[str, Any]]:
+    """One entry per (signal, subject): the steps it fired at, its first value and the example turns from the
+    first steps that had some."""
+    groups: dict[tuple[str, str], dict[str, Any]] = {}
+    for a in alerts:
+        g = groups.get((a.name, a.subject))
+        if g is None:
+            g = groups[(a.name, a.subject)] = {
+                "name": a.name, "kind": a.kind, "subject": a.subject, "first_step": a.step, "steps": [],
+                "first_value": a.value, "max_value": a.value, "threshold": a.threshold, "message": a.message,
+                "examples": []}
+        g["steps"].append(a.step)
+        g["max_value"] = max(g["max_value"], a.value)
+        if len(g["examples"]) < examples:
+            g["examples"] += [dataclasses.asdict(e) for e in a.examples[:examples - len(g["examples"])]]
+    out = sorted(groups.values(), key=lambda g: (g["first_step"], g["name"], g["subject"]))
+    for g in out:
+        g["last_step"] = g["steps"][-1]
+        g["n_steps"] = len(g["steps"])
+    return out
+
+
+def replay_warnings(run: RunFiles, cfg: WarningConfig | None = None,
+                    extract: AnswerExtractor = last_boxed) -> list[Alert]:
+    """Every step's metrics (and its logged episodes, where written) through one EarlyWarning, in step order."""
+    warn = EarlyWarning(cfg, extract=extract)
+    episode_steps = set(run.episode_steps)
+    alerts: list[Alert] = []
+    for row in run.metrics:
+        step = row["step"]
+        alerts += warn.check(step, row, run.episodes(step) if step in episode_steps else ())
+    return alerts
+
+
+_GRAD_ROLE = re.compile(r"^grad/(?P<pid>[^/]+)/(?P<role>[^/]+)/(?P<stat>norm|share|amplification)$")
+_UPDATE = re.compile(r"^update/(?P<pid>[^/]+)/(?P<stat>size|drift)$")
+
+
+def collect_series(metrics: list[dict[str, Any]], pattern: re.Pattern[str], label: Callable[[re.Match[str]], str]
+                   ) -> dict[str, dict[str, tuple[list[int], list[float]]]]:
+    """stat -> label -> (steps, values) for every numeric metric matching `pattern` (with a `stat` group)."""
+    out: dict[str, dict[str, tuple[list[int], list[float]]]] = {}
+    for row in metrics:
+        for k, v in row.items():
+            m = pattern.match(k)
+            if not m or not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
+                continue
+            xs, ys = out.setdefault(m.group("stat"), {}).setdefault(label(m), ([], []))
+            xs.append(row["step"])
+            ys.append(float(v))
+    return out
+
+
+def _clean(x: Any) -> Any:
+    """JSON has no NaN or infinity: write null."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {str(k): _clean(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_clean(v) for v in x]
+    return x
+
+
+def analyze(run_dir: str | Path, *, plots: bool = True, cfg: WarningConfig | None = None) -> dict[str, Any]:
+    """Analyse a run directory; write analysis/summary.json (and the PNGs unless plots=False); return the summary."""
+    run = read_run(run_dir)
+    out_dir = run.run_dir / "analysis"
+    notes = run.notes
+    config = run.config or {}
+    planned = ((config.get("train") or {}).get("steps"))
+    last = run.metrics[-1]["step"] if run.metrics else 0
+    status = {"steps_logged": len(run.metrics), "last_step": last, "steps_planned": planned,
+              "complete": bool(planned is not None and last >= planned)}
+
+    curve_notes: list[str] = []
+    points = eval_points(run.evals, curve_notes)
+    if run.evals and all(not isinstance(r.get("per_problem"), list) for r in run.evals):
+        curve_notes.append("eval rows hold no per-problem results: differences use unpaired intervals "
+                           "(conservative for evaluations on the same problems)")
+    train_pts = training_points(run.metrics)
+    curve: CurveSummary | None = summarize_curve(points, source="eval.jsonl", notes=curve_notes)
+    train_curve = summarize_curve(train_pts, source="metrics.jsonl:accuracy (5-step means)")
+    if curve is None and run.evals:
+        notes.append("eval.jsonl has no usable rows")
+
+    extract, extractor_name = _answer_extractor(run)
+    wcfg = cfg or WarningConfig()
+    alerts = replay_warnings(run, wcfg, extract)
+    groups = group_alerts(alerts, wcfg.signatures.examples)
+
+    plot_files: list[str] = []
+    if plots and (points or train_pts or run.metrics):
+        try:
+            events = [(g["first_step"], f"{g['name']} [{g['subject']}]") for g in groups]
+            plot_files = _draw(run, out_dir, curve or train_curve, points, train_pts, config, events)
+        except ImportError as e:
+            notes.append(f"plots skipped: {e}")
+
+    summary = {
+        "version": SUMMARY_VERSION,
+        "run_dir": str(run.run_dir),
+        "run": {k: (config.get(s) or {}).get(f) for k, s, f in (
+            ("task", "task", "name"), ("workflow", "workflow", "name"), ("sharing", "routing", "sharing"),
+            ("model", "model", "path"))},
+        "status": status,
+        "curve": curve.to_dict() if curve else None,
+        "train_curve": train_curve.to_dict() if train_curve else None,
+        "signatures": [g for g in groups if g["kind"] == "signature"],
+        "warnings": [g for g in groups if g["kind"] == "gradient"],
+        "episode_steps": run.episode_steps,
+        "answer_extractor": extractor_name,
+        "plots": plot_files,
+        "missing": run.missing,
+        "notes": notes,
+        "thresholds": dataclasses.asdict(wcfg),
+    }
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir / "summary.json.tmp"
+    tmp.write_text(json.dumps(_clean(summary), indent=1))
+    tmp.replace(out_dir / "summary.json")
+    return summary
+
+
+def _draw(run: RunFiles, out_dir: Path, curve: CurveSummary | None, points: list, train_pts: list,
+          config: dict[str, Any], events: list[tuple[int, str]]) -> list[str]:
+    from .plots import plot_accuracy, plot_panels
+
+    title = " / ".join(str(x) for x in ((config.get("task") or {}).get("name"), (config.get("workflow") or {}).get(
+        "name"), (config.get("routing") or {}).get("sharing")) if x)
+    files = []
+    if points or train_pts:
+        z = curve.rule.get("interval_z", 1.96) if curve else 1.96
+        files.append(plot_accuracy(out_dir / "accuracy.png", points, train_pts, peak=curve.peak if curve else None,
+                                   cliff=curve.cliff if curve and points else None, z=z, title=title,
+                                   events=events))
+    grads = collect_series(run.metrics, _GRAD_ROLE, lambda m: f"{m.group('pid')}/{m.group('role')}")
+    if grads:
+        panels = [(label, grads[stat]) for stat, label in (("norm", "gradient norm |g_r|"),
+                                                           ("share", "share s_r = g_r.g/|g|^2"),
+                                                           ("amplification", "amplification")) if stat in grads]
+        files.append(plot_panels(out_dir / "gradients.png", panels, title=f"per-role gradients {title}"))
+    updates = collect_series(run.metrics, _UPDATE, lambda m: m.group("pid"))
+    if updates:
+        panels = [(label, updates[stat]) for stat, label in (("size", "update size |dtheta|"),
+                                                             ("drift", "drift |theta_t - theta_0|")) if stat in updates]
+        files.append(plot_panels(out_dir / "updates.png", panels, title=f"updates per policy {title}"))
+    return [str(f.relative_to(run.run_dir)) for f in files]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Text
+
+
+def _pm(x: float, se: float, z: float) -> str:
+    return f"{x:.3f} ± {z * se:.3f}"
+
+
+def _diff(d: dict[str, Any]) -> str:
+    return f"{d['value']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]" + (" paired" if d["paired"] else "")
+
+
+def format_summary(s: dict[str, Any]) -> str:
+    lines = [f"run: {s['run_dir']}"]
+    r, st = s["run"], s["status"]
+    desc = ", ".join(f"{k} {v}" for k, v in r.items() if v)
+    planned = st["steps_planned"]
+    progress = f"{st['last_step']}/{planned} steps" if planned is not None else f"{st['last_step']} steps"
+    state = "complete" if st["complete"] else "incomplete (still running, or stopped)"
+    lines.append(f"  {desc}; {progress} logged, {state}")
+    c = s["curve"] or s["train_curve"]
+    if c is None:
+        lines.append("accuracy: no evaluations and no training accuracy yet")
+    else:
+        z = c["rule"]["interval_z"]
+        lines.append(f"accuracy ({c['source']}, {len(c['points'])} points; ± is the {z:.2f}-SE half-width, [] a 95% "
+                     f"interval):")
+        if c["base"]:
+            lines.append(f"  base   step {c['base']['step']:>6}  {_pm(c['base']['value'], c['base']['se'], z)}  "
+                         f"(n={c['base']['n']})")
+        lines.append(f"  peak   step {c['peak']['step']:>6}  {_pm(c['peak']['value'], c['peak']['se'], z)}")
+        lines.append(f"  final  step {c['final']['step']:>6}  {_pm(c['final']['value'], c['final']['se'], z)}")
+        if c["gain"]:
+            lines.append(f"  gain   final - base  {_diff(c['gain'])}")
+        if c["peak_gain"]:
+            lines.append(f"         peak - base   {_diff(c['peak_gain'])}")
+        if c["final"]["step"] != c["peak"]["step"]:
+            lines.append(f"         final - peak  {_diff(c['final_vs_peak'])}")
+        rule = c["rule"]
+        if c["cliff"]:
+            cl = c["cliff"]
+            lines.append(f"  cliff  YES from step {cl['step']} (peak at {cl['peak_step']}; {cl['points_below']} points "
+                         f"below the peak by > {cl['z']:.2f} SE); final - peak {_diff(cl['drop'])}")
+        else:
+            lines.append(f"  cliff  none (rule: the last >= {rule['min_points']} points all below the peak by > "
+                         f"{rule['cliff_z']:.2f} SE and >= {rule['min_drop']}, without recovery)")
+        lines += [f"  note: {n}" for n in c["notes"]]
+    for title, key in (("failure signatures", "signatures"), ("early warnings (gradient signals)", "warnings")):
+        groups = s[key]
+        if not groups:
+            lines.append(f"{title}: none fired")
+            continue
+        lines.append(f"{title}:")
+        for g in groups:
+            steps = g["steps"]
+            listed = _ranges(steps[:MAX_STEPS_LISTED]) + (" ..." if len(steps) > MAX_STEPS_LISTED else "")
+            lines.append(f"  {g['name']} [{g['subject']}] at {g['n_steps']} step(s): {listed}; first at step "
+                         f"{g['first_step']}: {g['message']} (value {g['first_value']:.3g}, threshold "
+                         f"{g['threshold']:.3g})")
+            for e in g["examples"]:
+                lines.append(f"      e.g. step {e['step']} problem {e['problem_id']} sample {e['sample']} "
+                             f"{e['instance']}: \"{e['excerpt']}\"")
+    if s["plots"]:
+        lines.append("plots: " + ", ".join(s["plots"]))
+    lines.append("summary: analysis/summary.json")
+    lines += [f"missing: {m}" for m in s["missing"]]
+    lines += [f"note: {n}" for n in s["notes"]]
+    return "\n".join(lines)
