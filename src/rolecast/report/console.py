@@ -7,7 +7,15 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console as RichConsole
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 from ..errors import require
 
@@ -15,11 +23,11 @@ log = logging.getLogger("rolecast")
 
 
 class _Bar:
-    def __init__(self, progress: Progress | None, task_id: int | None):
+    def __init__(self, progress: Progress | None, task_id: TaskID | None):
         self._progress, self._task = progress, task_id
 
     def advance(self, step: int, reward: float) -> None:
-        if self._progress is not None:
+        if self._progress is not None and self._task is not None:
             self._progress.update(self._task, completed=step, reward=reward)
 
     def close(self) -> None:

@@ -193,6 +193,8 @@ class _Worker:
             env=env,
             start_new_session=True,
         )
+        assert self.proc.stdin is not None and self.proc.stdout is not None  # both are PIPEs
+        self._stdin, self._stdout = self.proc.stdin, self.proc.stdout
         self._buf = b""
         if self._readline(120.0) is None:
             self.kill()
@@ -200,7 +202,7 @@ class _Worker:
 
     def _readline(self, timeout: float) -> bytes | None:
         deadline = time.monotonic() + timeout
-        fd = self.proc.stdout.fileno()
+        fd = self._stdout.fileno()
         while b"\n" not in self._buf:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -217,8 +219,8 @@ class _Worker:
     def call(self, gold: str, pred: str, timeout: float) -> tuple[bool, str | None] | None:
         """The comparison, or None when the worker overran or died (the caller then kills it)."""
         try:
-            self.proc.stdin.write((json.dumps({"gold": gold, "pred": pred}) + "\n").encode())
-            self.proc.stdin.flush()
+            self._stdin.write((json.dumps({"gold": gold, "pred": pred}) + "\n").encode())
+            self._stdin.flush()
         except (BrokenPipeError, OSError):
             return None
         line = self._readline(timeout)
