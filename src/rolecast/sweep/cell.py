@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import time
 import traceback
 from dataclasses import asdict, dataclass
@@ -135,5 +136,6 @@ def run_cell(job: CellJob) -> CellResult:
     seconds = time.perf_counter() - t0
     summary = {k: v for k, v in summary.items() if isinstance(v, (int, float, str, list))}
     write_atomic(run_dir / DONE, json.dumps({"cell": job.name, "kind": job.kind, "seconds": seconds,
-                                             "resumed_from": resumed_from, "summary": summary}, indent=1))
+                                             "resumed_from": resumed_from, "host": socket.gethostname(),
+                                             "pid": os.getpid(), "summary": summary}, indent=1))
     return CellResult(job.name, "done", seconds, resumed_from, None, summary)
