@@ -280,3 +280,30 @@ def test_ray_executor_runs_two_cells_on_a_local_ray(tmp_path, monkeypatch):
         assert done["pid"] != os.getpid()  # a Ray worker ran it
         assert len(_jsonl(c.run_dir / "metrics.jsonl", ())) == 2 and latest_step(c.run_dir) == 2
     assert json.loads((m.out / "sweep.json").read_text())["executor"] == "ray"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Shipped matrices
+
+
+def test_shipped_testbed_matrix_is_every_workflow_and_sharing_mode():
+    from rolecast.config import CONFIG_DIR
+
+    m = load_matrix(CONFIG_DIR / "testbed_matrix.yaml")
+    workflows = ["single", "voting", "eval_opt", "orch_workers"]
+    assert [c.name for c in m.train_cells] == [f"testbed-{w}-testbed-{s}-s0" for w in workflows
+                                               for s in ("shared", "isolated")]
+    assert [c.name for c in m.cells if c.kind == "base_eval"] == [f"base-testbed-{w}-testbed" for w in workflows]
+    cfg = m.train_cells[0].config
+    assert cfg.eval.every > 0 and cfg.eval.every < cfg.train.steps  # periodic evaluations: peaks are visible
+
+
+def test_shipped_study_matrix_spans_the_study():
+    from rolecast.config import CONFIG_DIR
+
+    if not (CONFIG_DIR / "study" / "math.yaml").is_file():
+        pytest.skip("the study recipes (configs/study/) are not in this checkout")
+    m = load_matrix(CONFIG_DIR / "study_matrix.yaml")
+    assert len(m.train_cells) == 4 * 2 * 3 * 2 and len(m.cells) - len(m.train_cells) == 4 * 2 * 3
+    assert {c.config.model.path for c in m.cells} == {"Qwen/Qwen3-0.6B", "Qwen/Qwen3-1.7B", "Qwen/Qwen3-4B"}
+    assert m.settings.resources.num_gpus == 1
