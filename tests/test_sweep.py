@@ -144,6 +144,22 @@ def test_cli_refuses_a_bad_matrix_before_anything_runs(tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
+def test_a_cell_directory_from_other_settings_is_refused_not_skipped(tmp_path):
+    from rolecast.config import dump_config
+
+    p = write(tmp_path, TINY.format(steps=2) + "base_eval: false\n")
+    m = load_matrix(p, out=tmp_path / "out")
+    [cell] = m.cells
+    cell.run_dir.mkdir(parents=True)
+    (cell.run_dir / "DONE.json").write_text("{}")  # finished, under 5 steps rather than the matrix's 2
+    (cell.run_dir / "config.yaml").write_text(dump_config(cell.config.model_copy(update={"threads": 2})))
+    assert run_sweep(m, LocalExecutor(), progress=False).skipped == [cell.name]  # threads alone do not matter
+    (cell.run_dir / "config.yaml").write_text(dump_config(load_matrix(p, out=tmp_path / "out", extra_set={
+        "train.steps": 5}).cells[0].config))
+    with pytest.raises(MatrixError, match=cell.name):
+        run_sweep(m, LocalExecutor(), progress=False)
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Running
 

@@ -247,7 +247,8 @@ def expand(settings: MatrixConfig, source: Path, out_dir: Path) -> list[Cell]:
                         else "set by the sweep" if key in SWEEP_OWNED else "not a field (base files go in `base`)")
                 raise MatrixError(f"{source}: {where}: {key} is {what}")
 
-    by_label = {a: {str(v): fields for v, fields in by_value.items()} for a, by_value in settings.overrides.items()}
+    by_label: dict[str, dict[str, dict[str, Any]]] = {
+        a: {str(v): fields for v, fields in by_value.items()} for a, by_value in settings.overrides.items()}
 
     def per_value(axis: str, value: Any) -> dict[str, Any]:
         return by_label.get(axis, {}).get(str(value), {})
@@ -291,9 +292,9 @@ def expand(settings: MatrixConfig, source: Path, out_dir: Path) -> list[Cell]:
         name = cell_name(axes)
         overrides["run_dir"] = str(out_dir / name)
         base_name = base_cell_name(axes) if settings.base_eval else None
-        if settings.base_eval:
+        if base_name is not None:
             overrides["eval.at_start"] = False  # the group's base evaluation gives this number once
-            groups.setdefault(base_name, (axes, overrides, tuple(sources), cfg_file))  # type: ignore[arg-type]
+            groups.setdefault(base_name, (axes, overrides, tuple(sources), cfg_file))
         cfg = _validated(cfg_file, overrides, source, name, axes, sources)
         train_cells.append(Cell(name, "train", dict(axes), cfg, base_name, tuple(sources)))
 
@@ -304,12 +305,12 @@ def expand(settings: MatrixConfig, source: Path, out_dir: Path) -> list[Cell]:
                           f"coincide, or a repeated entry in cells)")
 
     base_cells: list[Cell] = []
-    for base_name, (axes, overrides, sources, cfg_file) in groups.items():
-        ov = {**overrides, "run_dir": str(out_dir / base_name), "train.steps": 0, "eval.at_start": True,
+    for base_name, (group_axes, group_overrides, group_sources, group_file) in groups.items():
+        ov = {**group_overrides, "run_dir": str(out_dir / base_name), "train.steps": 0, "eval.at_start": True,
               "eval.at_end": False}
-        cfg = _validated(cfg_file, ov, source, base_name, axes, list(sources))
-        base_cells.append(Cell(base_name, "base_eval", {a: axes[a] for a in ("workflow", "task", "model")}, cfg,
-                               None, sources))
+        cfg = _validated(group_file, ov, source, base_name, group_axes, group_sources)
+        base_cells.append(Cell(base_name, "base_eval", {a: group_axes[a] for a in ("workflow", "task", "model")},
+                               cfg, None, group_sources))
     return base_cells + train_cells
 
 
