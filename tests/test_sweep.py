@@ -160,6 +160,19 @@ def test_a_cell_directory_from_other_settings_is_refused_not_skipped(tmp_path):
         run_sweep(m, LocalExecutor(), progress=False)
 
 
+def test_two_sweeps_cannot_share_a_directory(tmp_path):
+    import fcntl
+
+    p = write(tmp_path, TINY.format(steps=2) + "base_eval: false\n")
+    m = load_matrix(p, out=tmp_path / "out")
+    m.out.mkdir()
+    with open(m.out / ".lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as a running sweep holds it
+        with pytest.raises(MatrixError, match="another sweep is running"):
+            run_sweep(m, LocalExecutor(), progress=False)
+    assert not m.cells[0].run_dir.exists()
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Running
 

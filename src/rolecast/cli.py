@@ -109,7 +109,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     res = matrix.settings.resources
     executor = make_executor(args.executor, workers=args.workers, num_cpus=res.num_cpus, num_gpus=res.num_gpus,
                              ray_address=args.ray_address)
-    outcome = run_sweep(matrix, executor, progress=not args.no_progress)
+    try:
+        outcome = run_sweep(matrix, executor, progress=not args.no_progress)
+    except ImportError as e:  # an executor's optional package (ray) is missing
+        print(f"rolecast: {e}", file=sys.stderr)
+        return 2
     from rich.console import Console
 
     Console().print(summary_table(matrix))

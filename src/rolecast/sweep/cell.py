@@ -108,12 +108,14 @@ def run_cell(job: CellJob) -> CellResult:
     with open(job.log_file, "a") as log:
         try:
             import torch
+            import transformers
             from rich.console import Console as RichConsole
 
             from ..config import validate_config
             from ..report.console import Console
             from ..train.grpo import train
 
+            transformers.utils.logging.disable_progress_bar()  # one "Loading weights" bar per cell is noise here
             config = dict(job.config)
             if job.threads:
                 torch.set_num_threads(job.threads)

@@ -5,6 +5,7 @@ summarise the cells (base / peak / final accuracy from their eval.jsonl).
 
 from __future__ import annotations
 
+import fcntl
 import json
 import time
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from .executors import Executor, LocalExecutor
 from .matrix import Cell, Matrix, MatrixError
 
 STATUS_FILE = "sweep.json"
+LOCK_FILE = ".lock"
 LOG_DIR = ".logs"
 
 
@@ -135,6 +137,15 @@ def run_sweep(matrix: Matrix, executor: Executor | None = None, *, progress: boo
     executor = executor or LocalExecutor()
     console = console or Console(highlight=False)
     matrix.out.mkdir(parents=True, exist_ok=True)
+    with open(matrix.out / LOCK_FILE, "w") as lock:
+        try:  # released by the OS however this process ends, so a killed sweep never leaves it behind
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise MatrixError(f"another sweep is running in {matrix.out} (it holds {matrix.out / LOCK_FILE})") from None
+        return _run_locked(matrix, executor, progress, console)
+
+
+def _run_locked(matrix: Matrix, executor: Executor, progress: bool, console: Console) -> SweepOutcome:
     check_existing(matrix)
     status = _Status(matrix, executor.name)
     outcome = SweepOutcome()
