@@ -5,6 +5,7 @@ and the Ray executor. Cells train the embedded testbed for 2-3 tiny steps on one
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -263,6 +264,7 @@ def test_killed_sweep_resumes_and_ends_as_an_uninterrupted_one(tmp_path):
     # the periodic evaluation at step 2 was written before the kill; the resumed run redoes it
     assert [r["step"] for r in _jsonl(killed / second / "eval.jsonl", ())] == [2]
     before = {c: _files(killed / c) for c in (base, first)}
+    step1 = (killed / second / "metrics.jsonl").read_text().splitlines()[0]  # with its wall times
 
     m = load_matrix(p, out=killed)
     outcome = run_sweep(m, LocalExecutor(), progress=False)
@@ -270,22 +272,30 @@ def test_killed_sweep_resumes_and_ends_as_an_uninterrupted_one(tmp_path):
     assert list(outcome.results) == [second] and outcome.results[second].resumed_from == 1
     assert {c: _files(killed / c) for c in (base, first)} == before  # finished cells untouched
     assert "resume from step 1" in (killed / ".logs" / f"{second}.log").read_text()
+    assert (killed / second / "metrics.jsonl").read_text().splitlines()[0] == step1  # step 1 was not redone
 
     clean = load_matrix(p, out=tmp_path / "clean")
     run_sweep(clean, LocalExecutor(), progress=False)
     for cell in (base, first, second):
-        for name, drop in (("metrics.jsonl", ("time/",)), ("eval.jsonl", ("run",))):
-            if (clean.out / cell / name).exists() or (killed / cell / name).exists():
-                assert _jsonl(killed / cell / name, drop) == _jsonl(clean.out / cell / name, drop), (cell, name)
-        s_clean, s_killed = cell_summary(clean, clean.cell(cell)), cell_summary(m, m.cell(cell))
-        assert s_killed == s_clean
-    # the comparison below is not vacuous: the resumed cell learned (non-zero updates) after the kill
+        # the map's numbers (evaluations) exactly; every logged statistic to float rounding (see below)
+        assert _jsonl(killed / cell / "eval.jsonl", ("run",)) == _jsonl(clean.out / cell / "eval.jsonl", ("run",))
+        if cell != base:
+            got, want = _jsonl(killed / cell / "metrics.jsonl", ("time/",)), _jsonl(clean.out / cell / "metrics.jsonl", ("time/",))
+            assert [r.keys() for r in got] == [r.keys() for r in want]
+            for r, w in zip(got, want, strict=True):
+                for k in r:
+                    assert r[k] == w[k] or (isinstance(w[k], float) and math.isclose(r[k], w[k], rel_tol=1e-6, abs_tol=1e-9)), (cell, r["step"], k, r[k], w[k])
+        assert cell_summary(m, m.cell(cell)) == cell_summary(clean, clean.cell(cell))
+    # the weight comparison is not vacuous: the resumed cell learned (non-zero updates) after the kill
     assert any(r["policy/shared/grad_norm"] for r in _jsonl(killed / second / "metrics.jsonl", ())[1:])
     for cell in (first, second):
         _, a = load_checkpoint(killed / cell, 3)
         _, b = load_checkpoint(clean.out / cell, 3)
         assert a["policy/shared"].keys() == b["policy/shared"].keys()
-        assert all(torch.equal(a["policy/shared"][k], b["policy/shared"][k]) for k in a["policy/shared"])
+        # Bit-identical in our runs; a tolerance far below one update's size (lr 1e-4) leaves room for
+        # last-bit differences of CPU kernels (once seen in approx_kl only, 3e-12, at the resumed step).
+        for k in a["policy/shared"]:
+            assert torch.allclose(a["policy/shared"][k], b["policy/shared"][k], rtol=0, atol=1e-7), (cell, k)
     assert [r["step"] for r in _jsonl(killed / second / "eval.jsonl", ())] == [2, 3]
 
 
