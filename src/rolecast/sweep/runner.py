@@ -215,7 +215,8 @@ def cell_summary(matrix: Matrix, cell: Cell) -> dict[str, Any]:
 def summary_table(matrix: Matrix) -> Table:
     table = Table(title=f"{matrix.out}", show_lines=False)
     for col in ("cell", "state", "base", "peak (step)", "final", "gain"):
-        table.add_column(col, justify="left" if col in ("cell", "state") else "right")
+        table.add_column(col, justify="left" if col in ("cell", "state") else "right",
+                         overflow="fold" if col == "cell" else "ellipsis")  # a cell's name whole, on narrow terminals
 
     def f(x: float | None) -> str:
         return "-" if x is None else f"{x:.3f}"
