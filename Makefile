@@ -12,7 +12,7 @@ EXTRAS ?= test
 $(VENV)/.installed-$(EXTRAS): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -c constraints.txt "$(TORCH)" -e ".[cpu,plots,$(EXTRAS)]"
+	$(VENV)/bin/pip install -q -c constraints.txt "$(TORCH)" -e ".[cpu,plots,ray,$(EXTRAS)]"
 	@bash scripts/install-sandbox.sh
 	@touch $@
 

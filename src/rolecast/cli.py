@@ -109,6 +109,34 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from .sweep import load_matrix, make_executor, run_sweep, summary_table
+    from .sweep.matrix import describe
+
+    extra = dict(parse_override(item) for item in args.set)
+    matrix = load_matrix(args.matrix, out=args.out, extra_set=extra)  # validates every cell before anything runs
+    if args.dry_run:
+        print("\n".join(describe(matrix)))
+        print(f"{len(matrix.cells)} cells -> {matrix.out}")
+        return 0
+    res = matrix.settings.resources
+    executor = make_executor(args.executor, workers=args.workers, num_cpus=res.num_cpus, num_gpus=res.num_gpus,
+                             ray_address=args.ray_address)
+    try:
+        outcome = run_sweep(matrix, executor, progress=not args.no_progress)
+    except ImportError as e:  # an executor's optional package (ray) is missing
+        print(f"rolecast: {e}", file=sys.stderr)
+        return 2
+    from rich.console import Console
+
+    Console().print(summary_table(matrix))
+    if outcome.failed:
+        print(f"{len(outcome.failed)} cell(s) failed (errors in {matrix.out / 'sweep.json'} and each cell's "
+              f"ERROR.txt); rerun the same command to retry them", file=sys.stderr)
+        return 1
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rolecast", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true")
@@ -136,6 +164,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir", metavar="RUN_DIR")
     p.add_argument("--no-plots", action="store_true", dest="no_plots", help="numbers and summary.json only")
     p.set_defaults(fn=cmd_analyze)
+
+    p = sub.add_parser("sweep", help="run a matrix of cells (workflow x task x model x sharing x seed); rerun to resume")
+    p.add_argument("matrix", help="matrix YAML (see docs/sweep.md), e.g. configs/testbed_matrix.yaml")
+    p.add_argument("--out", help="directory of the cells (default: the matrix's `out`, else runs/<matrix name>)")
+    p.add_argument("--executor", choices=["local", "pool", "ray"], default="local",
+                   help="local: one cell at a time in this process; pool: cells in parallel processes sized to "
+                        "this machine; ray: one Ray task per cell")
+    p.add_argument("--workers", type=int, help="pool: cells at once (default: cores // resources.num_cpus)")
+    p.add_argument("--ray-address", dest="ray_address", help="ray: cluster address (default: start a local Ray)")
+    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                   help="override a config field in every cell (after the matrix's `set`)")
+    p.add_argument("--dry-run", action="store_true", help="list the cells and exit")
+    p.add_argument("--no-progress", action="store_true", help="plain lines instead of a live progress display")
+    p.set_defaults(fn=cmd_sweep)
 
     p = sub.add_parser("testbed", help="build or inspect the embedded testbed model")
     p.add_argument("action", choices=["build", "info"])

@@ -1,0 +1,143 @@
+"""One cell of a sweep: its state on disk, and the function every executor runs for it.
+
+A cell's state is read from its run directory only, so any executor (in-process, a local process, a Ray
+worker on another node sharing the filesystem) and any rerun agree on it:
+  finished     DONE.json exists (written atomically after `train()` returned)
+  interrupted  the directory has a complete checkpoint and no DONE.json -> resume from that checkpoint
+  fresh        anything else (no directory, or one without a checkpoint: removed and started over)
+A cell that raised writes ERROR.txt (the traceback) into its directory; the next run retries it (resuming
+when it left a checkpoint).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import time
+import traceback
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+DONE = "DONE.json"
+ERROR = "ERROR.txt"
+LOG = "sweep.log"  # the cell's console output, beside (not inside) its run directory: <out>/.logs/<cell>.log
+
+
+@dataclass(frozen=True)
+class CellJob:
+    """What a worker needs to run one cell; plain data, so it pickles to a process or a Ray worker."""
+    name: str
+    kind: str  # "train" | "base_eval"
+    run_dir: str
+    config: dict[str, Any]  # RunConfig.model_dump(mode="json"), revalidated in the worker
+    log_file: str
+    threads: int | None = None  # torch threads for this cell (None: the config's)
+
+
+@dataclass
+class CellResult:
+    name: str
+    status: Literal["done", "failed"]
+    seconds: float = 0.0
+    resumed_from: int | None = None  # the checkpoint step this session resumed from
+    error: str | None = None  # the last line of the traceback (the whole one is in ERROR.txt)
+    summary: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def is_finished(run_dir: Path) -> bool:
+    return (run_dir / DONE).is_file()
+
+
+def checkpoint_step(run_dir: Path) -> int | None:
+    from ..train.checkpoint import latest_step
+
+    return latest_step(run_dir) if run_dir.is_dir() else None
+
+
+def cell_state(run_dir: Path) -> Literal["finished", "interrupted", "fresh"]:
+    if is_finished(run_dir):
+        return "finished"
+    return "interrupted" if checkpoint_step(run_dir) is not None else "fresh"
+
+
+def prepare(run_dir: Path) -> int | None:
+    """Make the directory ready to (re)start: the checkpoint step to resume from, or None for a fresh start
+    (any half-written directory without a checkpoint is removed, so the run starts clean)."""
+    step = checkpoint_step(run_dir)
+    if step is None:
+        if run_dir.exists():
+            shutil.rmtree(run_dir)
+        return None
+    (run_dir / ERROR).unlink(missing_ok=True)
+    _drop_eval_rows_after(run_dir / "eval.jsonl", step)
+    return step
+
+
+def _drop_eval_rows_after(path: Path, step: int) -> None:
+    """A periodic evaluation at step k is appended before checkpoint k is written; a kill in between leaves a
+    row the resumed run will write again. Keep rows up to the checkpoint, as train() does for metrics.jsonl."""
+    if not path.is_file():
+        return
+    lines = [ln for ln in path.read_text().splitlines() if ln.strip()]
+    keep = [ln for ln in lines if json.loads(ln).get("step", 0) <= step]
+    if len(keep) != len(lines):
+        write_atomic(path, "".join(ln + "\n" for ln in keep))
+
+
+def run_cell(job: CellJob) -> CellResult:
+    """Run (or resume) one cell to the end; never raises for a failure of the run itself: it is recorded in
+    ERROR.txt and returned, so one bad cell does not stop the others."""
+    run_dir = Path(job.run_dir)
+    if is_finished(run_dir):  # e.g. a Ray retry after the first attempt finished
+        return CellResult(job.name, "done", summary=json.loads((run_dir / DONE).read_text()).get("summary"))
+    t0 = time.perf_counter()
+    resumed_from: int | None = None
+    Path(job.log_file).parent.mkdir(parents=True, exist_ok=True)
+    with open(job.log_file, "a") as log:
+        try:
+            import torch
+            import transformers
+            from rich.console import Console as RichConsole
+
+            from ..config import validate_config
+            from ..report.console import Console
+            from ..train.grpo import train
+
+            transformers.utils.logging.disable_progress_bar()  # one "Loading weights" bar per cell is noise here
+            config = dict(job.config)
+            if job.threads:
+                torch.set_num_threads(job.threads)
+                config["threads"] = job.threads
+            cfg = validate_config(config, f"cell {job.name}")
+            resumed_from = prepare(run_dir)
+            console = Console(enabled=False)  # no progress bar: the sweep shows its own
+            console.rich = RichConsole(file=log, highlight=False, width=120)
+            log.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} {job.name}: "
+                      f"{'resume from step ' + str(resumed_from) if resumed_from is not None else 'fresh start'}\n")
+            log.flush()
+            summary = train(cfg, resume=run_dir if resumed_from is not None else None, console=console)
+        except Exception as e:  # any failure of a cell is recorded, not raised
+            tb = traceback.format_exc()
+            log.write(tb)
+            run_dir.mkdir(parents=True, exist_ok=True)
+            write_atomic(run_dir / ERROR, tb)
+            return CellResult(job.name, "failed", time.perf_counter() - t0, resumed_from,
+                              f"{type(e).__name__}: {e}".splitlines()[0][:500])
+    seconds = time.perf_counter() - t0
+    summary = {k: v for k, v in summary.items() if isinstance(v, (int, float, str, list))}
+    write_atomic(run_dir / DONE, json.dumps({"cell": job.name, "kind": job.kind, "seconds": seconds,
+                                             "resumed_from": resumed_from, "host": socket.gethostname(),
+                                             "pid": os.getpid(), "summary": summary}, indent=1))
+    return CellResult(job.name, "done", seconds, resumed_from, None, summary)

@@ -1,0 +1,147 @@
+"""Where cells run: in this process one after another, in local processes (as many at a time as the machine
+has cores for), or as Ray tasks on a cluster. Every executor calls `cell.run_cell` and reports back through
+`on_start(name)` / `on_finish(result)`; the cell itself records its state on disk, so they all resume alike.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import time
+from collections.abc import Callable, Sequence
+from multiprocessing.connection import wait
+from pathlib import Path
+from typing import Any, Protocol
+
+from .cell import DONE, ERROR, CellJob, CellResult, is_finished, run_cell
+
+OnStart = Callable[[str], None]
+OnFinish = Callable[[CellResult], None]
+
+
+class Executor(Protocol):
+    name: str
+    # torch threads each cell gets (None: the cell's config decides)
+    threads_per_cell: int | None
+
+    def run(self, jobs: Sequence[CellJob], on_start: OnStart, on_finish: OnFinish) -> None: ...
+
+
+def available_cpus() -> int:
+    """Cores this process may use (the affinity mask in a container or under taskset, else os.cpu_count())."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+class LocalExecutor:
+    """One cell after another in this process (the config's own thread count)."""
+    name = "local"
+    threads_per_cell: int | None = None
+
+    def run(self, jobs: Sequence[CellJob], on_start: OnStart, on_finish: OnFinish) -> None:
+        for job in jobs:
+            on_start(job.name)
+            on_finish(run_cell(job))
+
+
+def _child(job: CellJob) -> None:
+    # the result travels through the cell's files (DONE.json / ERROR.txt); the exit code says if it got there
+    result = run_cell(job)
+    os._exit(0 if result.status == "done" else 3)
+
+
+class PoolExecutor:
+    """Up to `workers` cells at once, each in its own fresh process with `threads_per_cell` torch threads, so
+    the cells together use the cores they were given and no more. A process per cell (spawned, not forked:
+    torch's thread pools do not survive a fork) also means a cell that crashes the interpreter or is killed
+    by the OS for memory fails alone."""
+    name = "pool"
+
+    def __init__(self, workers: int | None = None, threads_per_cell: int = 1):
+        self.threads_per_cell: int | None = threads_per_cell
+        self.workers = workers or max(1, available_cpus() // threads_per_cell)
+
+    def run(self, jobs: Sequence[CellJob], on_start: OnStart, on_finish: OnFinish) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        pending = list(jobs)
+        running: dict[Any, tuple[CellJob, Any, float]] = {}
+        try:
+            while pending or running:
+                while pending and len(running) < self.workers:
+                    job = pending.pop(0)
+                    proc = ctx.Process(target=_child, args=(job,), name=f"rolecast-cell-{job.name}")
+                    proc.start()
+                    running[proc.sentinel] = (job, proc, time.perf_counter())
+                    on_start(job.name)
+                for sentinel in wait(list(running)):
+                    job, proc, t0 = running.pop(sentinel)
+                    proc.join()
+                    run_dir = Path(job.run_dir)
+                    seconds = time.perf_counter() - t0
+                    if proc.exitcode == 0 and is_finished(run_dir):
+                        done = json.loads((run_dir / DONE).read_text())
+                        on_finish(CellResult(job.name, "done", seconds, done.get("resumed_from"), None,
+                                             done.get("summary")))
+                    else:
+                        error_file = run_dir / ERROR
+                        if proc.exitcode == 3 and error_file.is_file():
+                            last = [ln for ln in error_file.read_text().splitlines() if ln.strip()]
+                            error = last[-1] if last else "failed"
+                        else:
+                            error = f"the cell's process exited with code {proc.exitcode} (killed or crashed)"
+                            run_dir.mkdir(parents=True, exist_ok=True)
+                            (run_dir / ERROR).write_text(error + "\n")
+                        on_finish(CellResult(job.name, "failed", seconds, None, error[:500]))
+        finally:
+            for _, proc, _ in running.values():  # interrupted (Ctrl-C): the cells stay resumable
+                proc.terminate()
+                proc.join()
+
+
+class RayExecutor:
+    """Each cell a Ray task declaring its CPUs and GPUs; Ray places them (no scheduler of ours). Uses the Ray
+    instance this process is already connected to, else `ray.init(address)` (None: start a local one).
+    Cell directories must be on a filesystem every node sees."""
+    name = "ray"
+
+    def __init__(self, address: str | None = None, num_cpus: int = 1, num_gpus: float = 0, max_retries: int = 0):
+        self.address, self.num_cpus, self.num_gpus, self.max_retries = address, num_cpus, num_gpus, max_retries
+        self.threads_per_cell: int | None = num_cpus
+
+    def run(self, jobs: Sequence[CellJob], on_start: OnStart, on_finish: OnFinish) -> None:
+        try:
+            import ray
+        except ImportError as e:
+            raise ImportError("the Ray executor needs the ray package: pip install 'rolecast[ray]'") from e
+        if not ray.is_initialized():
+            ray.init(address=self.address, include_dashboard=False)
+        # a retried task resumes from the cell's checkpoint (run_cell reads the state from disk)
+        remote = ray.remote(num_cpus=self.num_cpus, num_gpus=self.num_gpus, max_retries=self.max_retries)(run_cell)
+        refs = {}
+        for job in jobs:
+            refs[remote.remote(job)] = job
+            on_start(job.name)  # submitted: running, or queued until the cluster has room
+        waiting = list(refs)
+        while waiting:
+            ready, waiting = ray.wait(waiting, num_returns=1)
+            for ref in ready:
+                job = refs[ref]
+                try:
+                    result: CellResult = ray.get(ref)
+                except Exception as e:  # the worker died (node lost, out of memory): the cell failed, not the sweep
+                    result = CellResult(job.name, "failed", error=f"{type(e).__name__}: {e}".splitlines()[0][:500])
+                on_finish(result)
+
+
+def make_executor(kind: str, *, workers: int | None = None, num_cpus: int = 1, num_gpus: float = 0,
+                  ray_address: str | None = None) -> Executor:
+    if kind == "local":
+        return LocalExecutor()
+    if kind == "pool":
+        return PoolExecutor(workers, threads_per_cell=num_cpus)
+    if kind == "ray":
+        return RayExecutor(ray_address, num_cpus=num_cpus, num_gpus=num_gpus)
+    raise ValueError(f"unknown executor {kind!r}; known: local, pool, ray")

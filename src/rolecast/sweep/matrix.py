@@ -1,0 +1,333 @@
+"""A sweep matrix: YAML -> typed `MatrixConfig` -> validated cells, each with its own `RunConfig`.
+
+A cell is one training run (one point of workflow x task x model x sharing x seed) or one base-model
+evaluation (one per (workflow, task, model)). Every cell's `RunConfig` is built and validated here, so a
+bad axis value or override fails at load, naming the matrix file, the axis or override and the value,
+before anything runs.
+
+Precedence of a cell's settings, lowest first: the base run config, `set:`, the axis values (written into
+their fields: workflow.name, task.name, model.path, routing.sharing, seed), the per-axis-value
+`overrides:` (in axis order), the cell's own `set:` (explicit `cells:` only), then what the sweep owns
+(run_dir; for base evaluations train.steps=0 and only the start evaluation).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..config import CONFIG_DIR, DEFAULT_CONFIG, ConfigError, RunConfig, load_config
+
+AxisName = Literal["workflow", "task", "model", "sharing", "seed"]
+AXES: tuple[str, ...] = ("workflow", "task", "model", "sharing", "seed")
+# the RunConfig field each axis sets
+AXIS_FIELDS: dict[str, str] = {"workflow": "workflow.name", "task": "task.name", "model": "model.path",
+                               "sharing": "routing.sharing", "seed": "seed"}
+SWEEP_OWNED = ("run_dir",)  # fields the sweep sets for every cell; a matrix may not set them
+BASE_EVAL_PREFIX = "base-"
+
+
+class MatrixError(ConfigError):
+    """A sweep matrix problem, with the file, the axis or field, and the bad value named."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Axes(_Strict):
+    """Each axis lists its values; an axis left out takes the base config's value (one value)."""
+    workflow: list[str] | None = None
+    task: list[str] | None = None
+    model: list[str] | None = None
+    sharing: list[str] | None = None
+    seed: list[int] | None = None
+
+
+class CellEntry(_Strict):
+    """One cell of an explicit `cells:` list; an axis left out takes the base config's value."""
+    workflow: str | None = None
+    task: str | None = None
+    model: str | None = None
+    sharing: str | None = None
+    seed: int | None = None
+    set: dict[str, Any] = {}
+
+
+class Resources(_Strict):
+    """What one cell needs: Ray schedules each cell with these; the process pool sizes itself by num_cpus,
+    and every executor but `local` gives each cell that many torch threads."""
+    num_cpus: int = Field(1, gt=0)
+    num_gpus: float = Field(0, ge=0)
+
+
+class MatrixConfig(_Strict):
+    base: str | None = None  # the run config every cell starts from (relative to the matrix file); default: testbed
+    out: str | None = None  # where cell directories go (default: runs/<matrix file stem>)
+    axes: Axes | None = None
+    cells: list[CellEntry] | None = None  # instead of axes: an explicit list
+    # per axis value: {axis: {value: {dotted.field: value, ...}}}; the key `config` names another base file
+    overrides: dict[AxisName, dict[str | int, dict[str, Any]]] = {}
+    set: dict[str, Any] = {}  # overrides for every cell
+    base_eval: bool = True  # one base-model evaluation per (workflow, task, model)
+    resources: Resources = Resources()
+
+
+@dataclass(frozen=True)
+class Cell:
+    name: str
+    kind: Literal["train", "base_eval"]
+    axes: dict[str, Any]  # axis -> label (the value as written in the matrix)
+    config: RunConfig
+    base_cell: str | None = None  # the base evaluation of this cell's (workflow, task, model)
+    sources: tuple[str, ...] = field(default=())  # where its overrides came from (for error messages)
+
+    @property
+    def run_dir(self) -> Path:
+        assert self.config.run_dir is not None
+        return Path(self.config.run_dir)
+
+
+@dataclass
+class Matrix:
+    path: Path
+    out: Path
+    settings: MatrixConfig
+    cells: list[Cell]
+
+    @property
+    def train_cells(self) -> list[Cell]:
+        return [c for c in self.cells if c.kind == "train"]
+
+    def cell(self, name: str) -> Cell:
+        return next(c for c in self.cells if c.name == name)
+
+
+def label(value: Any) -> str:
+    """A file-name-safe label for an axis value: 'Qwen/Qwen3-0.6B' -> 'Qwen3-0.6B', 'pkg.mod:fn' -> 'pkg.mod_fn'."""
+    text = str(value).rstrip("/")
+    if "/" in text:
+        text = text.rsplit("/", 1)[1]
+    return re.sub(r"[^A-Za-z0-9._+=-]", "_", text) or "_"
+
+
+def cell_name(axes: dict[str, Any]) -> str:
+    return f"{label(axes['task'])}-{label(axes['workflow'])}-{label(axes['model'])}-{label(axes['sharing'])}-s{axes['seed']}"
+
+
+def base_cell_name(axes: dict[str, Any]) -> str:
+    return f"{BASE_EVAL_PREFIX}{label(axes['task'])}-{label(axes['workflow'])}-{label(axes['model'])}"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Loading
+
+
+def load_matrix(path: str | Path, *, out: str | Path | None = None, extra_set: dict[str, Any] | None = None) -> Matrix:
+    """Read, expand and validate a matrix. `out` and `extra_set` (CLI `--set`, applied after `set:`) override
+    the file's. Raises MatrixError naming the file, the axis / field and the value at fault."""
+    source = Path(path)
+    if not source.is_file():
+        raise MatrixError(f"matrix file {source} does not exist")
+    try:
+        data = yaml.safe_load(source.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise MatrixError(f"{source}: not valid YAML: {e}") from e
+    if not isinstance(data, dict):
+        raise MatrixError(f"{source}: the top level must be a mapping (base, axes or cells, overrides, set, out)")
+    try:
+        settings = MatrixConfig.model_validate(data)
+    except ValidationError as e:
+        lines = []
+        for err in e.errors():
+            loc = ".".join(str(x) for x in err["loc"]) or "(top level)"
+            msg = "unknown field (misspelled?)" if err["type"] == "extra_forbidden" else err["msg"]
+            got = "" if err["type"] == "extra_forbidden" or isinstance(err["input"], dict) else f" (got {err['input']!r})"
+            lines.append(f"{source}: {loc}: {msg}{got}")
+        raise MatrixError("invalid matrix:\n  " + "\n  ".join(lines)) from None
+    if extra_set:
+        settings.set = {**settings.set, **extra_set}
+    out_dir = Path(out) if out is not None else Path(settings.out) if settings.out else Path("runs") / source.stem
+    cells = expand(settings, source, out_dir)
+    return Matrix(source, out_dir, settings, cells)
+
+
+def _resolve_config_file(name: str, matrix_path: Path, where: str) -> Path:
+    """A base config path: relative to the matrix file first, then the shipped configs directory."""
+    p = Path(name)
+    for candidate in ([p] if p.is_absolute() else [matrix_path.parent / p, CONFIG_DIR / p]):
+        if candidate.is_file():
+            return candidate
+    raise MatrixError(f"{matrix_path}: {where}: config file {name!r} not found (looked beside the matrix and in "
+                      f"the shipped configs)")
+
+
+def _axis_points(settings: MatrixConfig, source: Path, defaults: dict[str, Any]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(axes labels, cell-level `set`) for every training cell, in matrix order."""
+    if settings.axes is not None and settings.cells is not None:
+        raise MatrixError(f"{source}: give either `axes` (a cartesian product) or `cells` (an explicit list), not both")
+    if settings.cells is not None:
+        if not settings.cells:
+            raise MatrixError(f"{source}: cells: the list is empty")
+        return [({a: (getattr(c, a) if getattr(c, a) is not None else defaults[a]) for a in AXES}, c.set)
+                for c in settings.cells]
+    axes = settings.axes or Axes()
+    values: dict[str, list[Any]] = {}
+    for a in AXES:
+        given = getattr(axes, a)
+        if given is None:
+            values[a] = [defaults[a]]
+            continue
+        if not given:
+            raise MatrixError(f"{source}: axes.{a}: the axis is empty (list at least one value, or leave it out "
+                              f"to use the base config's {AXIS_FIELDS[a]})")
+        dupes = sorted({str(v) for v in given if given.count(v) > 1})
+        if dupes:
+            raise MatrixError(f"{source}: axes.{a}: repeated value(s) {dupes}")
+        values[a] = list(given)
+    return [(dict(zip(AXES, combo, strict=True)), {}) for combo in itertools.product(*(values[a] for a in AXES))]
+
+
+def _check_axis_value(axis: str, value: Any) -> None:
+    """The registry checks of one axis value, so the error names the value rather than a whole cell."""
+    from ..config import _check_model_path
+    from ..tasks import task_names
+    from ..workflows import get_workflow
+
+    if axis == "workflow":
+        get_workflow(str(value))
+    elif axis == "task":
+        if value not in task_names():
+            raise ValueError(f"unknown task {value!r}; known tasks: {task_names()}")
+    elif axis == "model":
+        _check_model_path(str(value))
+    elif axis == "sharing":
+        if value not in ("shared", "isolated", "map"):
+            raise ValueError(f"unknown sharing mode {value!r}; known: shared, isolated, map")
+
+
+def expand(settings: MatrixConfig, source: Path, out_dir: Path) -> list[Cell]:
+    """Every cell of the matrix (base evaluations first), each with a validated RunConfig."""
+    base_file = _resolve_config_file(settings.base, source, "base") if settings.base else DEFAULT_CONFIG
+    try:
+        base_defaults = load_config(base_file)
+    except ConfigError as e:
+        raise MatrixError(f"{source}: base: {e}") from None
+    defaults = {"workflow": base_defaults.workflow.name, "task": base_defaults.task.name,
+                "model": base_defaults.model.path, "sharing": base_defaults.routing.sharing, "seed": base_defaults.seed}
+    points = _axis_points(settings, source, defaults)
+
+    # overrides must name values the matrix uses, and may not set another axis's field or the sweep's own
+    used = {a: {str(p[a]) for p, _ in points} for a in AXES}
+    axis_of_field = {f: a for a, f in AXIS_FIELDS.items()}
+    for axis, by_value in settings.overrides.items():
+        for value, fields in by_value.items():
+            where = f"overrides.{axis}.{value}"
+            if str(value) not in used[axis]:
+                raise MatrixError(f"{source}: {where}: {value!r} is not a value of axis {axis} "
+                                  f"(values: {sorted(used[axis])})")
+            for key in fields:
+                if key in SWEEP_OWNED:
+                    raise MatrixError(f"{source}: {where}: {key} is set by the sweep (one directory per cell under out)")
+                if key in axis_of_field and axis_of_field[key] != axis:
+                    raise MatrixError(f"{source}: {where}: {key} is axis {axis_of_field[key]}'s field; "
+                                      f"set it through axes.{axis_of_field[key]}")
+                if key == "config" and not isinstance(fields[key], str):
+                    raise MatrixError(f"{source}: {where}.config: a config file path, got {fields[key]!r}")
+    for where, fields in [("set", settings.set)] + [(f"cells[{i}].set", s) for i, (_, s) in enumerate(points)]:
+        for key in fields:
+            if key in axis_of_field or key in SWEEP_OWNED or key == "config":
+                what = (f"axis {axis_of_field[key]}'s field; use axes.{axis_of_field[key]}" if key in axis_of_field
+                        else "set by the sweep" if key in SWEEP_OWNED else "not a field (base files go in `base`)")
+                raise MatrixError(f"{source}: {where}: {key} is {what}")
+
+    by_label: dict[str, dict[str, dict[str, Any]]] = {
+        a: {str(v): fields for v, fields in by_value.items()} for a, by_value in settings.overrides.items()}
+
+    def per_value(axis: str, value: Any) -> dict[str, Any]:
+        return by_label.get(axis, {}).get(str(value), {})
+
+    # each axis value once: registry checks on the value the field will get
+    checked: set[tuple[str, str]] = set()
+    for axes, _ in points:
+        for a in AXES:
+            ov = per_value(a, axes[a])
+            effective = ov.get(AXIS_FIELDS[a], axes[a])
+            if (a, str(effective)) in checked:
+                continue
+            checked.add((a, str(effective)))
+            try:
+                _check_axis_value(a, effective)
+            except ValueError as e:
+                shown = f"{axes[a]!r}" + (f" ({AXIS_FIELDS[a]} {effective!r})" if effective != axes[a] else "")
+                raise MatrixError(f"{source}: axes.{a}: bad value {shown}: {e}") from None
+
+    train_cells: list[Cell] = []
+    groups: dict[str, tuple[dict[str, Any], dict[str, Any], tuple[str, ...], Path]] = {}
+    for axes, cell_set in points:
+        overrides: dict[str, Any] = dict(settings.set)
+        sources = ["set"] if settings.set else []
+        cfg_file = base_file
+        for a in AXES:
+            overrides[AXIS_FIELDS[a]] = axes[a]
+        for a in AXES:
+            ov = dict(per_value(a, axes[a]))
+            if ov:
+                sources.append(f"overrides.{a}.{axes[a]}")
+            if "config" in ov:
+                if cfg_file != base_file:
+                    raise MatrixError(f"{source}: two axis values of one cell name a config file ({cfg_file} and "
+                                      f"{ov['config']}, via overrides.{a}.{axes[a]})")
+                cfg_file = _resolve_config_file(ov.pop("config"), source, f"overrides.{a}.{axes[a]}.config")
+            overrides.update(ov)
+        if cell_set:
+            sources.append("cells[].set")
+        overrides.update(cell_set)
+        name = cell_name(axes)
+        overrides["run_dir"] = str(out_dir / name)
+        base_name = base_cell_name(axes) if settings.base_eval else None
+        if base_name is not None:
+            overrides["eval.at_start"] = False  # the group's base evaluation gives this number once
+            groups.setdefault(base_name, (axes, overrides, tuple(sources), cfg_file))
+        cfg = _validated(cfg_file, overrides, source, name, axes, sources)
+        train_cells.append(Cell(name, "train", dict(axes), cfg, base_name, tuple(sources)))
+
+    names = [c.name for c in train_cells]
+    clash = sorted({n for n in names if names.count(n) > 1})
+    if clash:
+        raise MatrixError(f"{source}: two cells would share a directory: {clash} (axis values whose labels "
+                          f"coincide, or a repeated entry in cells)")
+
+    base_cells: list[Cell] = []
+    for base_name, (group_axes, group_overrides, group_sources, group_file) in groups.items():
+        ov = {**group_overrides, "run_dir": str(out_dir / base_name), "train.steps": 0, "eval.at_start": True,
+              "eval.at_end": False}
+        cfg = _validated(group_file, ov, source, base_name, group_axes, group_sources)
+        base_cells.append(Cell(base_name, "base_eval", {a: group_axes[a] for a in ("workflow", "task", "model")},
+                               cfg, None, group_sources))
+    return base_cells + train_cells
+
+
+def _validated(cfg_file: Path, overrides: dict[str, Any], source: Path, name: str, axes: dict[str, Any],
+               sources: list[str] | tuple[str, ...]) -> RunConfig:
+    try:
+        return load_config(cfg_file, overrides)
+    except ConfigError as e:
+        where = ", ".join(f"{a}={axes[a]}" for a in AXES if a in axes)
+        via = f"; overrides from {', '.join(sources)}" if sources else ""
+        raise MatrixError(f"{source}: cell {name} ({where}{via}): {e}") from None
+
+
+def describe(matrix: Matrix) -> list[str]:
+    """One line per cell, for `--dry-run` and logs."""
+    lines = []
+    for c in matrix.cells:
+        kind = "base eval" if c.kind == "base_eval" else f"{c.config.train.steps} steps"
+        lines.append(f"{c.name}  ({kind})")
+    return lines

@@ -1,0 +1,348 @@
+"""`rolecast sweep`: matrix expansion and overrides, bad input rejected at load, failing cells recorded while
+the others finish, kill-and-rerun resuming to the same results as an uninterrupted sweep, the process pool
+and the Ray executor. Cells train the embedded testbed for 2-3 tiny steps on one thread."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from rolecast.cli import main
+from rolecast.sweep import LocalExecutor, MatrixError, PoolExecutor, cell_summary, load_matrix, run_sweep
+from rolecast.train.checkpoint import latest_step, load_checkpoint
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+# small enough for a few seconds per cell on one loaded core
+TINY = """\
+set:
+  threads: 1
+  train.steps: {steps}
+  train.problems_per_step: 2
+  train.group_size: 4
+  train.epochs: 1
+  rollout.max_new_tokens: 8
+  eval.size: 2
+  checkpoint.every: 1
+  checkpoint.keep_last: 2
+  logging.episodes_every: 0
+  logging.progress: false
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "matrix.yaml") -> Path:
+    p = tmp_path / name
+    p.write_text(textwrap.dedent(text))
+    return p
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Expansion
+
+
+def test_cartesian_product_names_overrides_and_base_evaluations(tmp_path):
+    p = write(tmp_path, """\
+        axes:
+          workflow: [single, voting]
+          sharing: [shared, isolated]
+          seed: [0, 1]
+        overrides:
+          workflow:
+            voting: {workflow.options.n: 2, train.group_size: 3}
+          sharing:
+            isolated: {train.lr: 0.001}
+        set: {train.steps: 7, train.group_size: 5}
+        """)
+    m = load_matrix(p, out=tmp_path / "out")
+    train = [c.name for c in m.train_cells]
+    assert train == [
+        "testbed-single-testbed-shared-s0", "testbed-single-testbed-shared-s1",
+        "testbed-single-testbed-isolated-s0", "testbed-single-testbed-isolated-s1",
+        "testbed-voting-testbed-shared-s0", "testbed-voting-testbed-shared-s1",
+        "testbed-voting-testbed-isolated-s0", "testbed-voting-testbed-isolated-s1",
+    ]
+    assert [c.name for c in m.cells if c.kind == "base_eval"] == ["base-testbed-single-testbed",
+                                                                 "base-testbed-voting-testbed"]
+    for c in m.train_cells:
+        cfg = c.config
+        assert cfg.run_dir == str(tmp_path / "out" / c.name)
+        assert (cfg.workflow.name, cfg.routing.sharing, cfg.seed) == (c.axes["workflow"], c.axes["sharing"], c.axes["seed"])
+        assert cfg.train.steps == 7  # set
+        # the per-value override beats `set`; other values keep `set` / the base config
+        assert cfg.train.group_size == (3 if c.axes["workflow"] == "voting" else 5)
+        assert cfg.workflow.options == ({"n": 2} if c.axes["workflow"] == "voting" else {})
+        assert cfg.train.lr == (0.001 if c.axes["sharing"] == "isolated" else 1e-4)  # testbed.yaml's lr
+        assert cfg.eval.at_start is False and cfg.eval.at_end is True  # the base cell gives the start number
+        assert c.base_cell == f"base-testbed-{c.axes['workflow']}-testbed"
+    base = m.cell("base-testbed-voting-testbed").config
+    assert (base.train.steps, base.eval.at_start, base.eval.at_end) == (0, True, False)
+    assert base.workflow.options == {"n": 2} and base.run_dir == str(tmp_path / "out" / "base-testbed-voting-testbed")
+
+
+def test_explicit_cells_labels_and_no_base_eval(tmp_path):
+    p = write(tmp_path, """\
+        cells:
+          - {workflow: eval_opt, sharing: isolated, seed: 3, set: {train.steps: 2}}
+          - {task: arith}
+        overrides:
+          task:
+            arith: {task.name: testbed, eval.size: 9}
+        base_eval: false
+        out: OUTDIR
+        """.replace("OUTDIR", str(tmp_path / "o")))
+    m = load_matrix(p)
+    assert [c.name for c in m.cells] == ["testbed-eval_opt-testbed-isolated-s3", "arith-single-testbed-shared-s0"]
+    a, b = (c.config for c in m.cells)
+    assert (a.workflow.name, a.routing.sharing, a.seed, a.train.steps, a.eval.at_start) == ("eval_opt", "isolated", 3, 2, True)
+    assert (b.task.name, b.eval.size, b.train.steps) == ("testbed", 9, 60)  # a label mapped to a task
+    assert m.out == tmp_path / "o" and all(c.base_cell is None for c in m.cells)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Bad input: one clear error at load, naming the file, the axis or field, and the value
+
+
+@pytest.mark.parametrize("body,needles", [
+    ("axes: {workflow: [single, debate_club]}\n", ["axes.workflow", "debate_club", "unknown workflow"]),
+    ("axes: {task: [testbed, gsm9k]}\n", ["axes.task", "gsm9k", "unknown task"]),
+    ("axes: {model: [testbed, ./no/such/model]}\n", ["axes.model", "./no/such/model", "does not exist"]),
+    ("axes: {sharing: [shared, pooled]}\n", ["axes.sharing", "pooled"]),
+    ("axes: {workflow: []}\n", ["axes.workflow", "empty"]),
+    ("axes: {workflow: [voting]}\noverrides: {workflow: {voting: {train.lernrate: 0.1}}}\n",
+     ["train.lernrate", "unknown field", "overrides.workflow.voting"]),
+    ("axes: {workflow: [voting]}\noverrides: {workflow: {voting: {workflow.options.voters: 3}}}\n",
+     ["voters", "overrides.workflow.voting", "workflow=voting"]),
+    ("set: {train.steps: many}\n", ["train.steps", "many"]),
+    ("axes: {workflow: [single]}\noverrides: {workflow: {votin: {train.steps: 1}}}\n",
+     ["overrides.workflow.votin", "not a value of axis workflow"]),
+    ("set: {workflow.name: voting}\n", ["set", "workflow.name", "axes.workflow"]),
+    ("axes: {seed: [0]}\ncells: [{seed: 1}]\n", ["either `axes`", "not both"]),
+    ("axes: {colour: [red]}\n", ["axes.colour", "unknown field"]),
+])
+def test_bad_matrix_is_rejected_at_load(tmp_path, body, needles):
+    p = write(tmp_path, body)
+    with pytest.raises(MatrixError) as e:
+        load_matrix(p, out=tmp_path / "out")
+    msg = str(e.value)
+    assert str(p) in msg, msg
+    for needle in needles:
+        assert needle in msg, (needle, msg)
+
+
+def test_cli_refuses_a_bad_matrix_before_anything_runs(tmp_path, capsys):
+    p = write(tmp_path, "axes: {workflow: [single, voting, debate_club]}\n")
+    assert main(["sweep", str(p), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "axes.workflow" in err and "debate_club" in err and str(p) in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_cell_directory_from_other_settings_is_refused_not_skipped(tmp_path):
+    from rolecast.config import dump_config
+
+    p = write(tmp_path, TINY.format(steps=2) + "base_eval: false\n")
+    m = load_matrix(p, out=tmp_path / "out")
+    [cell] = m.cells
+    cell.run_dir.mkdir(parents=True)
+    (cell.run_dir / "DONE.json").write_text("{}")  # finished, under 5 steps rather than the matrix's 2
+    (cell.run_dir / "config.yaml").write_text(dump_config(cell.config.model_copy(update={"threads": 2})))
+    assert run_sweep(m, LocalExecutor(), progress=False).skipped == [cell.name]  # threads alone do not matter
+    (cell.run_dir / "config.yaml").write_text(dump_config(load_matrix(p, out=tmp_path / "out", extra_set={
+        "train.steps": 5}).cells[0].config))
+    with pytest.raises(MatrixError, match=cell.name):
+        run_sweep(m, LocalExecutor(), progress=False)
+
+
+def test_two_sweeps_cannot_share_a_directory(tmp_path):
+    import fcntl
+
+    p = write(tmp_path, TINY.format(steps=2) + "base_eval: false\n")
+    m = load_matrix(p, out=tmp_path / "out")
+    m.out.mkdir()
+    with open(m.out / ".lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as a running sweep holds it
+        with pytest.raises(MatrixError, match="another sweep is running"):
+            run_sweep(m, LocalExecutor(), progress=False)
+    assert not m.cells[0].run_dir.exists()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Running
+
+
+def _files(root: Path) -> dict[str, tuple[int, bytes]]:
+    return {str(f.relative_to(root)): (f.stat().st_mtime_ns, f.read_bytes()) for f in sorted(root.rglob("*"))
+            if f.is_file()}
+
+
+def _jsonl(path: Path, drop: tuple[str, ...]) -> list[dict]:
+    return [{k: v for k, v in json.loads(ln).items() if not k.startswith(drop)} for ln in path.read_text().splitlines()]
+
+
+def test_a_failing_cell_is_recorded_and_the_others_finish(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    broken = tmp_path / "broken-model"
+    broken.mkdir()  # exists (passes validation), but holds no model: fails when the cell loads it
+    p = write(tmp_path, TINY.format(steps=2) + f"axes: {{model: [{broken}, testbed]}}\nbase_eval: false\n")
+    m = load_matrix(p, out=tmp_path / "out")
+    outcome = run_sweep(m, LocalExecutor(), progress=False)
+    bad, good = "testbed-single-broken-model-shared-s0", "testbed-single-testbed-shared-s0"
+    assert [c.name for c in m.cells] == [bad, good]  # the failing cell runs first; the next still runs
+    assert outcome.results[bad].status == "failed" and outcome.results[good].status == "done"
+    assert (m.out / bad / "ERROR.txt").read_text().startswith("Traceback")
+    assert not (m.out / bad / "DONE.json").exists() and (m.out / good / "DONE.json").exists()
+    status = {c["name"]: c for c in json.loads((m.out / "sweep.json").read_text())["cells"]}
+    assert status[bad]["status"] == "failed" and status[bad]["error"] and status[bad]["attempts"] == 1
+    assert status[good]["status"] == "done"
+    assert cell_summary(m, m.cell(bad))["state"] == "failed"
+    assert len(_jsonl(m.out / good / "metrics.jsonl", ())) == 2
+
+    # a rerun skips the finished cell and retries the failed one
+    outcome = run_sweep(load_matrix(p, out=tmp_path / "out"), LocalExecutor(), progress=False)
+    assert outcome.skipped == [good] and list(outcome.results) == [bad] and outcome.failed == [bad]
+    status = {c["name"]: c for c in json.loads((m.out / "sweep.json").read_text())["cells"]}
+    assert status[bad]["attempts"] == 2
+
+
+def test_process_pool_runs_cells_in_their_own_processes(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    broken = tmp_path / "broken-model"
+    broken.mkdir()
+    p = write(tmp_path, TINY.format(steps=2) + f"axes: {{model: [testbed, {broken}]}}\nbase_eval: false\n")
+    m = load_matrix(p, out=tmp_path / "pool")
+    outcome = run_sweep(m, PoolExecutor(workers=2, threads_per_cell=1), progress=False)
+    good, bad = (c.name for c in m.cells)
+    assert outcome.results[good].status == "done" and outcome.results[bad].status == "failed"
+    assert "ERROR.txt" in os.listdir(m.out / bad) and outcome.results[bad].error
+    done = json.loads((m.out / good / "DONE.json").read_text())
+    assert done["pid"] != os.getpid()  # ran in a child process
+    assert json.loads((m.out / "sweep.json").read_text())["executor"] == "pool"
+
+    # the same cell in this process gives the same run (one thread each)
+    local = load_matrix(p, out=tmp_path / "local")
+    run_sweep(local, LocalExecutor(), progress=False)
+    assert (_jsonl(local.out / good / "metrics.jsonl", ("time/",)) == _jsonl(m.out / good / "metrics.jsonl", ("time/",)))
+
+
+KILLER = """\
+import os, signal, sys
+from pathlib import Path
+from rolecast.sweep import LocalExecutor, load_matrix, run_sweep
+from rolecast.train import checkpoint
+
+matrix, out = sys.argv[1], Path(sys.argv[2])
+victim = out / "testbed-single-testbed-shared-s1" / "checkpoints" / "step_2"
+
+def kill_after_second_checkpoint_of_second_cell(stage):
+    # step_2 renamed into place, `latest` still says 1: SIGKILL, as a pre-empted node would
+    if stage == "renamed" and victim.is_dir():
+        os.kill(os.getpid(), signal.SIGKILL)
+
+checkpoint._stage_hook = kill_after_second_checkpoint_of_second_cell
+run_sweep(load_matrix(matrix, out=out), LocalExecutor(), progress=False)
+"""
+
+
+def test_killed_sweep_resumes_and_ends_as_an_uninterrupted_one(tmp_path):
+    p = write(tmp_path, TINY.format(steps=3) + "  eval.every: 2\naxes: {seed: [0, 1]}\n")
+    first, second, base = "testbed-single-testbed-shared-s0", "testbed-single-testbed-shared-s1", "base-testbed-single-testbed"
+    killed = tmp_path / "killed"
+    env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    proc = subprocess.run([sys.executable, "-c", KILLER, str(p), str(killed)], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == -9, proc.stderr[-3000:]
+    assert (killed / base / "DONE.json").exists() and (killed / first / "DONE.json").exists()
+    assert not (killed / second / "DONE.json").exists() and latest_step(killed / second) == 1
+    # the periodic evaluation at step 2 was written before the kill; the resumed run redoes it
+    assert [r["step"] for r in _jsonl(killed / second / "eval.jsonl", ())] == [2]
+    before = {c: _files(killed / c) for c in (base, first)}
+    step1 = (killed / second / "metrics.jsonl").read_text().splitlines()[0]  # with its wall times
+
+    m = load_matrix(p, out=killed)
+    outcome = run_sweep(m, LocalExecutor(), progress=False)
+    assert outcome.skipped == [base, first] and outcome.resumed == {second: 1}
+    assert list(outcome.results) == [second] and outcome.results[second].resumed_from == 1
+    assert {c: _files(killed / c) for c in (base, first)} == before  # finished cells untouched
+    assert "resume from step 1" in (killed / ".logs" / f"{second}.log").read_text()
+    assert (killed / second / "metrics.jsonl").read_text().splitlines()[0] == step1  # step 1 was not redone
+
+    clean = load_matrix(p, out=tmp_path / "clean")
+    run_sweep(clean, LocalExecutor(), progress=False)
+    for cell in (base, first, second):
+        # the map's numbers (evaluations) exactly; every logged statistic to float rounding (see below)
+        assert _jsonl(killed / cell / "eval.jsonl", ("run",)) == _jsonl(clean.out / cell / "eval.jsonl", ("run",))
+        if cell != base:
+            got, want = _jsonl(killed / cell / "metrics.jsonl", ("time/",)), _jsonl(clean.out / cell / "metrics.jsonl", ("time/",))
+            assert [r.keys() for r in got] == [r.keys() for r in want]
+            for r, w in zip(got, want, strict=True):
+                for k in r:
+                    assert r[k] == w[k] or (isinstance(w[k], float) and math.isclose(r[k], w[k], rel_tol=1e-6, abs_tol=1e-9)), (cell, r["step"], k, r[k], w[k])
+        assert cell_summary(m, m.cell(cell)) == cell_summary(clean, clean.cell(cell))
+    # the weight comparison is not vacuous: the resumed cell learned (non-zero updates) after the kill
+    assert any(r["policy/shared/grad_norm"] for r in _jsonl(killed / second / "metrics.jsonl", ())[1:])
+    for cell in (first, second):
+        _, a = load_checkpoint(killed / cell, 3)
+        _, b = load_checkpoint(clean.out / cell, 3)
+        assert a["policy/shared"].keys() == b["policy/shared"].keys()
+        # Bit-identical in our runs; a tolerance far below one update's size (lr 1e-4) leaves room for
+        # last-bit differences of CPU kernels (once seen in approx_kl only, 3e-12, at the resumed step).
+        for k in a["policy/shared"]:
+            assert torch.allclose(a["policy/shared"][k], b["policy/shared"][k], rtol=0, atol=1e-7), (cell, k)
+    assert [r["step"] for r in _jsonl(killed / second / "eval.jsonl", ())] == [2, 3]
+
+
+def test_ray_executor_runs_two_cells_on_a_local_ray(tmp_path, monkeypatch):
+    ray = pytest.importorskip("ray")
+    from rolecast.sweep import RayExecutor
+
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    monkeypatch.setenv("PYTHONPATH", f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")  # for Ray's workers
+    p = write(tmp_path, TINY.format(steps=2) + "axes: {seed: [0, 1]}\nbase_eval: false\n")
+    m = load_matrix(p, out=tmp_path / "ray")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        outcome = run_sweep(m, RayExecutor(num_cpus=1), progress=False)
+    finally:
+        ray.shutdown()
+    assert sorted(outcome.results) == [c.name for c in m.cells]
+    assert all(r.status == "done" for r in outcome.results.values()), outcome.results
+    for c in m.cells:
+        done = json.loads((c.run_dir / "DONE.json").read_text())
+        assert done["pid"] != os.getpid()  # a Ray worker ran it
+        assert len(_jsonl(c.run_dir / "metrics.jsonl", ())) == 2 and latest_step(c.run_dir) == 2
+    assert json.loads((m.out / "sweep.json").read_text())["executor"] == "ray"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Shipped matrices
+
+
+def test_shipped_testbed_matrix_is_every_workflow_and_sharing_mode():
+    from rolecast.config import CONFIG_DIR
+
+    m = load_matrix(CONFIG_DIR / "testbed_matrix.yaml")
+    workflows = ["single", "voting", "eval_opt", "orch_workers"]
+    assert [c.name for c in m.train_cells] == [f"testbed-{w}-testbed-{s}-s0" for w in workflows
+                                               for s in ("shared", "isolated")]
+    assert [c.name for c in m.cells if c.kind == "base_eval"] == [f"base-testbed-{w}-testbed" for w in workflows]
+    cfg = m.train_cells[0].config
+    assert cfg.eval.every > 0 and cfg.eval.every < cfg.train.steps  # periodic evaluations: peaks are visible
+
+
+def test_shipped_study_matrix_spans_the_study():
+    from rolecast.config import CONFIG_DIR
+
+    if not (CONFIG_DIR / "study" / "math.yaml").is_file():
+        pytest.skip("the study recipes (configs/study/) are not in this checkout")
+    m = load_matrix(CONFIG_DIR / "study_matrix.yaml")
+    assert len(m.train_cells) == 4 * 2 * 3 * 2 and len(m.cells) - len(m.train_cells) == 4 * 2 * 3
+    assert {c.config.model.path for c in m.cells} == {"Qwen/Qwen3-0.6B", "Qwen/Qwen3-1.7B", "Qwen/Qwen3-4B"}
+    assert m.settings.resources.num_gpus == 1
