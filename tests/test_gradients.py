@@ -239,17 +239,18 @@ def test_sketched_statistics_track_the_exact_ones(tiny_model_dir):
 # In the training loop
 
 
-def _run(model_dir, run_dir, **over):
+def _run(model_dir, run_dir, stop_after=None, resume=False, **over):
     from rolecast.config import load_config
     from rolecast.train.grpo import train
 
-    base = {"model.path": model_dir, "model.trainable": "lora", "model.lora.r": 4, "model.lora.alpha": 8,
-            "run_dir": str(run_dir), "train.steps": 2, "train.problems_per_step": 2, "train.group_size": 2,
-            "train.lr": 1e-3, "rollout.max_new_tokens": 6, "rollout.temperature": 1.0, "eval.at_start": False,
-            "eval.at_end": False, "logging.progress": False, "checkpoint.every": 1, "threads": 2,
+    # the trained testbed model (a random one never scores, so every advantage and gradient would be 0)
+    base = {"model.path": "testbed", "run_dir": str(run_dir), "train.steps": 2, "train.problems_per_step": 2,
+            "train.group_size": 4, "rollout.max_new_tokens": 6, "eval.at_start": False, "eval.at_end": False,
+            "logging.progress": False, "logging.episodes_every": 0, "checkpoint.every": 1, "threads": 2,
             "workflow.name": "voting", "routing.sharing": "shared"}
-    train(load_config(None, {**base, **over}))
+    train(load_config(None, {**base, **over}), stop_after=stop_after, resume=run_dir if resume else None)
     rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert all(r["policy/shared/grad_norm"] > 0 for r in rows)  # a case with something to learn
     return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]
 
 
@@ -272,6 +273,18 @@ def test_diagnostics_not_due_leave_training_bit_identical_and_due_steps_log_them
     assert every2[1]["grad/shared/generator/instances"] == 3
     # a diagnosed step groups rows by instance: same update to float tolerance
     w2 = _weights(tmp_path / "every2", 2)
+    assert any(not torch.equal(w2[k], _weights(tmp_path / "plain", 1)[k]) for k in w2)  # step 2 did train
     for k in w_plain:
         torch.testing.assert_close(w2[k], w_plain[k], atol=1e-5, rtol=1e-4)
     assert every2[1]["policy/shared/loss"] == pytest.approx(plain[1]["policy/shared/loss"], abs=1e-5)
+
+
+def test_resume_restores_persistence_and_damping_state(tiny_model_dir, tmp_path):
+    """Same seed -> same metrics across a resume, with the EMAs of diagnostics and damping in the checkpoint."""
+    over = {"diagnostics.gradients.every": 1, "interventions.coherence_damping": 0.5}
+    full = _run(tiny_model_dir, tmp_path / "full", **over)
+    assert 0.5 <= full[1]["intervention/shared/generator/damping"] <= 1
+    assert full[1]["grad/shared/generator/persistence"] is not None  # a history from step 1
+    part = _run(tiny_model_dir, tmp_path / "part", stop_after=1, **over)
+    assert len(part) == 1
+    assert _run(tiny_model_dir, tmp_path / "part", resume=True, **over) == full
