@@ -239,7 +239,7 @@ def test_sketched_statistics_track_the_exact_ones(tiny_model_dir):
 # In the training loop
 
 
-def _run(model_dir, run_dir, stop_after=None, resume=False, **over):
+def _run(run_dir, stop_after=None, resume=False, **over):
     from rolecast.config import load_config
     from rolecast.train.grpo import train
 
@@ -263,13 +263,13 @@ def _weights(run_dir, step):
     return load_checkpoint(run_dir, step)[1]["policy/shared"]
 
 
-def test_diagnostics_not_due_leave_training_bit_identical_and_due_steps_log_them(tiny_model_dir, tmp_path):
-    plain = _run(tiny_model_dir, tmp_path / "plain")
-    idle = _run(tiny_model_dir, tmp_path / "idle", **{"diagnostics.gradients.every": 3})  # due at step 3 only
+def test_diagnostics_not_due_leave_training_bit_identical_and_due_steps_log_them(tmp_path):
+    plain = _run(tmp_path / "plain")
+    idle = _run(tmp_path / "idle", **{"diagnostics.gradients.every": 3})  # due at step 3 only
     assert idle == plain
     w_plain, w_idle = _weights(tmp_path / "plain", 2), _weights(tmp_path / "idle", 2)
     assert all(torch.equal(w_plain[k], w_idle[k]) for k in w_plain)
-    every2 = _run(tiny_model_dir, tmp_path / "every2", **{"diagnostics.gradients.every": 2})
+    every2 = _run(tmp_path / "every2", **{"diagnostics.gradients.every": 2})
     assert every2[0] == plain[0]  # step 1 not diagnosed: identical
     assert "grad/shared/norm" not in every2[0] and "grad/shared/norm" in every2[1]
     assert every2[1]["grad/shared/capture_role"] in ("generator", "aggregator")
@@ -282,15 +282,15 @@ def test_diagnostics_not_due_leave_training_bit_identical_and_due_steps_log_them
     assert every2[1]["policy/shared/loss"] == pytest.approx(plain[1]["policy/shared/loss"], abs=1e-5)
 
 
-def test_resume_restores_persistence_and_damping_state(tiny_model_dir, tmp_path):
+def test_resume_restores_persistence_and_damping_state(tmp_path):
     """Same seed -> same metrics across a resume, with the EMAs of diagnostics and damping in the checkpoint."""
     over = {"diagnostics.gradients.every": 1, "interventions.coherence_damping": 0.5}
-    full = _run(tiny_model_dir, tmp_path / "full", **over)
+    full = _run(tmp_path / "full", **over)
     assert 0.5 <= full[1]["intervention/shared/generator/damping"] <= 1
     assert full[1]["grad/shared/generator/persistence"] is not None  # a history from step 1
-    part = _run(tiny_model_dir, tmp_path / "part", stop_after=1, **over)
+    part = _run(tmp_path / "part", stop_after=1, **over)
     assert len(part) == 1
-    part = _run(tiny_model_dir, tmp_path / "part", resume=True, **over)
+    part = _run(tmp_path / "part", resume=True, **over)
     # to float tolerance: on the testbed model a resumed run's sampler log-probs differ from the uninterrupted
     # run's by ~1e-11 (approx_kl, grad_norm), also with diagnostics off; a lost EMA would differ by far more
     # (persistence null instead of a cosine, damping 1 instead of its factor)
