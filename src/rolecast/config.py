@@ -137,6 +137,29 @@ class SandboxSettings(_Strict):
     allow_unisolated: bool = False
 
 
+class GradientDiagnosticsSettings(_Strict):
+    # per-role gradient statistics every N training steps (0 = off; docs/training.md, "Gradient diagnostics")
+    every: int = Field(0, ge=0)
+    # 0: exact per-instance gradients (one flat copy of the trainable parameters per role instance); d > 0: a
+    # count-sketch to d dims instead (inner products unbiased, error ~ sqrt(2/d) |x||y|; for full fine-tuning)
+    sketch_dim: int = Field(0, ge=0)
+    ema_decay: float = Field(0.9, ge=0, lt=1)  # of each role's past gradients, for direction persistence
+
+
+class DiagnosticsSettings(_Strict):
+    gradients: GradientDiagnosticsSettings = GradientDiagnosticsSettings()
+
+
+class InterventionSettings(_Strict):
+    """Changes to the update aimed at role-level gradient dynamics; every one is off by default."""
+
+    kl_coef_by_role: dict[str, float] = {}  # role -> k3 KL-to-base coefficient (roles not named: train.kl_coef)
+    coherence_damping: float = Field(0.0, ge=0, le=1)  # lambda: scale g_r by 1 - lambda * max(0, cos(g_r, EMA g_r))
+    coherence_ema: float = Field(0.9, ge=0, lt=1)  # decay of the EMA that damping compares with
+    multiplicity_norm: bool = False  # divide a role's loss by its number of instances on the policy
+    balance_shares: bool | dict[str, float] = False  # true: equal projection shares; {role: share}: those shares
+
+
 class RunConfig(_Strict):
     seed: int = 0
     run_dir: str | None = None  # default: runs/<task>-<workflow>-<sharing>-<timestamp>
@@ -151,6 +174,8 @@ class RunConfig(_Strict):
     logging: LogSettings = LogSettings()
     checkpoint: CheckpointSettings = CheckpointSettings()
     sandbox: SandboxSettings = SandboxSettings()
+    diagnostics: DiagnosticsSettings = DiagnosticsSettings()
+    interventions: InterventionSettings = InterventionSettings()
 
     @model_validator(mode="before")
     @classmethod
@@ -257,6 +282,7 @@ def check_run_config(cfg: RunConfig) -> None:
     if cfg.train.loss_agg not in AGGREGATIONS:
         raise FieldError("train.loss_agg", f"unknown mode {cfg.train.loss_agg!r}; known: {sorted(AGGREGATIONS)}")
     _check_model_path(cfg.model.path)
+    _check_interventions(cfg.interventions, spec.roles)
     if cfg.train.attribution not in ATTRIBUTIONS and ":" not in cfg.train.attribution:
         raise FieldError("train.attribution", f"unknown mode {cfg.train.attribution!r}; known: "
                          f"{sorted(ATTRIBUTIONS)} or 'package.module:function'")
@@ -280,6 +306,17 @@ def _check_optional_packages(cfg: RunConfig) -> None:
             except MissingPackageError:
                 raise FieldError(field, f"needs the {package} package, which is not installed: "
                                         f"pip install 'rolecast[{extra}]'") from None
+
+
+def _check_interventions(iv: InterventionSettings, roles: list[str]) -> None:
+    for field, table in (("kl_coef_by_role", iv.kl_coef_by_role),
+                         ("balance_shares", iv.balance_shares if isinstance(iv.balance_shares, dict) else {})):
+        for role, value in table.items():
+            if role not in roles:
+                raise FieldError(f"interventions.{field}", f"{role!r} is not a role of this workflow; roles: {roles}")
+            if not value >= 0 or (field == "balance_shares" and not value > 0):
+                raise FieldError(f"interventions.{field}.{role}",
+                                 f"must be {'> 0' if field == 'balance_shares' else '>= 0'}, got {value}")
 
 
 def _check_model_path(path: str) -> None:

@@ -27,6 +27,7 @@ import torch.utils.checkpoint
 from transformers import DynamicCache
 
 from ..config import RunConfig, dump_config
+from ..diagnostics.gradients import GradientMonitor, InstanceGradients, flat_params, instance_segments
 from ..diagnostics.metrics import episode_metrics
 from ..episode import Episode, Turn, distinct_rows, group_turns, turns_by_policy
 from ..evaluation import append_eval_row, eval_key, evaluate
@@ -37,6 +38,7 @@ from ..runtime import build_runtime
 from .advantages import episode_turn_advantages
 from .attribution import attribute, score_episodes
 from .checkpoint import capture_rng_state, latest_step, load_checkpoint, restore_rng_state, save_checkpoint
+from .interventions import Interventions
 from .losses import clipped_surrogate, clipped_tokens, k3_kl, linear_logprobs, token_entropy, token_logprobs
 from .schedule import constant, warmup_cosine
 
@@ -187,21 +189,37 @@ TALLY_KEYS = ("tokens", "entropy", "clip_fraction", "approx_kl", "kl")
 
 
 def update_policy(pid: str, turns: list[Turn], *, cfg: RunConfig, policies: PolicySet, optimizer, pad_id: int,
-                  rng: random.Random, check_logprobs: bool) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+                  rng: random.Random, check_logprobs: bool, monitor: GradientMonitor | None = None,
+                  interventions: Interventions | None = None,
+                  ) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
     """Update one policy on its turns. Returns the policy's stats and per-role token tallies (summed over
-    tokens, so the caller can merge roles that span several policies)."""
+    tokens, so the caller can merge roles that span several policies).
+
+    `monitor` (only on steps where gradient diagnostics run) receives per-instance gradients of the first pass
+    over the data and each optimizer step's size. `interventions` defaults to the config's (None when all are
+    off). Per-instance gradients need each mini-batch's rows grouped by agent instance before micro-batching,
+    which changes the summation order of the accumulated gradient (equal to float tolerance, not bit for
+    bit); without a monitor and without a rescaling intervention the rows are batched exactly as before."""
     tc = cfg.train
+    if interventions is None:
+        interventions = Interventions.from_config(cfg)
+    instance_counts: dict[str, int] = {}  # a role's parallel instances on this policy (multiplicity_norm)
+    for role, _ in {(t.role, t.instance) for t in turns}:
+        instance_counts[role] = instance_counts.get(role, 0) + 1
     turns = [t for t in turns if t.completion_ids]  # an empty completion carries no token to learn from
     if tc.mask_truncated:
         turns = [t for t in turns if t.finish_reason != "length"]
     stats = {"optimizer_steps": 0.0, "skipped_nan": 0.0, "loss": 0.0}
     tally: dict[str, dict[str, float]] = {}
     if not turns:
+        if monitor is not None:
+            monitor.finish_policy(pid, turns, policies.parameters(pid))
         return stats, tally
     grad_norms: list[float] = []
     params = policies.parameters(pid)
     temperature = cfg.rollout.temperature
-    for _ in range(tc.epochs):
+    rescale = interventions is not None and interventions.rescales
+    for epoch in range(tc.epochs):
         if tc.update_schedule == "per_step":
             minibatches = [turns]
         else:
@@ -215,45 +233,71 @@ def update_policy(pid: str, turns: list[Turn], *, cfg: RunConfig, policies: Poli
                      "total_seqs": sum(1 for t in mb if t.completion_ids)}
             finite, loss_sum = True, 0.0
             mb_tally: dict[str, dict[str, float]] = {}
+            diagnose = monitor is not None and epoch == 0
+            per_instance = diagnose or rescale
+            # per-instance gradients: each agent instance's rows form their own micro-batches (diagnostics.gradients)
+            segments = instance_segments(mb) if per_instance else [mb]
+            grads = (InstanceGradients(params, sketch=monitor.sketch if diagnose and monitor else None,
+                                       keep_roles=rescale) if per_instance else None)
             with policies.training(pid) as model:
                 # the loss is normalised over the whole mini-batch, so any split into micro-batches is exact
-                for micro in micro_batches(batching_order(mb), tc.micro_batch_tokens):
-                    batch = collate(micro, pad_id)
-                    logp, entropy = completion_logprobs(model, batch, temperature)
-                    mask, old, adv = batch["mask"], batch["old_logp"], batch["advantages"]
-                    ref_logp = None
-                    if tc.kl_coef > 0:
-                        with torch.no_grad(), policies.reference_model() as ref:
-                            ref_logp, _ = completion_logprobs(ref, batch, temperature)
-                    if check_logprobs:
-                        gap = float(((logp.detach() - old).abs() * mask).sum() / mask.sum().clamp(min=1))
-                        if gap > tc.logprob_check_tol:
-                            raise RuntimeError(
-                                f"policy {pid!r}: trainer log-probs differ from the sampler's by {gap:.4f} per token "
-                                f"(tolerance {tc.logprob_check_tol}); generation and training do not compute the same "
-                                f"distribution (temperature, padding/position ids, dropout or dtype mismatch)")
-                        check_logprobs = False
-                    loss, _ = clipped_surrogate(logp, old, adv, mask, tc.clip_low, tc.clip_high, tc.loss_agg,
-                                                ref_logp=ref_logp, kl_coef=tc.kl_coef,
-                                                max_len=cfg.rollout.max_new_tokens, **norms)
-                    if not torch.isfinite(loss):
-                        finite = False
+                for segment in segments:
+                    for micro in micro_batches(batching_order(segment), tc.micro_batch_tokens):
+                        batch = collate(micro, pad_id)
+                        logp, entropy = completion_logprobs(model, batch, temperature)
+                        mask, old, adv = batch["mask"], batch["old_logp"], batch["advantages"]
+                        roles = [t.role for t in micro]
+                        kl_coef: float | torch.Tensor = tc.kl_coef
+                        row_kl = interventions.kl_coefs(roles) if interventions is not None else None
+                        if row_kl is not None:
+                            kl_coef = row_kl
+                        ref_logp = None
+                        if tc.kl_coef > 0 or (row_kl is not None and bool((row_kl > 0).any())):
+                            with torch.no_grad(), policies.reference_model() as ref:
+                                ref_logp, _ = completion_logprobs(ref, batch, temperature)
+                        if check_logprobs:
+                            gap = float(((logp.detach() - old).abs() * mask).sum() / mask.sum().clamp(min=1))
+                            if gap > tc.logprob_check_tol:
+                                raise RuntimeError(
+                                    f"policy {pid!r}: trainer log-probs differ from the sampler's by {gap:.4f} per "
+                                    f"token (tolerance {tc.logprob_check_tol}); generation and training do not "
+                                    f"compute the same distribution (temperature, padding/position ids, dropout or "
+                                    f"dtype mismatch)")
+                            check_logprobs = False
+                        weights = (interventions.row_weights(roles, instance_counts) if interventions is not None
+                                   else None)
+                        loss, _ = clipped_surrogate(logp, old, adv, mask, tc.clip_low, tc.clip_high, tc.loss_agg,
+                                                    ref_logp=ref_logp, kl_coef=kl_coef,
+                                                    max_len=cfg.rollout.max_new_tokens, row_weights=weights, **norms)
+                        if not torch.isfinite(loss):
+                            finite = False
+                            break
+                        loss.backward()
+                        loss_sum += float(loss.detach())
+                        with torch.no_grad():  # per-sequence sums, attributed to each turn's role
+                            lp = logp.detach()
+                            per_seq = {
+                                "tokens": mask.sum(-1),
+                                "entropy": (entropy * mask).sum(-1),
+                                "clip_fraction": (clipped_tokens(lp, old, adv, tc.clip_low, tc.clip_high)
+                                                  * mask).sum(-1),
+                                "approx_kl": ((old - lp) * mask).sum(-1),
+                                "kl": ((k3_kl(lp, ref_logp) * mask).sum(-1) if ref_logp is not None
+                                       else torch.zeros(len(micro))),
+                            }
+                        for i, t in enumerate(micro):
+                            row = mb_tally.setdefault(t.role, dict.fromkeys(TALLY_KEYS, 0.0))
+                            for k in TALLY_KEYS:
+                                row[k] += float(per_seq[k][i])
+                    if not finite:
                         break
-                    loss.backward()
-                    loss_sum += float(loss.detach())
-                    with torch.no_grad():  # per-sequence sums, attributed to each turn's role
-                        lp = logp.detach()
-                        per_seq = {
-                            "tokens": mask.sum(-1),
-                            "entropy": (entropy * mask).sum(-1),
-                            "clip_fraction": (clipped_tokens(lp, old, adv, tc.clip_low, tc.clip_high) * mask).sum(-1),
-                            "approx_kl": ((old - lp) * mask).sum(-1),
-                            "kl": (k3_kl(lp, ref_logp) * mask).sum(-1) if ref_logp is not None else torch.zeros(len(micro)),
-                        }
-                    for i, t in enumerate(micro):
-                        row = mb_tally.setdefault(t.role, dict.fromkeys(TALLY_KEYS, 0.0))
-                        for k in TALLY_KEYS:
-                            row[k] += float(per_seq[k][i])
+                    if grads is not None:
+                        grads.capture(segment[0].role, segment[0].instance)
+            if finite and grads is not None:
+                if diagnose and monitor is not None:
+                    monitor.add_gradients(pid, grads)  # the raw role gradients, before any intervention
+                coefs = interventions.role_coefficients(pid, grads.role_vectors()) if rescale and interventions else None
+                grads.write_back(coefs)
             grad_norm = torch.nn.utils.clip_grad_norm_(params, tc.max_grad_norm) if finite else torch.tensor(float("nan"))
             if not finite or not torch.isfinite(grad_norm):
                 # Never train on a NaN/inf step: drop its gradients, count it, say so.
@@ -261,7 +305,10 @@ def update_policy(pid: str, turns: list[Turn], *, cfg: RunConfig, policies: Poli
                 stats["skipped_nan"] += 1
                 log.warning("policy %s: non-finite loss or gradient; optimizer step skipped", pid)
                 continue
+            before = flat_params(params) if monitor is not None else None
             optimizer.step()
+            if monitor is not None and before is not None:
+                monitor.add_update(pid, float((flat_params(params) - before).norm()), (t.role for t in mb))
             stats["optimizer_steps"] += 1
             stats["loss"] += loss_sum
             grad_norms.append(float(grad_norm))
@@ -269,6 +316,8 @@ def update_policy(pid: str, turns: list[Turn], *, cfg: RunConfig, policies: Poli
     stats["loss"] /= max(stats["optimizer_steps"], 1)
     stats["grad_norm"] = sum(grad_norms) / len(grad_norms) if grad_norms else float("nan")
     stats.update(tally_means({k: sum(row[k] for row in tally.values()) for k in TALLY_KEYS}))
+    if monitor is not None:
+        monitor.finish_policy(pid, turns, params)
     return stats, tally
 
 
@@ -323,6 +372,11 @@ def train(cfg: RunConfig, *, resume: str | Path | None = None, stop_after: int |
                                          cfg.train.min_lr_ratio) if cfg.train.lr_schedule == "cosine"
                            else constant(optimizers[pid], cfg.train.warmup_steps))
 
+    # gradient diagnostics and interventions (None when off); built before a checkpoint is loaded, so the
+    # monitor's copy of the starting weights (for drift) is the initialisation, not the resumed weights
+    monitor = GradientMonitor.from_config(cfg, policies, routing.policy_ids)
+    interventions = Interventions.from_config(cfg)
+
     start = 0
     if resume and latest_step(run_dir) is not None:
         start, state = load_checkpoint(run_dir)
@@ -330,6 +384,10 @@ def train(cfg: RunConfig, *, resume: str | Path | None = None, stop_after: int |
             policies.load_state_dict(pid, state[f"policy/{pid}"])
             optimizers[pid].load_state_dict(state[f"optim/{pid}"])
             schedulers[pid].load_state_dict(state[f"sched/{pid}"])
+        if monitor is not None:
+            monitor.load_state_dict(state.get("diagnostics/gradients"))
+        if interventions is not None:
+            interventions.load_state_dict(state.get("interventions"))
         restore_rng_state(state["rng"])
         console.print(f"resumed from {run_dir} at step {start}")
     _truncate_jsonl(run_dir / "metrics.jsonl", start)
@@ -381,7 +439,9 @@ def train(cfg: RunConfig, *, resume: str | Path | None = None, stop_after: int |
             lr = schedulers[pid].get_last_lr()[0]  # the lr this step trains with
             policy_stats[pid], tally = update_policy(pid, turns, cfg=cfg, policies=policies,
                                                      optimizer=optimizers[pid], pad_id=tokenizer.pad_token_id,
-                                                     rng=update_rng, check_logprobs=(step == start))
+                                                     rng=update_rng, check_logprobs=(step == start),
+                                                     monitor=monitor if monitor and monitor.due(step) else None,
+                                                     interventions=interventions)
             policy_stats[pid]["lr"] = lr
             merge_tallies(role_tally, tally)
             schedulers[pid].step()
@@ -393,6 +453,10 @@ def train(cfg: RunConfig, *, resume: str | Path | None = None, stop_after: int |
             metrics.update({f"policy/{pid}/{k}": v for k, v in st.items()})
         for role, row in sorted(role_tally.items()):
             metrics.update({f"role/{role}/{k}": v for k, v in tally_means(row).items() if k != "tokens"})
+        if monitor is not None:
+            metrics.update(monitor.pop_metrics())  # grad/... and update/... (docs/training.md)
+        if interventions is not None:
+            metrics.update(interventions.pop_metrics())
         metrics.update({"time/rollout": t_rollout - t0, "time/reward": t_reward - t_rollout,
                         "time/update": t_update - t_reward, "time/step": t_update - t0,
                         "rollout/backend_calls": rstats.backend_calls, "rollout/requests": rstats.requests})
@@ -414,6 +478,10 @@ def train(cfg: RunConfig, *, resume: str | Path | None = None, stop_after: int |
                 state[f"policy/{pid}"] = policies.state_dict(pid)
                 state[f"optim/{pid}"] = optimizers[pid].state_dict()
                 state[f"sched/{pid}"] = schedulers[pid].state_dict()
+            if monitor is not None and monitor.state_dict():
+                state["diagnostics/gradients"] = monitor.state_dict()
+            if interventions is not None and interventions.state_dict():
+                state["interventions"] = interventions.state_dict()
             save_checkpoint(run_dir, step + 1, state, keep_last=cfg.checkpoint.keep_last)
     progress.close()
 

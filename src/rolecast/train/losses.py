@@ -261,12 +261,17 @@ def clipped_surrogate(
     agg: str = "token-mean",
     *,
     ref_logp: torch.Tensor | None = None,
-    kl_coef: float = 0.0,
+    kl_coef: float | torch.Tensor = 0.0,
     total_tokens: int | None = None,
     total_seqs: int | None = None,
     max_len: int | None = None,
+    row_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """PPO clipped surrogate with asymmetric clip (DAPO "clip-higher"), optionally plus `kl_coef * k3`.
+
+    `kl_coef` is one number or one per row `[B]` (interventions.kl_coef_by_role); `row_weights [B]` multiply
+    each row's per-token loss before aggregation (interventions.multiplicity_norm); the normalisers are not
+    reweighted, so a weight of 1/N divides that row's part of the loss by N.
 
     ratio = exp(logp - old_logp); per-token loss = max(-A * ratio, -A * clip(ratio, 1 - clip_low, 1 + clip_high)).
     `advantages` is `[B]` (one per sequence) or `[B, T]`. Stats are masked means over *this* call:
@@ -288,7 +293,11 @@ def clipped_surrogate(
     if ref_logp is not None:
         kl = k3_kl(logp, ref_logp)
         stats["kl"] = _masked_mean(kl.detach(), m)
-        if kl_coef:
+        if isinstance(kl_coef, torch.Tensor):
+            per_token = per_token + kl_coef.to(per_token.dtype).unsqueeze(-1) * kl
+        elif kl_coef:
             per_token = per_token + kl_coef * kl
+    if row_weights is not None:
+        per_token = per_token * row_weights.to(per_token.dtype).unsqueeze(-1)
     loss = aggregate(per_token, m, agg, total_tokens=total_tokens, total_seqs=total_seqs, max_len=max_len)
     return loss, stats

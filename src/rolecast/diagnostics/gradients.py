@@ -1,0 +1,375 @@
+"""Role-level gradient dynamics of one policy's update, exact and cheap.
+
+A policy's loss is a sum over its rows (every aggregation divides by mini-batch-wide normalisers), so it
+splits exactly into one part per agent instance (`generator/0`, `generator/1`, ..., `aggregator`). On a step
+where diagnostics run, the trainer groups a mini-batch's rows by instance, micro-batches each instance on its
+own (rows of one prompt still share its forward) and, after the instance's backwards, moves the accumulated
+`.grad` into a flat vector (`InstanceGradients.capture`). Each vector is therefore exactly the gradient of
+that instance's part of the loss as the update computes it (same normalisers, before clipping), at the cost
+of one flat copy per instance, not one extra backward per role. The sum goes back into `.grad` for clipping
+and the optimizer.
+
+From those vectors (or their count-sketches, `CountSketch`) everything is a function of their Gram matrix
+(`gradient_statistics`): per-role norms, projection shares s_r = g_r . g / |g|^2 (they sum to 1), pairwise
+role cosines, amplification |sum_i g_{r,i}| / mean_i |g_{r,i}| of a role with parallel instances and their
+mean pairwise cosine, and the capture index (largest share) of a policy serving several roles.
+`GradientMonitor` holds what lasts across steps (the schedule, each role's EMA for direction persistence,
+the starting weights for drift) and turns a step's measurements into `grad/...` and `update/...` metrics.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ..episode import Turn
+
+Vector = torch.Tensor
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Flat views of parameters and gradients
+
+
+def flat_grad(params: Sequence[torch.nn.Parameter]) -> Vector:
+    """All gradients as one float32 (float64 for float64 parameters) vector; a missing grad counts as zeros."""
+    dtype = _flat_dtype(params)
+    return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).detach().reshape(-1).to(dtype)
+                      for p in params]) if params else torch.zeros(0)
+
+
+def flat_params(params: Sequence[torch.nn.Parameter]) -> Vector:
+    dtype = _flat_dtype(params)
+    return torch.cat([p.detach().reshape(-1).to(dtype) for p in params]) if params else torch.zeros(0)
+
+
+def _flat_dtype(params: Sequence[torch.nn.Parameter]) -> torch.dtype:
+    return torch.float64 if any(p.dtype == torch.float64 for p in params) else torch.float32
+
+
+class CountSketch:
+    """A fixed linear map R^P -> R^d: coordinate j goes to bucket h(j) with sign s(j) (hash and sign drawn once
+    from `seed`, regenerated chunk by chunk on each call, so no P x d matrix and no P-sized table is kept).
+
+    For fixed x, y: E[<Sx, Sy>] = <x, y> and Var[<Sx, Sy>] = (|x|^2 |y|^2 + <x, y>^2 - 2 sum_j x_j^2 y_j^2) / d
+    <= 2 |x|^2 |y|^2 / d, so by Chebyshev |<Sx, Sy> - <x, y>| <= eps |x| |y| with probability at least
+    1 - 2 / (d eps^2) for each inner product (norms are the case x = y). Cosines and shares are ratios of
+    such products: each is off by about 3 eps at most when all three products are within eps."""
+
+    CHUNK = 1 << 20
+
+    def __init__(self, dim: int, seed: int = 0):
+        if dim <= 0:
+            raise ValueError(f"sketch dimension must be positive, got {dim}")
+        self.dim, self.seed = dim, seed
+
+    def __call__(self, x: Vector) -> Vector:
+        x = x.reshape(-1)
+        out = torch.zeros(self.dim, dtype=x.dtype, device=x.device)
+        for start in range(0, x.numel(), self.CHUNK):
+            part = x[start:start + self.CHUNK]
+            gen = torch.Generator().manual_seed(self.seed * 1_000_003 + start // self.CHUNK)
+            buckets = torch.randint(self.dim, (part.numel(),), generator=gen)
+            signs = torch.randint(2, (part.numel(),), generator=gen).to(x.dtype).mul_(2).sub_(1)
+            out.index_add_(0, buckets.to(x.device), part * signs.to(x.device))
+        return out
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Capturing per-instance gradients during the update
+
+
+class InstanceGradients:
+    """One mini-batch's gradient split by agent instance.
+
+    The trainer runs an instance's rows as their own micro-batches, then calls `capture(role, instance)`:
+    the gradient accumulated since the last capture becomes that instance's vector and `.grad` is cleared.
+    `write_back(coefs)` puts sum_i coef[role_i] * g_i into `.grad` (only for parameters that received a
+    gradient, so the optimizer skips the others exactly as it would have).
+
+    Exact mode keeps one flat vector per instance. With a `sketch`, it keeps the instance's sketch plus the
+    running sum (and one exact vector per role only when `keep_roles`, for interventions that rescale roles)."""
+
+    def __init__(self, params: Sequence[torch.nn.Parameter], sketch: CountSketch | None = None,
+                 keep_roles: bool = False):
+        self.params = list(params)
+        self.sketch, self.keep_roles = sketch, keep_roles
+        self.vectors: dict[str, Vector] = {}  # instance -> exact gradient (or its sketch)
+        self.role_of: dict[str, str] = {}
+        self._has_grad = [False] * len(self.params)
+        self._total: Vector | None = None
+        self._roles: dict[str, Vector] = {}
+
+    def capture(self, role: str, instance: str) -> None:
+        g = flat_grad(self.params)
+        for i, p in enumerate(self.params):
+            if p.grad is not None:
+                self._has_grad[i] = True
+                p.grad = None
+        self.role_of[instance] = role
+        if self.sketch is None:
+            self.vectors[instance] = self.vectors[instance] + g if instance in self.vectors else g
+            return
+        s = self.sketch(g)
+        self.vectors[instance] = self.vectors[instance] + s if instance in self.vectors else s
+        self._total = g.clone() if self._total is None else self._total.add_(g)
+        if self.keep_roles:
+            self._roles[role] = self._roles[role] + g if role in self._roles else g
+
+    def role_vectors(self) -> dict[str, Vector]:
+        """Exact per-role gradients (exact mode, or sketch mode with `keep_roles`)."""
+        if self.sketch is not None:
+            if not self.keep_roles:
+                raise RuntimeError("exact role gradients were not kept (sketch mode without keep_roles)")
+            return dict(self._roles)
+        out: dict[str, Vector] = {}
+        for inst, v in self.vectors.items():
+            r = self.role_of[inst]
+            out[r] = out[r] + v if r in out else v
+        return out
+
+    def write_back(self, coefs: dict[str, float] | None = None) -> None:
+        if coefs is None or all(c == 1.0 for c in coefs.values()):
+            total = self._total if self.sketch is not None else _sum(self.vectors.values())
+        else:
+            total = _sum(coefs.get(r, 1.0) * v for r, v in self.role_vectors().items())
+        if total is None:
+            return
+        offset = 0
+        for p, has in zip(self.params, self._has_grad, strict=True):
+            n = p.numel()
+            if has:
+                p.grad = total[offset:offset + n].view_as(p).to(p.dtype)  # a view of a buffer no one else holds
+            offset += n
+
+
+def _sum(vectors: Iterable[Vector]) -> Vector | None:
+    total: Vector | None = None
+    for v in vectors:
+        total = v.clone() if total is None else total.add_(v)
+    return total
+
+
+def instance_segments(turns: Sequence[Turn]) -> list[list[Turn]]:
+    """The turns grouped by (role, instance), in sorted order, each group in its original order."""
+    groups: dict[tuple[str, str], list[Turn]] = {}
+    for t in turns:
+        groups.setdefault((t.role, t.instance), []).append(t)
+    return [groups[k] for k in sorted(groups)]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Statistics (pure functions of the vectors)
+
+
+def cosine(a: Vector, b: Vector) -> float:
+    na, nb = float(a.norm()), float(b.norm())
+    return float(a @ b) / (na * nb) if na > 0 and nb > 0 else float("nan")
+
+
+def gram(vectors: Sequence[Vector]) -> torch.Tensor:
+    """Pairwise inner products in float64, `[N, N]` (computed pair by pair: no stacked [N, P] copy)."""
+    n = len(vectors)
+    out = torch.zeros(n, n, dtype=torch.float64)
+    for i in range(n):
+        for j in range(i, n):
+            out[i, j] = out[j, i] = float(vectors[i].double() @ vectors[j].double())
+    return out
+
+
+@dataclass
+class GradientStats:
+    policy_norm: float
+    norm: dict[str, float] = field(default_factory=dict)
+    share: dict[str, float] = field(default_factory=dict)
+    cos: dict[tuple[str, str], float] = field(default_factory=dict)  # (role a, role b), a < b
+    instances: dict[str, int] = field(default_factory=dict)
+    amplification: dict[str, float] = field(default_factory=dict)  # roles with >= 2 instances
+    instance_cos: dict[str, float] = field(default_factory=dict)  # roles with >= 2 instances
+    capture_index: float = float("nan")
+    capture_role: str | None = None
+
+
+def gradient_statistics(instance_vectors: dict[str, Vector], role_of: dict[str, str]) -> GradientStats:
+    """Every statistic of the issue from the per-instance gradients (or their sketches) of one policy."""
+    names = sorted(instance_vectors)
+    if not names:
+        return GradientStats(policy_norm=float("nan"))
+    g_inst = gram([instance_vectors[n] for n in names])
+    roles = sorted({role_of[n] for n in names})
+    member = torch.zeros(len(names), len(roles), dtype=torch.float64)
+    for i, n in enumerate(names):
+        member[i, roles.index(role_of[n])] = 1.0
+    g_role = member.T @ g_inst @ member  # role r's gradient is the sum of its instances'
+    total_sq = float(g_role.sum())
+    norms = g_role.diagonal().clamp(min=0).sqrt()
+    st = GradientStats(policy_norm=math.sqrt(max(total_sq, 0.0)))
+    for a, ra in enumerate(roles):
+        st.norm[ra] = float(norms[a])
+        st.share[ra] = float(g_role[a].sum()) / total_sq if total_sq > 0 else float("nan")
+        for b in range(a + 1, len(roles)):
+            den = float(norms[a] * norms[b])
+            st.cos[(ra, roles[b])] = float(g_role[a, b]) / den if den > 0 else float("nan")
+        idx = [i for i, n in enumerate(names) if role_of[n] == ra]
+        st.instances[ra] = len(idx)
+        if len(idx) >= 2:
+            sub = g_inst[idx][:, idx]
+            inst_norms = sub.diagonal().clamp(min=0).sqrt()
+            mean_norm = float(inst_norms.mean())
+            st.amplification[ra] = float(norms[a]) / mean_norm if mean_norm > 0 else float("nan")
+            cosines = [float(sub[i, j] / (inst_norms[i] * inst_norms[j])) for i in range(len(idx))
+                       for j in range(i + 1, len(idx)) if inst_norms[i] > 0 and inst_norms[j] > 0]
+            st.instance_cos[ra] = sum(cosines) / len(cosines) if cosines else float("nan")
+    finite = {r: s for r, s in st.share.items() if math.isfinite(s)}
+    if finite:
+        st.capture_role = max(finite, key=lambda r: (finite[r], r))
+        st.capture_index = finite[st.capture_role]
+    return st
+
+
+def gradient_mass(turns: Iterable[Turn]) -> dict[str, dict[str, float]]:
+    """Per role: trained tokens, sequences, and sum over tokens of |advantage| (each token carries its turn's)."""
+    out: dict[str, dict[str, float]] = {}
+    for t in turns:
+        row = out.setdefault(t.role, {"tokens": 0.0, "seqs": 0.0, "abs_adv": 0.0})
+        row["tokens"] += len(t.completion_ids)
+        row["seqs"] += 1
+        row["abs_adv"] += abs(t.advantage) * len(t.completion_ids)
+    return out
+
+
+class DirectionEMA:
+    """An exponential moving average of one vector stream: `observe(g)` returns cos(g, EMA before g), NaN on
+    the first call, then updates EMA <- decay * EMA + (1 - decay) * g."""
+
+    def __init__(self, decay: float, state: Vector | None = None):
+        self.decay, self.state = decay, state
+
+    def observe(self, g: Vector) -> float:
+        if self.state is None or self.state.shape != g.shape:
+            self.state = g.detach().clone()
+            return float("nan")
+        c = cosine(g, self.state)
+        self.state.mul_(self.decay).add_(g.detach(), alpha=1 - self.decay)
+        return c
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Across steps: schedule, persistence, optimizer effect, metrics
+
+
+@dataclass
+class _PolicyStep:
+    vectors: dict[str, Vector] = field(default_factory=dict)
+    role_of: dict[str, str] = field(default_factory=dict)
+    update_sizes: list[float] = field(default_factory=list)
+    role_steps: dict[str, int] = field(default_factory=dict)
+
+
+class GradientMonitor:
+    """Run-level gradient diagnostics (`diagnostics.gradients`). The trainer passes it to `update_policy` only
+    on steps where `due(step)`; the update reports into it and `pop_metrics()` returns the step's metrics.
+
+    Kept across steps: each (policy, role)'s EMA of its gradient (persistence; saved in checkpoints by
+    `state_dict`), and each policy's starting weights (drift). The starting weights are copied when the
+    monitor is built, before a checkpoint is loaded: policy initialisation is a function of the run seed, so a
+    resumed run measures drift from the same point without storing them."""
+
+    def __init__(self, every: int, policy_params: dict[str, Sequence[torch.nn.Parameter]], *, sketch_dim: int = 0,
+                 ema_decay: float = 0.9, seed: int = 0):
+        self.every = every
+        self.sketch = CountSketch(sketch_dim, seed) if sketch_dim else None
+        self.ema_decay = ema_decay
+        self.theta0 = {pid: flat_params(ps).clone() for pid, ps in policy_params.items()}
+        self.ema: dict[str, dict[str, DirectionEMA]] = {}
+        self._steps: dict[str, _PolicyStep] = {}
+        self._metrics: dict[str, Any] = {}
+
+    @classmethod
+    def from_config(cls, cfg: Any, policies: Any, policy_ids: Sequence[str]) -> GradientMonitor | None:
+        gc = cfg.diagnostics.gradients
+        if not gc.every:
+            return None
+        return cls(gc.every, {pid: policies.parameters(pid) for pid in policy_ids}, sketch_dim=gc.sketch_dim,
+                   ema_decay=gc.ema_decay, seed=cfg.seed)
+
+    def due(self, step: int) -> bool:
+        """`step` is 0-based; diagnostics run on 1-based steps every, 2 * every, ..."""
+        return self.every > 0 and (step + 1) % self.every == 0
+
+    # --- reported by update_policy ---
+
+    def add_gradients(self, pid: str, grads: InstanceGradients) -> None:
+        """One mini-batch's per-instance vectors (of the step's first pass over its data)."""
+        rec = self._steps.setdefault(pid, _PolicyStep())
+        for inst, v in grads.vectors.items():
+            rec.vectors[inst] = rec.vectors[inst] + v if inst in rec.vectors else v
+            rec.role_of[inst] = grads.role_of[inst]
+
+    def add_update(self, pid: str, size: float, roles: Iterable[str]) -> None:
+        rec = self._steps.setdefault(pid, _PolicyStep())
+        rec.update_sizes.append(size)
+        for r in set(roles):
+            rec.role_steps[r] = rec.role_steps.get(r, 0) + 1
+
+    def finish_policy(self, pid: str, turns: Sequence[Turn], params: Sequence[torch.nn.Parameter]) -> None:
+        rec = self._steps.pop(pid, _PolicyStep())
+        m: dict[str, Any] = {}
+        st = gradient_statistics(rec.vectors, rec.role_of)
+        mass = gradient_mass(turns)
+        role_vectors: dict[str, Vector] = {}
+        for inst, v in rec.vectors.items():
+            r = rec.role_of[inst]
+            role_vectors[r] = role_vectors[r] + v if r in role_vectors else v
+        p = f"grad/{pid}"
+        if rec.vectors:
+            m[f"{p}/norm"] = st.policy_norm
+        for role in sorted(set(mass) | set(st.norm)):
+            q = f"{p}/{role}"
+            for k, v in mass.get(role, {}).items():
+                m[f"{q}/{k}"] = v
+            if role in st.norm:
+                m[f"{q}/norm"] = st.norm[role]
+                m[f"{q}/share"] = st.share[role]
+                m[f"{q}/instances"] = st.instances[role]
+                if role in st.amplification:
+                    m[f"{q}/amplification"] = st.amplification[role]
+                    m[f"{q}/instance_cos"] = st.instance_cos[role]
+                ema = self.ema.setdefault(pid, {}).setdefault(role, DirectionEMA(self.ema_decay))
+                m[f"{q}/persistence"] = ema.observe(role_vectors[role])
+        for (a, b), c in st.cos.items():
+            m[f"{p}/cos/{a}|{b}"] = c
+        if len(st.norm) >= 2:  # capture is a property of a policy that several roles share
+            m[f"{p}/capture_index"] = st.capture_index
+            m[f"{p}/capture_role"] = st.capture_role
+        u = f"update/{pid}"
+        m[f"{u}/optimizer_steps"] = float(len(rec.update_sizes))
+        if rec.update_sizes:
+            m[f"{u}/size"] = sum(rec.update_sizes) / len(rec.update_sizes)
+            m[f"{u}/size_last"] = rec.update_sizes[-1]
+        for role in sorted(set(mass) | set(rec.role_steps)):
+            m[f"{u}/{role}/optimizer_steps"] = float(rec.role_steps.get(role, 0))
+        if pid in self.theta0:
+            m[f"{u}/drift"] = float((flat_params(params) - self.theta0[pid]).norm())
+        self._metrics.update(m)
+
+    def pop_metrics(self) -> dict[str, Any]:
+        out, self._metrics = self._metrics, {}
+        return out
+
+    # --- checkpoints ---
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return {f"ema/{pid}/{role}": e.state for pid, roles in self.ema.items() for role, e in roles.items()
+                if e.state is not None}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor] | None) -> None:
+        self.ema = {}
+        for key, v in (state or {}).items():
+            kind, pid, role = key.split("/", 2)
+            if kind == "ema":
+                self.ema.setdefault(pid, {})[role] = DirectionEMA(self.ema_decay, v.clone())
