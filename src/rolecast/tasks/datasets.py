@@ -256,23 +256,40 @@ def _require(row: Mapping[str, Any], key: str, what: str) -> Any:
 class MathTask(DatasetTask):
     family = "math"
 
-    def __init__(self, *args: Any, last_number: bool = True, **kwargs: Any):
+    def __init__(self, *args: Any, last_number: bool | None = None, grader: str = "rolecast", **kwargs: Any):
+        """`grader`: "rolecast" (math_verify equivalence, `last_number` fallback) or "study" (the reference
+        study's rules, rewards/math_study.py: last \\boxed{} only, the boxed answer compared as written)."""
         super().__init__(*args, **kwargs)
-        self.last_number = last_number
+        if grader not in ("rolecast", "study"):
+            raise ValueError(f"{self.name}: grader must be 'rolecast' or 'study', got {grader!r}")
+        if grader == "study" and last_number:
+            raise ValueError(f"{self.name}: the study grader has no last-number fallback; drop last_number or "
+                             f"use grader: rolecast")
+        self.last_number = grader == "rolecast" if last_number is None else last_number
+        self.grader = grader
 
     def extract_answer(self, text: str | None) -> str | None:
         from rolecast.rewards.math import extract_answer
+        from rolecast.rewards.math_study import study_extract
 
-        return extract_answer(text, last_number=self.last_number)
+        return study_extract(text) if self.grader == "study" else extract_answer(text, last_number=self.last_number)
 
     def score(self, problem: Problem, text: str | None) -> Score:
         from rolecast.rewards.math import score_math
+        from rolecast.rewards.math_study import study_equivalent, study_extract
 
+        if self.grader == "study":
+            pred = study_extract(text)
+            if pred is None:
+                return Score(0.0, None, "no_answer")
+            return Score(1.0 if study_equivalent(str(problem.answer), pred) else 0.0, pred, None)
         return score_math(text, problem.answer, last_number=self.last_number)
 
     def score_many(self, problems: Sequence[Problem], texts: Sequence[str | None]) -> list[Score]:
         from rolecast.rewards.math import default_verifier
 
+        if self.grader == "study":
+            return [self.score(p, t) for p, t in zip(problems, texts, strict=True)]
         v = default_verifier()
         if v.last_number != self.last_number:
             return [self.score(p, t) for p, t in zip(problems, texts, strict=True)]

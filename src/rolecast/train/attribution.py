@@ -67,7 +67,8 @@ def score_episodes(episodes: Sequence[Episode], problems: dict[str, Problem], ta
             elif c.get("kind") == "verdict":
                 truth = result[(ep.problem_id, c["reviewed"])].reward >= 1.0
                 c["reviewed_correct"] = truth
-                c["correct"] = bool(c["accept"]) == truth
+                # the study's parsers report an unparseable verdict as "unknown": never right (rolecast's: Incorrect)
+                c["correct"] = c.get("verdict") != "unknown" and bool(c["accept"]) == truth
             elif c.get("kind") == "pick":
                 flags = [result[(ep.problem_id, cand)].reward >= 1.0 for cand in c["candidates"]]
                 c["candidates_correct"] = flags

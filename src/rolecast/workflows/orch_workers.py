@@ -3,16 +3,18 @@
 import re
 
 from .api import Context, workflow
-from .parsing import parse_strategies
+from .parsing import check_parsers, parse_strategies, study_parse_strategies
 
 # When the orchestrator proposes nothing parseable, one worker still solves the problem directly.
 FALLBACK_STRATEGY = "Solve the problem directly."
 
 
 @workflow("orch_workers", prompts={"orchestrator": ["orchestrate"], "worker": ["work"], "synthesizer": ["synthesize"]})
-async def orch_workers(ctx: Context, k: int = 3) -> str:
+async def orch_workers(ctx: Context, k: int = 3, parsers: str = "rolecast") -> str:
+    check_parsers(parsers)
     plan = await ctx.call("orchestrator", ctx.prompt("orchestrate", k=k))
-    strategies = parse_strategies(plan.text, k)
+    # study: STRATEGY lines, then a numbered list, then lines, then the whole reply; rolecast: STRATEGY lines only
+    strategies = (study_parse_strategies if parsers == "study" else parse_strategies)(plan.text, k)
     proposed = len(re.findall(r"STRATEGY\s*\d+\s*:", plan.text, re.I))
     ctx.log("strategy_count", len(strategies))
     ctx.log("strategy_distinct", len(strategies) / proposed if proposed else 0.0)

@@ -3,17 +3,18 @@
 from collections import Counter
 
 from .api import Context, workflow
-from .parsing import parse_choice
+from .parsing import check_parsers, parse_choice, study_parse_choice
 
 
 @workflow("voting", prompts={"generator": ["solve"], "aggregator": ["aggregate"]})
-async def voting(ctx: Context, n: int = 3) -> str:
+async def voting(ctx: Context, n: int = 3, parsers: str = "rolecast") -> str:
+    check_parsers(parsers)
     solutions = await ctx.gather(*(ctx.call("generator", ctx.prompt("solve"), instance=i) for i in range(n)))
     texts = [s.text for s in solutions]
     for s in solutions:
         s.claim = {"kind": "answer", "text": s.text}
     pick = await ctx.call("aggregator", ctx.prompt("aggregate", solutions=texts))
-    choice = parse_choice(pick.text, n)
+    choice = (study_parse_choice if parsers == "study" else parse_choice)(pick.text, n)
     pick.claim = {"kind": "pick", "picked": choice, "candidates": texts}
 
     answers = [ctx.extract(t) for t in texts]
