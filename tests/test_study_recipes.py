@@ -134,7 +134,8 @@ def test_every_study_recipe_runs_one_step_on_a_random_qwen3_0_6b(recipe, qwen3_0
     data = {"math": {"task.options.path": str(FIX / "dapo_math_processed_en.jsonl")},
             "code": {"task.options.path": str(FIX / "deepcoder_primeintellect.jsonl"), "task.options.test_size": 2}}
     overrides = {"model.path": qwen3_0_6b, "model.dtype": "float32", "run_dir": str(tmp_path / "run"),
-                 "train.steps": 1, "train.problems_per_step": 1, "train.group_size": 2, "train.mini_batch_size": 4,
+                 "train.steps": 1, "train.warmup_steps": 0, "train.problems_per_step": 1, "train.group_size": 2,
+                 "train.mini_batch_size": 4,
                  "rollout.max_new_tokens": 4, "eval.at_start": False, "eval.at_end": False, "checkpoint.every": 0,
                  "logging.progress": False, "threads": 2, **data[task]}
     t0 = time.perf_counter()
