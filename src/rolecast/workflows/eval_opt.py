@@ -29,13 +29,14 @@ async def eval_opt(ctx: Context, max_rounds: int | None = None, shared_history: 
         else:
             seen = history if shared_history else []
             verdict = await ctx.call("evaluator", ctx.prompt("evaluate", solution=solution.text, history=seen))
+        verdict.claim = {"kind": "verdict", "accept": False, "reviewed": solution.text}
         if parsers == "study":
-            said = study_parse_verdict(verdict.text)  # "correct" | "incorrect" | "unknown"
+            said = study_parse_verdict(verdict.text)  # "correct" | "incorrect" | "unknown" (its own outcome)
             accept = said == "correct"
+            verdict.claim["verdict"] = said
         else:
             accept = parse_verdict(verdict.text)  # unparseable counts as Incorrect
-            said = "correct" if accept else "incorrect"
-        verdict.claim = {"kind": "verdict", "accept": accept, "verdict": said, "reviewed": solution.text}
+        verdict.claim["accept"] = accept
         history.append({"solution": solution.text, "critique": verdict.text})
         if accept or round_ == rounds:
             break
