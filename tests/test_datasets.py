@@ -159,14 +159,13 @@ def _dapo_rows():
 def test_dapo_from_jsonl_and_parquet(tmp_path):
     rows = _dapo_rows()
     t = make_task("dapo_math", path=_write_jsonl(tmp_path / "dapo.jsonl", rows))
-    train, val = t.problems("train"), t.problems("validation")
-    assert len(train) + len(val) == 20 and len(val) == 2  # 21 rows, 10% validation, 1 skipped
+    train, test = t.problems("train"), t.problems("test")
+    # 21 rows: the study's held-out split takes ceil(10%) = 3 as "test"; 1 row is skipped (empty ground truth)
+    assert len(train) + len(test) == 20 and len(test) in (2, 3)
     assert t.skipped == {"empty reward_model.ground_truth": 1}
-    by_id = {p.id: p for p in list(train) + list(val)}
+    by_id = {p.id: p for p in list(train) + list(test)}
     assert by_id["dapo_math/id-0"].text == "What is $1+1$?" and by_id["dapo_math/id-0"].answer == "2"
     assert by_id["dapo_math/id-7"].text == "Compute 7 times 3." and by_id["dapo_math/id-7"].answer == "21"
-    with pytest.raises(ValueError, match="no 'test' split"):
-        t.problems("test")
     pq = pytest.importorskip("pyarrow.parquet")
     import pyarrow as pa
 
@@ -191,17 +190,18 @@ def test_deepcoder_fixture(tmp_path):
         {"problem": "Broken row", "tests": "not json", "metadata": {}},
         {"problem": "TACO-style row", "tests": json.dumps({"inputs": ["1"], "outputs": ["1"]}), "metadata": {}},
     ]
-    t = make_task("deepcoder", path={"train": _write_jsonl(tmp_path / "dc.jsonl", rows)}, val_fraction=0.0)
-    probs = t.problems("train")
-    assert len(probs) == 2
-    assert t.skipped == {"tests column is not valid JSON": 1, "no tests": 1}
+    # lcbv5 rows given as one file: the study's seeded split would hold 1000 out, so test_size=1 here
+    t = make_task("deepcoder", path={"train": _write_jsonl(tmp_path / "dc.jsonl", rows)}, test_size=1)
+    probs = sorted(list(t.problems("train")) + list(t.problems("test")), key=lambda p: p.meta["index"])
+    assert len(probs) == 3  # the TACO-style row is read as a stdin problem, as the study's data preparation does
+    assert t.skipped == {"tests column is not valid JSON": 1}
     assert probs[0].answer.kind == "stdio" and probs[1].answer.kind == "functional" and probs[1].answer.entry_point == "maxOf"
     assert "Start from this code:\n```python\nclass Solution:" in probs[1].text
     good = [
         "```python\na, b = map(int, input().split())\nprint(a + b)\n```",
         "```python\nfrom typing import List\nclass Solution:\n    def maxOf(self, nums: List[int]) -> int:\n        return max(nums)\n```",
     ]
-    assert [s.reward for s in t.score_many(probs, good)] == [1.0, 1.0]
+    assert [s.reward for s in t.score_many(probs[:2], good)] == [1.0, 1.0]
     s = t.score(probs[0], "```python\nprint(3)\n```")
     assert (s.reward, s.reason) == (0.0, None)  # ran and printed the wrong thing
 

@@ -64,6 +64,8 @@ class RolloutSettings(_Strict):
     temperature: float = Field(0.7, ge=0)
     top_p: float = Field(1.0, gt=0, le=1)
     max_new_tokens: int = Field(1024, gt=0)
+    # a generation cap per role (e.g. {aggregator: 512}); roles not named use max_new_tokens
+    max_new_tokens_by_role: dict[str, int] = {}
     max_batch: int = Field(256, gt=0)  # sequences per decode batch
     # CPU threads while generating: None (the run's `threads`), a number, or "auto" (one thread when a decode
     # step is small: on a loaded, shared machine OpenMP's threads wait for a free core at every op, see
@@ -97,12 +99,19 @@ class TrainSettings(_Strict):
     update_schedule: Literal["per_step", "per_minibatch"] = "per_step"
     mini_batch_size: int = Field(64, gt=0)
     epochs: int = Field(1, gt=0)  # passes over each step's batch
+    # random: problems_per_step drawn afresh each step; epoch: each training problem once per epoch, reshuffled
+    # every epoch (train/sampling.py). Both are a pure function of (seed, step), so a resumed run sees the same.
+    sampling: Literal["random", "epoch"] = "random"
     micro_batch_tokens: int = Field(8192, gt=0)  # gradient accumulation by token budget
     mask_truncated: bool = False  # drop completions that hit max_new_tokens from the loss
     logprob_check_tol: float = Field(0.02, gt=0)  # max mean |sampler - trainer| log-prob gap on step 1
 
 
 class EvalSettings(_Strict):
+    # custom (default): temperature and n_samples as set (their defaults decode greedily, once). greedy:
+    # enforces temperature 0 and one sample. study: the reference study's protocol, sampled pass@1 at
+    # temperature 0.7, averaged over n_samples samples per problem of the held-out split.
+    protocol: Literal["custom", "greedy", "study"] = "custom"
     # evaluate every N steps (0 = only at start and end). In a run config the default is "auto", resolved at
     # load (`resolve_auto_eval`): ~10 evaluations on checkpointed steps for runs of >= 20 steps, else 0
     every: int = Field(0, ge=0)
@@ -111,6 +120,22 @@ class EvalSettings(_Strict):
     temperature: float = Field(0.0, ge=0)  # 0 = greedy
     at_start: bool = True
     at_end: bool = True
+
+    @model_validator(mode="before")
+    @classmethod
+    def _protocol_defaults(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("protocol") == "study":
+            data = {"temperature": 0.7, **data}
+        return data
+
+    @model_validator(mode="after")
+    def _protocol_consistent(self) -> EvalSettings:
+        if self.protocol == "greedy" and (self.temperature != 0 or self.n_samples != 1):
+            raise ValueError(f"eval.protocol greedy decodes once at temperature 0 (got temperature "
+                             f"{self.temperature}, n_samples {self.n_samples}); use protocol: study to sample")
+        if self.protocol == "study" and self.temperature != 0.7:
+            raise ValueError(f"eval.protocol study samples at temperature 0.7 (got {self.temperature})")
+        return self
 
 
 class LogSettings(_Strict):
@@ -263,6 +288,13 @@ def check_run_config(cfg: RunConfig) -> None:
         build_routing(spec.roles, cfg.routing.sharing, cfg.routing.map, cfg.routing.policies)
     except ValueError as e:
         raise FieldError("routing", str(e)) from None
+    unknown_roles = set(cfg.rollout.max_new_tokens_by_role) - set(spec.roles)
+    if unknown_roles:
+        raise FieldError("rollout.max_new_tokens_by_role", f"workflow {spec.name!r} has no role(s) "
+                         f"{sorted(unknown_roles)}; its roles are {spec.roles}")
+    bad_caps = {r: n for r, n in cfg.rollout.max_new_tokens_by_role.items() if not isinstance(n, int) or n <= 0}
+    if bad_caps:
+        raise FieldError("rollout.max_new_tokens_by_role", f"caps must be positive integers, got {bad_caps}")
     if cfg.task.name not in task_names():
         raise FieldError("task.name", f"unknown task {cfg.task.name!r}; known tasks: {task_names()}")
     try:

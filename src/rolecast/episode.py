@@ -35,6 +35,9 @@ class VerdictClaim:
 
     accept: bool
     reviewed: str
+    # the parsed verdict where a parser tells more than accept/reject: the study's parsers give "correct",
+    # "incorrect" or "unknown" (unparseable, an outcome of its own); None under rolecast's parsers
+    verdict: str | None = None
     correct: bool | None = None  # set by scoring: the verdict matches the truth of `reviewed`
     reviewed_correct: bool | None = None  # set by scoring: `reviewed` is correct
     kind: Literal["verdict"] = field(default="verdict", init=False)

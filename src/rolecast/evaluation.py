@@ -61,7 +61,8 @@ def evaluate(spec: WorkflowSpec, problems: Sequence[Problem], *, task: Task, pro
 def eval_key(cfg: Any, *, run: str, step: int, tag: str, workflow: str) -> dict[str, Any]:
     """The key of an eval.jsonl row: (run, step, workflow, task, split, sharing, model), plus a tag."""
     return {"run": run, "step": step, "tag": tag, "workflow": workflow, "task": cfg.task.name,
-            "split": cfg.task.eval_split, "sharing": cfg.routing.sharing, "model": cfg.model.path}
+            "split": cfg.task.eval_split, "sharing": cfg.routing.sharing, "model": cfg.model.path,
+            "protocol": cfg.eval.protocol}
 
 
 def append_eval_row(path: Path, key: dict[str, Any], result: EvalResult) -> dict[str, Any]:

@@ -34,7 +34,8 @@ def make_backend(cfg: RunConfig, policies: PolicySet, tokenizer: Any) -> Backend
 
     return HFBackend(policies, tokenizer, max_new_tokens=cfg.rollout.max_new_tokens,
                      temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
-                     max_batch=cfg.rollout.max_batch, seed=cfg.seed, decode_threads=cfg.rollout.decode_threads)
+                     max_batch=cfg.rollout.max_batch, seed=cfg.seed, decode_threads=cfg.rollout.decode_threads,
+                     max_new_tokens_by_role=cfg.rollout.max_new_tokens_by_role)
 
 
 class SandboxUnavailable(ConfigError):

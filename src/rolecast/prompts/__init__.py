@@ -20,7 +20,7 @@ CHAT_ROLES = ("system", "user")
 _ENV = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=False, autoescape=False)
 
 
-def families() -> list[str]:
+def families() -> list[str]:  # the top-level files only: prompts/study/ holds override files
     return sorted(p.stem for p in PROMPT_DIR.glob("*.yaml"))
 
 
@@ -49,7 +49,11 @@ def _compiled(family: str, override: str | None) -> dict[str, dict[str, jinja2.T
         raise ValueError(f"no prompt family {family!r}; shipped families: {families()}")
     entries = _load_yaml(path)
     if override:
-        entries = {**entries, **_load_yaml(Path(override))}
+        # a path relative to the shipped prompts (e.g. "study/math.yaml") works from any directory
+        src = Path(override) if Path(override).exists() or not (PROMPT_DIR / override).exists() else PROMPT_DIR / override
+        if not src.exists():
+            raise ValueError(f"task.prompts: {override} does not exist (neither as given nor under {PROMPT_DIR.name}/)")
+        entries = {**entries, **_load_yaml(src)}
     return {name: {role: _ENV.from_string(str(t)) for role, t in entry.items()} for name, entry in entries.items()}
 
 

@@ -2,7 +2,9 @@
 
 Program extraction (:func:`extract_program`), first that applies:
 
-1. the last fenced block tagged python (```python / ```py / ```python3);
+1. the last fenced block tagged python (```python / ```py / ```python3); a fence is 3 or more backticks
+   (````python works), may follow text on its line (``Code: ```python``), and may close right after code
+   on the same line (``return x```);
 2. the last fenced block of any language (or none);
 3. an unclosed ```python fence (a generation cut off at the token limit): everything after it;
 4. bare code: from the first line starting at column 0 with ``def``, ``class``, ``import``, ``from``,
@@ -50,7 +52,7 @@ DEFAULT_TIMEOUT_S = {"asserts": 10.0, "humaneval": 10.0, "stdio": 6.0, "function
 # ----------------------------------------------------------------------------------------------------------
 # extraction
 
-_FENCE = re.compile(r"^[ \t]*```[ \t]*([^\n`]*)\n(.*?)^[ \t]*```", re.S | re.M)
+_OPEN_FENCE = re.compile(r"(`{3,})[ \t]*([^\n`]*)\n")
 _PY_TAGS = {"python", "py", "python3", "py3"}
 _CODE_START = re.compile(r"^(?:def |async def |class |import |from \S+ import |@)", re.M)
 
@@ -63,19 +65,40 @@ def _parses(src: str) -> bool:
         return False
 
 
+def _fenced_blocks(text: str) -> list[tuple[str, str, bool]]:
+    """(language tag, body, closed) of each fenced block, in order. An opening fence is a run of 3 or more
+    backticks followed by an optional tag and a newline, anywhere on its line (so ``Code: ```python`` opens a
+    block); it is closed by the next run of at least as many backticks, at a line start or right after code on
+    the same line (``return x```). A block without a closing fence runs to the end of the text."""
+    out: list[tuple[str, str, bool]] = []
+    pos = 0
+    while True:
+        m = _OPEN_FENCE.search(text, pos)
+        if not m:
+            return out
+        close = re.compile("`{" + str(len(m.group(1))) + ",}").search(text, m.end())
+        body = text[m.end() : close.start() if close else len(text)]
+        if body and not body.endswith("\n"):
+            body += "\n"
+        out.append((m.group(2).strip().lower(), body, close is not None))
+        if not close:
+            return out
+        pos = close.end()
+
+
 def extract_program(text: str | None) -> str | None:
     """The program a completion contains (see module docstring for the order), or None."""
     if not text:
         return None
-    blocks = [(m.group(1).strip().lower(), m.group(2)) for m in _FENCE.finditer(text)]
-    py = [body for tag, body in blocks if tag.split()[0:1] and tag.split()[0] in _PY_TAGS]
+    blocks = _fenced_blocks(text)
+    closed = [(tag, body) for tag, body, done in blocks if done]
+    py = [body for tag, body in closed if tag.split()[0:1] and tag.split()[0] in _PY_TAGS]
     if py:
         return py[-1]
-    if blocks:
-        return blocks[-1][1]
-    m = list(re.finditer(r"```[ \t]*(?:python3?|py)[ \t]*\n", text, re.I))
-    if m:
-        return text[m[-1].end() :]
+    if closed:
+        return closed[-1][1]
+    if blocks and blocks[-1][0].split()[0:1] and blocks[-1][0].split()[0] in _PY_TAGS:
+        return blocks[-1][1]  # an unclosed ```python fence: a generation cut off at the token limit
     start = _CODE_START.search(text)
     if not start:
         return None

@@ -23,6 +23,8 @@ from ..workflows.api import CallOp, Context, ForkOp, Messages, WorkflowSpec
 class GenRequest:
     policy_id: str
     messages: Messages
+    role: str | None = None  # the calling role: the backend looks up its generation cap
+    max_new_tokens: int | None = None  # an explicit cap for this request (else the backend's for the role)
 
 
 @dataclass
@@ -131,7 +133,7 @@ def run_episodes(
                 raise TypeError(f"workflow {spec.name!r} awaited {op!r}; await only ctx.call / ctx.gather")
         if pending:
             batch, pending = pending, []
-            requests = [GenRequest(router(op.role, op.instance), op.messages) for _, op in batch]
+            requests = [GenRequest(router(op.role, op.instance), op.messages, role=op.role) for _, op in batch]
             generations = backend.generate(requests)
             if stats is not None:
                 stats.backend_calls += 1

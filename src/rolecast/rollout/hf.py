@@ -51,13 +51,15 @@ class HFBackend:
     def __init__(self, policies: PolicySet, tokenizer, *, max_new_tokens: int, temperature: float = 0.7,
                  top_p: float = 1.0, max_batch: int = 256, seed: int = 0, ignore_eos: bool = False,
                  fast: bool = True, decode_threads: int | str | None = None, cpu_kernels: bool = True,
-                 share_prefill: bool = True):
+                 share_prefill: bool = True, max_new_tokens_by_role: dict[str, int] | None = None):
         """`fast`: decode steps through `fast_qwen3` where `fast_qwen3.supports(model)`; False: every decode step
         through the stock forward. `cpu_kernels`: the fast path's and the sampler's numba kernels where installed
         (False: torch ops only). `share_prefill`: rows that repeat a prompt are prefilled once (False: every row).
         `decode_threads`: torch intra-op threads while generating (None: unchanged). "auto" uses one thread
         when a decode step is under AUTO_SINGLE_THREAD_FLOPS (2 x parameters x rows), else leaves threads as
-        set: for loaded machines, where small decode steps lose most to waiting threads."""
+        set: for loaded machines, where small decode steps lose most to waiting threads.
+        `max_new_tokens_by_role`: a generation cap per calling role (a judge needs fewer tokens than a solver);
+        other roles use `max_new_tokens`. Rows with different caps decode in separate batches, each exact."""
         self.fast = fast
         self.cpu_kernels = cpu_kernels
         self.share_prefill = share_prefill
@@ -65,6 +67,7 @@ class HFBackend:
         self.policies = policies
         self.tokenizer = tokenizer
         self.max_new_tokens = max_new_tokens
+        self.max_new_tokens_by_role = dict(max_new_tokens_by_role or {})
         self.temperature = temperature
         self.top_p = top_p
         self.max_batch = max_batch
@@ -98,27 +101,40 @@ class HFBackend:
             self._prompt_cache[key] = chat_prompt_ids(self.tokenizer, messages)
         return list(self._prompt_cache[key])
 
+    def cap_for(self, request: GenRequest) -> int:
+        """The generation cap of a request: its own, else its role's, else the default."""
+        if request.max_new_tokens is not None:
+            return request.max_new_tokens
+        return self.max_new_tokens_by_role.get(request.role or "", self.max_new_tokens)
+
     def generate(self, requests: Sequence[GenRequest]) -> list[Generation]:
         t0 = time.perf_counter()
         prompts = [self.encode(r.messages) for r in requests]
+        caps = [self.cap_for(r) for r in requests]
         out: list[Generation | None] = [None] * len(requests)
         threads = torch.get_num_threads()
         try:
             for model, idx, adapters in self.policies.generation_groups([r.policy_id for r in requests]):
-                for s in range(0, len(idx), self.max_batch):
-                    chunk = idx[s:s + self.max_batch]
-                    names = [adapters[i] for i in range(s, s + len(chunk))] if adapters is not None else None
-                    torch.set_num_threads(self._threads_for(model, len(chunk), threads))
-                    for i, gen in zip(chunk, self._decode(model, [prompts[i] for i in chunk], names), strict=True):
-                        out[i] = gen
+                # one decode batch per cap: a row stops at its own cap, and no row decodes past it
+                for cap in sorted({caps[i] for i in idx}):
+                    pos = [j for j, i in enumerate(idx) if caps[i] == cap]
+                    for s in range(0, len(pos), self.max_batch):
+                        part = pos[s:s + self.max_batch]
+                        chunk = [idx[j] for j in part]
+                        names = [adapters[j] for j in part] if adapters is not None else None
+                        torch.set_num_threads(self._threads_for(model, len(chunk), threads))
+                        gens = self._decode(model, [prompts[i] for i in chunk], names, cap)
+                        for i, gen in zip(chunk, gens, strict=True):
+                            out[i] = gen
         finally:
             torch.set_num_threads(threads)
         self.stats.seconds += time.perf_counter() - t0
         return out  # type: ignore[return-value]
 
     @torch.inference_mode()
-    def _decode(self, model, prompts: list[list[int]], adapter_names: list[str] | None) -> list[Generation]:
-        B, P, T = len(prompts), max(len(p) for p in prompts), self.max_new_tokens
+    def _decode(self, model, prompts: list[list[int]], adapter_names: list[str] | None,
+                max_new_tokens: int | None = None) -> list[Generation]:
+        B, P, T = len(prompts), max(len(p) for p in prompts), max_new_tokens or self.max_new_tokens
         input_ids = torch.full((B, P), self.pad_id, dtype=torch.long)
         mask = torch.zeros((B, P), dtype=torch.long)
         for i, p in enumerate(prompts):  # left padding: every row's next token sits in the last column

@@ -297,23 +297,40 @@ def _require(row: Mapping[str, Any], key: str, what: str) -> Any:
 class MathTask(DatasetTask):
     family = "math"
 
-    def __init__(self, *args: Any, last_number: bool = True, **kwargs: Any):
+    def __init__(self, *args: Any, last_number: bool | None = None, grader: str = "rolecast", **kwargs: Any):
+        """`grader`: "rolecast" (math_verify equivalence, `last_number` fallback) or "study" (the reference
+        study's rules, rewards/math_study.py: last \\boxed{} only, the boxed answer compared as written)."""
         super().__init__(*args, **kwargs)
-        self.last_number = last_number
+        if grader not in ("rolecast", "study"):
+            raise ValueError(f"{self.name}: grader must be 'rolecast' or 'study', got {grader!r}")
+        if grader == "study" and last_number:
+            raise ValueError(f"{self.name}: the study grader has no last-number fallback; drop last_number or "
+                             f"use grader: rolecast")
+        self.last_number = grader == "rolecast" if last_number is None else last_number
+        self.grader = grader
 
     def extract_answer(self, text: str | None) -> str | None:
         from rolecast.rewards.math import extract_answer
+        from rolecast.rewards.math_study import study_extract
 
-        return extract_answer(text, last_number=self.last_number)
+        return study_extract(text) if self.grader == "study" else extract_answer(text, last_number=self.last_number)
 
     def score(self, problem: Problem, text: str | None) -> Score:
         from rolecast.rewards.math import score_math
+        from rolecast.rewards.math_study import study_equivalent, study_extract
 
+        if self.grader == "study":
+            pred = study_extract(text)
+            if pred is None:
+                return Score(0.0, None, "no_answer")
+            return Score(1.0 if study_equivalent(str(problem.answer), pred) else 0.0, pred, None)
         return score_math(text, problem.answer, last_number=self.last_number)
 
     def score_many(self, problems: Sequence[Problem], texts: Sequence[str | None]) -> list[Score]:
         from rolecast.rewards.math import default_verifier
 
+        if self.grader == "study":
+            return [self.score(p, t) for p, t in zip(problems, texts, strict=True)]
         v = default_verifier()
         if v.last_number != self.last_number:
             return [self.score(p, t) for p, t in zip(problems, texts, strict=True)]
@@ -389,37 +406,143 @@ class AIME2024(MathTask):
 
 
 # DAPO's prompts wrap each problem in a fixed instruction asking for "Answer: $Answer"; our prompts ask for
-# \boxed{}, so we keep only the problem between the instruction's first paragraph and its "Remember" tail.
+# \boxed{}, so by default we keep only the problem between the instruction's first paragraph and its "Remember"
+# tail (instruction="strip"). The reference study fed the whole wrapped prompt to its role prompts
+# (instruction="keep", what the study recipes use).
 _DAPO_WRAP = re.compile(r"^Solve the following math problem.*?\n\n(.*?)\n\nRemember to put your answer.*$", re.S)
+_CJK = re.compile(r"[\u4e00-\u9fff\u3400-\u4dbf\uf900-\ufaff]")
+
+
+def hf_permutation(n: int, seed: int) -> list[int]:
+    """The row order of Hugging Face `datasets`' `shuffle(seed)` / `train_test_split(seed=...)`:
+    numpy's default_rng(seed).permutation(n). Lets a split made offline equal the study's split of the hub copy."""
+    import numpy as np
+
+    return [int(i) for i in np.random.default_rng(seed).permutation(n)]
 
 
 @register_task("dapo_math")
 class DAPOMath(MathTask):
-    """DAPO-Math-17k: ``prompt`` = chat list whose user turn holds the problem, ``reward_model.ground_truth``."""
+    """DAPO-Math-17k in either layout, detected per row:
+
+    - the deduplicated copy ``open-r1/DAPO-Math-17k-Processed`` (config ``en`` is what the study trained on):
+      ``prompt`` = the wrapped problem as a string, ``solution`` = the gold answer (also ``source_prompt``,
+      ``reward_model``, ``extra_info``);
+    - the original ``BytedTsinghua-SIA/DAPO-Math-17k``: ``prompt`` = chat messages (a list, or that list as a
+      JSON string), ``reward_model.ground_truth``; every problem appears many times.
+
+    Rows are deduplicated on the prompt text (first kept; the processed copy is already unique) and filtered to
+    ``language`` ("en": no CJK characters, as the processed ``en`` config; "all"; "cn"). Splits: the study's
+    held-out split, made as it made it (Hugging Face ``train_test_split(test_size, seed)``): "test" = the
+    first ceil(test_size x n) rows of numpy's default_rng(split_seed).permutation(n), "train" = the rest
+    (12704 / 1412 rows for the ``en`` copy). "validation" needs ``val_fraction > 0`` (carved out of train).
+    """
 
     name = "dapo_math"
     native_splits = ("train",)
     files = {"train": "dapo_math/train.parquet"}
-    hub_name = "BytedTsinghua-SIA/DAPO-Math-17k"
+    hub_name, hub_config = "open-r1/DAPO-Math-17k-Processed", "en"
+
+    def __init__(self, *args: Any, test_size: float = 0.1, split_seed: int = 42, language: str = "en",
+                 instruction: str = "strip", val_fraction: float | None = 0.0, **kwargs: Any):
+        super().__init__(*args, val_fraction=val_fraction, **kwargs)
+        if not 0.0 < test_size < 1.0:
+            raise ValueError(f"dapo_math: test_size must be in (0, 1), got {test_size}")
+        if language not in ("en", "cn", "all"):
+            raise ValueError(f"dapo_math: language must be en, cn or all, got {language!r}")
+        if instruction not in ("strip", "keep"):
+            raise ValueError(f"dapo_math: instruction must be 'strip' or 'keep', got {instruction!r}")
+        self.test_size, self.split_seed, self.language, self.instruction = test_size, split_seed, language, instruction
+
+    def _source_rows(self, split: str) -> list[dict[str, Any]]:
+        if self.path is None and not self.hub:
+            p = data_root() / self.files["train"]
+            if not p.exists() and not p.with_suffix(".jsonl").exists():
+                raise FileNotFoundError(
+                    f"dapo_math: {p} not found (offline). Put DAPO-Math-17k there as train.parquet or train.jsonl, "
+                    f"in the layout of open-r1/DAPO-Math-17k-Processed (config 'en', the copy the study trained on) or "
+                    f"of BytedTsinghua-SIA/DAPO-Math-17k; or set task.options.path, ROLECAST_DATA_DIR, or hub: true")
+            if not p.exists():
+                return read_rows(p.with_suffix(".jsonl"))
+        return super()._source_rows(split)
+
+    def _prompt_text(self, row: Mapping[str, Any], index: int) -> str:
+        prompt = _require(row, "prompt", "the problem (a string, or chat messages)")
+        if isinstance(prompt, str) and prompt.lstrip().startswith("[") and "solution" not in row:
+            try:  # the original layout with its message list stored as a JSON string
+                prompt = json.loads(prompt)
+            except json.JSONDecodeError:
+                pass  # a problem that happens to start with "[": plain text
+        if isinstance(prompt, str):
+            return prompt
+        if isinstance(prompt, Sequence):
+            user = [m.get("content", "") for m in prompt if isinstance(m, Mapping) and m.get("role") == "user"]
+            if user and user[0].strip():
+                return user[0]
+        raise _Skip("no user message in prompt")
+
+    def _unique_rows(self) -> list[tuple[int, dict[str, Any]]]:
+        """(source index, row) after deduplication and the language filter, in source order."""
+        if getattr(self, "_unique", None) is not None:
+            return self._unique
+        seen: set[str] = set()
+        out = []
+        for i, row in enumerate(self._source_rows("train")):
+            try:
+                text = self._prompt_text(row, i)
+            except _Skip as e:
+                self.skipped[str(e)] += 1
+                continue
+            if text in seen:
+                continue
+            seen.add(text)
+            cjk = bool(_CJK.search(text))
+            if (self.language == "en" and cjk) or (self.language == "cn" and not cjk):
+                continue
+            out.append((i, row))
+        self._unique: list[tuple[int, dict[str, Any]]] | None = out
+        return out
+
+    def _rows(self, split: str) -> list[tuple[int, dict[str, Any], str]]:
+        import math
+
+        rows = self._unique_rows()
+        n = len(rows)
+        if n < 2:
+            raise ValueError(f"dapo_math: {n} usable row(s) after deduplication; the held-out split needs at least 2")
+        perm = hf_permutation(n, self.split_seed)
+        n_test = math.ceil(self.test_size * n)
+        n_train = math.floor((1 - self.test_size) * n)
+        if split == "test":
+            picked = perm[:n_test]
+        elif split in ("train", "validation"):
+            train = perm[n_test:n_test + n_train]
+            if self.val_fraction > 0:
+                tr, va = _partition(len(train), self.seed, self.val_fraction)
+                train = [train[j] for j in (tr if split == "train" else va)]
+            elif split == "validation":
+                raise ValueError("dapo_math has no validation split; pass val_fraction > 0 to carve one out of train")
+            picked = train
+        else:
+            raise ValueError(f"dapo_math has no {split!r} split")
+        return [(rows[j][0], rows[j][1], "train") for j in picked]
 
     def make_problem(self, row, index, split):
-        prompt = _require(row, "prompt", "chat messages holding the problem")
-        if isinstance(prompt, str):
-            prompt = json.loads(prompt)
-        user = [m.get("content", "") for m in prompt if isinstance(m, Mapping) and m.get("role") == "user"]
-        if not user or not user[-1].strip():
-            raise _Skip("no user message in prompt")
-        text = user[-1].strip()
-        m = _DAPO_WRAP.match(text)
-        if m:
-            text = m.group(1).strip()
-        rm = _require(row, "reward_model", "{'ground_truth': ...}")
-        if isinstance(rm, str):
-            rm = json.loads(rm)
-        gold = rm.get("ground_truth") if isinstance(rm, Mapping) else None
+        text = self._prompt_text(row, index).strip()
+        if self.instruction == "strip":
+            m = _DAPO_WRAP.match(text)
+            if m:
+                text = m.group(1).strip()
+        gold = row.get("solution")
+        if gold is None:
+            rm = _require(row, "reward_model", "{'ground_truth': ...}")
+            if isinstance(rm, str):
+                rm = json.loads(rm)
+            gold = rm.get("ground_truth") if isinstance(rm, Mapping) else None
         if gold is None or not str(gold).strip():
             raise _Skip("empty reward_model.ground_truth")
-        idx = (row.get("extra_info") or {}).get("index", index) if isinstance(row.get("extra_info"), Mapping) else index
+        extra = row.get("extra_info")
+        idx = extra.get("index", index) if isinstance(extra, Mapping) else index
         return Problem(f"dapo_math/{idx}", text, str(gold).strip(), {"split": split, "index": index})
 
 
@@ -554,16 +677,149 @@ def _lcb_tests(raw: Any, fn_name: str | None) -> Any:
         raise _Skip(str(e)) from e
 
 
+def _deepcoder_tests(raw: Any, fn_name: str | None, per_test_timeout_s: float | None) -> Any:
+    """DeepCoder's tests in any of its subsets' layouts, as CodeTests:
+
+    - LiveCodeBench style (lcbv5, and the study's prepared copy): ``[{"input", "output", "testtype":
+      "stdin" | "stdin_stdout" | "functional", "metadata": {"func_name"}}]``;
+    - PrimeIntellect style: ``[{"type": "stdin_stdout" | "function_call", "fn_name", "input", "output"}]``,
+      where a function call's ``input`` is the list of arguments and ``output`` its return value wrapped in a
+      one-element list (the TACO convention: the list is unwrapped);
+    - TACO style: ``{"inputs": [...], "outputs": [...], "fn_name"?}``.
+
+    Function-call tests become "functional" tests (the function is called with the arguments and its return
+    value compared), never standard-input programs. `per_test_timeout_s` limits each test."""
+    from rolecast.rewards.code import CodeTests
+
+    try:
+        tests = json.loads(raw) if isinstance(raw, str) else raw
+    except json.JSONDecodeError as e:
+        raise _Skip("tests column is not valid JSON") from e
+    if isinstance(tests, Mapping) and "inputs" in tests and "outputs" in tests:
+        fn_name = fn_name or tests.get("fn_name")
+        tests = [{"input": i, "output": o, "fn_name": tests.get("fn_name")} for i, o in
+                 zip(tests["inputs"], tests["outputs"], strict=False)]
+    if not isinstance(tests, list) or not tests:
+        raise _Skip("no tests")
+    if not all(isinstance(t, Mapping) and "input" in t and "output" in t for t in tests):
+        raise _Skip("tests without input/output")
+
+    def call_name(t: Mapping[str, Any]) -> str | None:
+        meta = t.get("metadata") if isinstance(t.get("metadata"), Mapping) else {}
+        return t.get("fn_name") or meta.get("func_name")
+
+    functional = [t.get("testtype") == "functional" or t.get("type") == "function_call" or bool(call_name(t))
+                  for t in tests]
+    if any(functional) and not all(functional):
+        raise _Skip("mixed stdin and function-call tests")
+    if not functional[0]:
+        return CodeTests(kind="stdio", inputs=tuple(str(t["input"]) for t in tests),
+                         outputs=tuple(str(t["output"]) for t in tests), timeout_s=per_test_timeout_s)
+    name = fn_name or next((call_name(t) for t in tests if call_name(t)), None)
+    if not name:
+        raise _Skip("function-call tests without a function name")
+
+    def args(x: Any) -> str:  # one JSON value per line, one line per argument
+        return x if isinstance(x, str) else "\n".join(json.dumps(a) for a in x)
+
+    def ret(x: Any) -> str:
+        if isinstance(x, str):
+            return x
+        return json.dumps(x[0] if isinstance(x, list) and len(x) == 1 else x)
+
+    return CodeTests(kind="functional", inputs=tuple(args(t["input"]) for t in tests),
+                     outputs=tuple(ret(t["output"]) for t in tests), entry_point=str(name), timeout_s=per_test_timeout_s)
+
+
 @register_task("deepcoder")
 class DeepCoder(CodeTask):
-    """DeepCoder-Preview (LiveCodeBench-format subsets): ``problem``, ``tests`` (JSON string of
-    ``[{"input", "output", "testtype": "stdin"|"functional"}]``), ``metadata`` (dict or JSON string)
-    with ``func_name`` for functional problems, optional ``starter_code`` (appended to the statement).
-    Rows in other test formats (the TACO / PrimeIntellect subsets) are skipped with a counted reason."""
+    """DeepCoder-Preview (agentica-org/DeepCoder-Preview-Dataset). Default subset: ``primeintellect``, the
+    study's training set: one file of rows ``problem``, ``tests`` (JSON string, see `_deepcoder_tests`),
+    ``metadata`` (dict or JSON string; ``func_name`` for function problems), optional ``starter_code``.
+    Its splits are the study's: rows with at least one test, in the order of numpy's
+    default_rng(split_seed).permutation (Hugging Face ``shuffle(seed=42)``); "test" = the first ``test_size``
+    (1000), "train" = the rest. Each test runs with ``per_test_timeout_s`` (the study's 3 s per test).
+    ``runtime_results``: the study's JSON of tests that passed a reference run ({problem: {test: {"status":
+    "passed"}}}); given, only those tests are kept and problems left with none are dropped, before the shuffle,
+    as the study's data preparation did. ``subset: lcbv5`` keeps the LiveCodeBench subset with its own
+    train/test files."""
 
     name = "deepcoder"
-    files = {"train": "deepcoder/train.jsonl", "test": "deepcoder/test.jsonl"}
-    hub_name, hub_config = "agentica-org/DeepCoder-Preview-Dataset", "lcbv5"
+    hub_name = "agentica-org/DeepCoder-Preview-Dataset"
+    SUBSETS = {"primeintellect": {"train": "deepcoder/primeintellect/train.parquet"},
+               "lcbv5": {"train": "deepcoder/train.jsonl", "test": "deepcoder/test.jsonl"}}
+
+    def __init__(self, *args: Any, subset: str = "primeintellect", test_size: int = 1000, split_seed: int = 42,
+                 per_test_timeout_s: float | None = 3.0, runtime_results: str | None = None, **kwargs: Any):
+        if subset not in self.SUBSETS:
+            raise ValueError(f"deepcoder: subset must be one of {sorted(self.SUBSETS)}, got {subset!r}")
+        self.subset, self.test_size, self.split_seed = subset, test_size, split_seed
+        self.per_test_timeout_s, self.runtime_results = per_test_timeout_s, runtime_results
+        self.files = self.SUBSETS[subset]
+        self.native_splits = tuple(self.files)
+        self.hub_config = subset
+        kwargs.setdefault("val_fraction", 0.0)
+        super().__init__(*args, **kwargs)
+
+    def _single_source(self) -> bool:
+        """Whether the rows come from one file that the study's split divides (else: native train/test)."""
+        if isinstance(self.path, Mapping):
+            return "test" not in self.path
+        if self.path is not None:
+            return Path(self.path).is_file() or not any((Path(self.path) / f"test{e}").exists()
+                                                         for e in (".jsonl", ".parquet", ".json"))
+        return "test" not in self.files
+
+    def _source_rows(self, split: str) -> list[dict[str, Any]]:
+        if self.path is None and not self.hub:
+            p = data_root() / self.files.get(split, self.files["train"])
+            if not p.exists() and not p.with_suffix(".jsonl").exists():
+                raise FileNotFoundError(
+                    f"deepcoder ({self.subset}): {p} not found (offline). Put the {self.subset} subset of "
+                    f"agentica-org/DeepCoder-Preview-Dataset there (parquet or .jsonl), or set task.options.path, "
+                    f"ROLECAST_DATA_DIR, or hub: true")
+            if not p.exists():
+                return read_rows(p.with_suffix(".jsonl"))
+        return super()._source_rows(split)
+
+    def _kept_rows(self) -> list[tuple[int, dict[str, Any]]]:
+        if getattr(self, "_kept", None) is not None:
+            return self._kept
+        keep = json.loads(Path(self.runtime_results).read_text()) if self.runtime_results else None
+        out = []
+        for i, row in enumerate(self._source_rows("train")):
+            if keep is not None:
+                passed = keep.get(str(i))
+                if passed is None:
+                    continue  # the study kept such rows with all their tests (-1), see below
+                try:
+                    tests = json.loads(row["tests"]) if isinstance(row.get("tests"), str) else row.get("tests")
+                except json.JSONDecodeError:
+                    tests = None
+                if isinstance(tests, list):
+                    tests = [t for j, t in enumerate(tests) if passed.get(str(j), {}).get("status") == "passed"]
+                    if not tests:
+                        continue
+                    row = {**row, "tests": json.dumps(tests)}
+            out.append((i, row))
+        self._kept: list[tuple[int, dict[str, Any]]] | None = out
+        return out
+
+    def _rows(self, split: str) -> list[tuple[int, dict[str, Any], str]]:
+        if not self._single_source():
+            return super()._rows(split)
+        rows = self._kept_rows()
+        if len(rows) <= self.test_size:
+            raise ValueError(f"deepcoder: test_size={self.test_size} leaves no training problems among {len(rows)} rows")
+        perm = hf_permutation(len(rows), self.split_seed)
+        if split == "test":
+            picked = perm[:self.test_size]
+        elif split == "train":
+            picked = perm[self.test_size:]
+        else:
+            raise ValueError(f"deepcoder ({self.subset}) has splits 'train' and 'test' (the seeded held-out "
+                             f"{self.test_size}), not {split!r}")
+        return [(rows[j][0], rows[j][1], "train") for j in picked]
 
     def make_problem(self, row, index, split):
         statement = _require(row, "problem", "the problem statement")
@@ -574,12 +830,12 @@ class DeepCoder(CodeTask):
             except json.JSONDecodeError:
                 meta_raw = {}
         fn = meta_raw.get("func_name") if isinstance(meta_raw, Mapping) else None
-        tests = _lcb_tests(_require(row, "tests", "LiveCodeBench-format tests"), fn)
+        tests = _deepcoder_tests(_require(row, "tests", "the tests"), fn, self.per_test_timeout_s)
         text = statement.strip()
         starter = (row.get("starter_code") or "").strip()
         if starter:
             text += f"\n\nStart from this code:\n```python\n{starter}\n```"
-        return Problem(f"deepcoder/{split}/{index}", text, tests, {"split": split, "index": index})
+        return Problem(f"deepcoder/{self.subset}/{index}", text, tests, {"split": split, "index": index})
 
 
 @register_task("code_jsonl")

@@ -66,7 +66,8 @@ def score_episodes(episodes: Sequence[Episode], problems: dict[str, Problem], ta
                 c.correct = correct(ep.problem_id, c.text)
             elif isinstance(c, VerdictClaim):
                 c.reviewed_correct = correct(ep.problem_id, c.reviewed)
-                c.correct = bool(c.accept) == c.reviewed_correct
+                # the study's parsers report an unparseable verdict as "unknown": never right (rolecast's: Incorrect)
+                c.correct = c.verdict != "unknown" and bool(c.accept) == c.reviewed_correct
             elif isinstance(c, PickClaim):
                 flags = [correct(ep.problem_id, cand) for cand in c.candidates]
                 c.candidates_correct = flags

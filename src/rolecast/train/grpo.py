@@ -40,6 +40,7 @@ from .attribution import attribute, score_episodes
 from .checkpoint import capture_rng_state, latest_step, load_checkpoint, restore_rng_state, save_checkpoint
 from .interventions import Interventions
 from .losses import clipped_surrogate, clipped_tokens, k3_kl, linear_logprobs, token_entropy, token_logprobs
+from .sampling import step_problems
 from .schedule import constant, warmup_cosine
 
 log = logging.getLogger("rolecast.train")
@@ -188,6 +189,15 @@ def completion_logprobs(model, batch: dict[str, torch.Tensor], temperature: floa
 TALLY_KEYS = ("tokens", "entropy", "clip_fraction", "approx_kl", "kl")
 
 
+def generation_caps(cfg: RunConfig, turns: list[Turn]) -> int | torch.Tensor:
+    """The generation cap that normalises a length-normalised loss (seq-mean-token-sum): the run's
+    max_new_tokens, or with per-role caps each row's own role cap."""
+    by_role = cfg.rollout.max_new_tokens_by_role
+    if not by_role:
+        return cfg.rollout.max_new_tokens
+    return torch.tensor([by_role.get(t.role, cfg.rollout.max_new_tokens) for t in turns], dtype=torch.float32)
+
+
 def update_policy(pid: str, turns: list[Turn], *, cfg: RunConfig, policies: PolicySet, optimizer, pad_id: int,
                   rng: random.Random, check_logprobs: bool, monitor: GradientMonitor | None = None,
                   interventions: Interventions | None = None,
@@ -268,7 +278,7 @@ def update_policy(pid: str, turns: list[Turn], *, cfg: RunConfig, policies: Poli
                                    else None)
                         loss, _ = clipped_surrogate(logp, old, adv, mask, tc.clip_low, tc.clip_high, tc.loss_agg,
                                                     ref_logp=ref_logp, kl_coef=kl_coef,
-                                                    max_len=cfg.rollout.max_new_tokens, row_weights=weights, **norms)
+                                                    max_len=generation_caps(cfg, micro), row_weights=weights, **norms)
                         if not torch.isfinite(loss):
                             finite = False
                             break
@@ -416,8 +426,8 @@ def train(cfg: RunConfig, *, resume: str | Path | None = None, stop_after: int |
     for step in range(start, end):
         t0 = time.perf_counter()
         # 1. problems for this step: a pure function of (seed, step), so resuming needs no data cursor
-        data_rng = random.Random(_step_seed(cfg.seed, step, 0))
-        problems = data_rng.sample(train_pool, min(cfg.train.problems_per_step, len(train_pool)))
+        problems = step_problems(train_pool, seed=cfg.seed, step=step, per_step=cfg.train.problems_per_step,
+                                 mode=cfg.train.sampling)
         # 2. rollouts
         backend.reseed(_step_seed(cfg.seed, step, 1))
         rstats = RolloutStats()

@@ -198,15 +198,18 @@ def _seq_mean_token_sum(loss: Tensor, mask: Tensor, *, total_seqs: int | None = 
 
 @register_aggregation("seq-mean-token-sum-norm")
 def _seq_mean_token_sum_norm(
-    loss: Tensor, mask: Tensor, *, total_seqs: int | None = None, max_len: int | None = None, **_: object
+    loss: Tensor, mask: Tensor, *, total_seqs: int | None = None, max_len: int | Tensor | None = None, **_: object
 ) -> Tensor:
     """Dr. GRPO: per-sequence token sums divided by a constant `max_len`, then averaged over sequences.
 
     `max_len` is required (e.g. the generation budget `max_new_tokens`): defaulting to the padded width
-    would differ between micro-batches and silently break gradient accumulation.
+    would differ between micro-batches and silently break gradient accumulation. With per-role generation
+    caps it is a tensor [B]: each row divided by its own role's cap.
     """
     if max_len is None:
         raise ValueError("seq-mean-token-sum-norm needs max_len (a constant, e.g. max_new_tokens)")
+    if isinstance(max_len, Tensor):
+        return ((loss * mask).sum(-1) / max_len.to(loss.dtype)).sum() / _seq_count(mask, total_seqs)
     return (loss * mask).sum() / max_len / _seq_count(mask, total_seqs)
 
 
@@ -217,7 +220,7 @@ def aggregate(
     *,
     total_tokens: int | None = None,
     total_seqs: int | None = None,
-    max_len: int | None = None,
+    max_len: int | torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Reduce a `[B, T]` per-token loss to a scalar; pass the whole batch's normalisers when micro-batching."""
     if mode not in AGGREGATIONS:
@@ -264,7 +267,7 @@ def clipped_surrogate(
     kl_coef: float | torch.Tensor = 0.0,
     total_tokens: int | None = None,
     total_seqs: int | None = None,
-    max_len: int | None = None,
+    max_len: int | torch.Tensor | None = None,
     row_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """PPO clipped surrogate with asymmetric clip (DAPO "clip-higher"), optionally plus `kl_coef * k3`.

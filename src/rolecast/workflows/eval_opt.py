@@ -1,32 +1,65 @@
 """Evaluator-optimizer: the generator solves, the evaluator judges; refine until Correct or max rounds."""
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field
 
 from ..episode import AnswerClaim, VerdictClaim
-from .api import Context, workflow
-from .parsing import parse_verdict
+from .api import Context, Messages, workflow
+from .parsing import check_parsers, parse_verdict, study_parse_verdict
 
 
 @workflow("eval_opt", prompts={"generator": ["solve", "refine"], "evaluator": ["evaluate"]})
-async def eval_opt(ctx: Context, max_rounds: Annotated[int, Field(ge=1)] | None = None,
-                   shared_history: bool = True) -> str:
+async def eval_opt(ctx: Context, max_rounds: Annotated[int, Field(ge=1)] | None = None, shared_history: bool = True,
+                   parsers: Literal["rolecast", "study"] = "rolecast",
+                   conversation: Literal["prompt", "multi_turn"] = "prompt") -> str:
+    """`conversation`: "prompt" (each call is one fresh prompt that restates the history as text) or
+    "multi_turn" (the study's shared conversation: every call sees the whole conversation so far, its earlier
+    generator and evaluator turns as assistant messages, followed by the prompt `evaluate_turn` or
+    `refine_turn` as the new user message). `parsers`: "rolecast" or "study" (workflows/parsing.py)."""
+    check_parsers(parsers)
+    if conversation not in ("prompt", "multi_turn"):
+        raise ValueError(f"eval_opt option conversation must be 'prompt' or 'multi_turn', got {conversation!r}")
     # The study uses 3 rounds for math and 2 for code.
     rounds = max_rounds or (2 if ctx.family == "code" else 3)
     history: list[dict[str, str]] = []  # {solution, critique} per finished round
-    solution = await ctx.call("generator", ctx.prompt("solve"))
+    convo: Messages = ctx.prompt("solve")  # multi_turn: the shared conversation
+    solution = await ctx.call("generator", convo)
+    convo = convo + [{"role": "assistant", "content": solution.text}]
     for round_ in range(1, rounds + 1):
         solution.claim = AnswerClaim(solution.text)
-        seen = history if shared_history else []
-        verdict = await ctx.call("evaluator", ctx.prompt("evaluate", solution=solution.text, history=seen))
-        accept = parse_verdict(verdict.text)  # unparseable counts as Incorrect
-        verdict.claim = VerdictClaim(accept, solution.text)
+        if conversation == "multi_turn":
+            convo = convo + _user_turn(ctx, "evaluate_turn")
+            verdict = await ctx.call("evaluator", convo)
+            convo = convo + [{"role": "assistant", "content": verdict.text}]
+        else:
+            seen = history if shared_history else []
+            verdict = await ctx.call("evaluator", ctx.prompt("evaluate", solution=solution.text, history=seen))
+        said = None
+        if parsers == "study":
+            said = study_parse_verdict(verdict.text)  # "correct" | "incorrect" | "unknown" (its own outcome)
+            accept = said == "correct"
+        else:
+            accept = parse_verdict(verdict.text)  # unparseable counts as Incorrect
+        verdict.claim = VerdictClaim(accept, solution.text, verdict=said)
         history.append({"solution": solution.text, "critique": verdict.text})
         if accept or round_ == rounds:
             break
-        seen = history if shared_history else history[-1:]
-        solution = await ctx.call("generator", ctx.prompt("refine", history=seen))
+        if conversation == "multi_turn":
+            convo = convo + _user_turn(ctx, "refine_turn")
+            solution = await ctx.call("generator", convo)
+            convo = convo + [{"role": "assistant", "content": solution.text}]
+        else:
+            seen = history if shared_history else history[-1:]
+            solution = await ctx.call("generator", ctx.prompt("refine", history=seen))
     ctx.log("rounds", round_)
     ctx.log("accepted", float(accept))
     return solution.text
+
+
+def _user_turn(ctx: Context, name: str) -> Messages:
+    """The user message(s) of prompt `name` (a system message belongs only at the start of a conversation)."""
+    if not ctx.prompts.has(name):
+        raise KeyError(f"conversation: multi_turn needs the prompt {name!r}, which the {ctx.family!r} prompts lack; "
+                       f"use task.prompts: study/{ctx.family}.yaml or add it to your prompt file")
+    return [m for m in ctx.prompt(name) if m["role"] == "user"]

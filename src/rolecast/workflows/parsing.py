@@ -6,7 +6,8 @@ import re
 
 from ..rewards.math import last_boxed
 
-__all__ = ["last_boxed", "parse_choice", "parse_strategies", "parse_verdict"]
+__all__ = ["PARSER_SETS", "check_parsers", "last_boxed", "parse_choice", "parse_strategies", "parse_verdict",
+           "study_parse_choice", "study_parse_strategies", "study_parse_verdict"]
 
 _STRATEGY = re.compile(r"STRATEGY\s*(\d+)\s*:\s*(.*?)(?=STRATEGY\s*\d+\s*:|\Z)", re.S | re.I)
 _DIGIT = re.compile(r"\d")
@@ -41,3 +42,58 @@ def parse_strategies(text: str | None, k: int) -> list[str]:
         if len(out) == k:
             break
     return out
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The reference study's parsers (XHMY/marl-llm-workflows, examples/math_reasoning/*_workflow.py), rule for rule;
+# selected with the workflow option `parsers: study`. Side by side with the ones above in docs/study_recipe.md.
+
+PARSER_SETS = ("rolecast", "study")
+
+_STUDY_CHOICE_BOX = re.compile(r"\\boxed\{(\d+)\}", re.I)
+_STUDY_CHOICE_DIGIT = re.compile(r"\b([1-9])\b")
+_STUDY_VERDICT = re.compile(r"\\boxed\{(Correct|Incorrect)\}", re.I)
+_STUDY_STRATEGY = re.compile(r"STRATEGY\s*(\d+)\s*:\s*(.+?)(?=STRATEGY\s*\d+\s*:|$)", re.I | re.S)
+_STUDY_NUMBERED = re.compile(r"^\s*(\d+)[.)]\s*(.+?)(?=^\s*\d+[.)]|\Z)", re.M | re.S)
+
+
+def study_parse_choice(text: str | None, n: int) -> int:
+    """The study's aggregator rule: the FIRST \\boxed{<digits>}; if absent or out of range, the FIRST
+    standalone digit 1-9 (a word-bounded single digit; the 2 of "24" does not count); if that one is out of
+    range (only the first is tried), or there is none, candidate 1."""
+    text = text or ""
+    m = _STUDY_CHOICE_BOX.search(text)
+    if m and 0 <= int(m.group(1)) - 1 < n:
+        return int(m.group(1)) - 1
+    d = _STUDY_CHOICE_DIGIT.search(text)
+    if d and 0 <= int(d.group(1)) - 1 < n:
+        return int(d.group(1)) - 1
+    return 0
+
+
+def study_parse_verdict(text: str | None) -> str:
+    """The study's evaluator rule: the FIRST \\boxed{Correct} / \\boxed{Incorrect} (any case) decides;
+    without one the verdict is "unknown", its own outcome (not accepted, and under role-local rewards never
+    right), where rolecast's parse_verdict counts it as Incorrect."""
+    m = _STUDY_VERDICT.search(text or "")
+    return m.group(1).lower() if m else "unknown"
+
+
+def study_parse_strategies(text: str | None, k: int) -> list[str]:
+    """The study's orchestrator rule, in order: `STRATEGY i:` blocks; else a numbered list (`1.` or `1)` at a
+    line start); else the non-blank lines longer than 10 characters; each sorted by number where numbered,
+    duplicates kept, at most k. If all give nothing, the whole reply is the one strategy."""
+    text = text or ""
+    found = _STUDY_STRATEGY.findall(text) or _STUDY_NUMBERED.findall(text)
+    if found:
+        strategies = [body.strip() for _, body in sorted(found, key=lambda x: int(x[0]))]
+    else:
+        strategies = [ln.strip() for ln in text.split("\n") if len(ln.strip()) > 10][:k]
+    if not strategies:
+        strategies = [text.strip()]
+    return strategies[:k]
+
+
+def check_parsers(parsers: str) -> None:
+    if parsers not in PARSER_SETS:
+        raise ValueError(f"workflow option parsers must be one of {PARSER_SETS}, got {parsers!r}")

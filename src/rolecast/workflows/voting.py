@@ -1,23 +1,25 @@
 """Voting: N generators answer the same prompt independently; an aggregator picks one with \\boxed{i}."""
 
 from collections import Counter
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field
 
 from ..episode import AnswerClaim, PickClaim
 from .api import Context, workflow
-from .parsing import parse_choice
+from .parsing import check_parsers, parse_choice, study_parse_choice
 
 
 @workflow("voting", prompts={"generator": ["solve"], "aggregator": ["aggregate"]})
-async def voting(ctx: Context, n: Annotated[int, Field(ge=1)] = 3) -> str:
+async def voting(ctx: Context, n: Annotated[int, Field(ge=1)] = 3,
+                 parsers: Literal["rolecast", "study"] = "rolecast") -> str:
+    check_parsers(parsers)
     solutions = await ctx.gather(*(ctx.call("generator", ctx.prompt("solve"), instance=i) for i in range(n)))
     texts = [s.text for s in solutions]
     for s in solutions:
         s.claim = AnswerClaim(s.text)
     pick = await ctx.call("aggregator", ctx.prompt("aggregate", solutions=texts))
-    choice = parse_choice(pick.text, n)
+    choice = (study_parse_choice if parsers == "study" else parse_choice)(pick.text, n)
     pick.claim = PickClaim(choice, texts)
 
     answers = [ctx.extract(t) for t in texts]
