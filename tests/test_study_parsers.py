@@ -143,7 +143,7 @@ def test_study_unknown_verdict_never_counts_as_right_under_role_rewards():
         attribute(eps, "role")
         verdict = next(t for t in eps[0].turns if t.role == "evaluator")
         # the answer is wrong: rolecast reads "Hmm." as Incorrect and pays the evaluator for it
-        assert verdict.claim["correct"] is expected
+        assert verdict.claim.correct is expected
 
 
 def test_eval_opt_multi_turn_is_one_conversation(tmp_path):

@@ -79,7 +79,7 @@ def test_length_normaliser_uses_each_rows_role_cap(tiny_model_dir, tmp_path):
     assert caps.tolist() == [8.0, 2.0]
     loss = torch.tensor([[1.0, 1.0], [1.0, 1.0]])
     mask = torch.ones(2, 2)
-    # seq-mean-token-sum: (2/8 + 2/2) / 2 sequences
+    # seq-mean-token-sum-norm: (2/8 + 2/2) / 2 sequences
     assert float(aggregate(loss, mask, "seq-mean-token-sum-norm", max_len=caps)) == pytest.approx((2 / 8 + 2 / 2) / 2)
     no_caps = _cfg(tiny_model_dir, tmp_path, **{"rollout.max_new_tokens": 8})
     assert generation_caps(no_caps, turns) == 8
