@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from rolecast.train.checkpoint import (
+    CheckpointError,
     capture_rng_state,
     latest_step,
     list_checkpoints,
@@ -126,7 +127,7 @@ def test_keep_last_n_pruning(tmp_path: Path) -> None:
 
 
 def test_stale_or_corrupt_pointer_falls_back_to_newest_complete(tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(CheckpointError):
         load_checkpoint(tmp_path)
     assert latest_step(tmp_path) is None
     for s in (3, 4):
@@ -142,7 +143,7 @@ def test_stale_or_corrupt_pointer_falls_back_to_newest_complete(tmp_path: Path) 
     assert latest_step(tmp_path) == 4
     (ckpts / "latest").write_text("3\n")
     assert load_checkpoint(tmp_path)[0] == 3
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(CheckpointError):
         load_checkpoint(tmp_path, step=8)
 
 
