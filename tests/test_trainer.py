@@ -47,8 +47,16 @@ def test_voting_isolated_lora_writes_per_role_metrics(tiny_model_dir, tmp_path):
     assert [e["tag"] for e in evals] == ["base", "final"]
 
 
-def test_resumed_run_equals_uninterrupted(tiny_model_dir, tmp_path):
-    overrides = {"train.steps": 4, "train.lr_schedule": "cosine", "eval.at_start": False, "eval.at_end": False}
+@pytest.mark.parametrize("cell", [
+    {},  # single agent, shared policy
+    # several adapters, each with its own optimizer, sampled in one mixed batch per wave
+    {"workflow.name": "voting", "routing.sharing": "isolated", "train.group_size": 2},
+])
+def test_resumed_run_equals_uninterrupted(tiny_model_dir, tmp_path, cell):
+    from rolecast.train.checkpoint import load_checkpoint
+
+    overrides = {"train.steps": 4, "train.lr_schedule": "cosine", "eval.at_start": False, "eval.at_end": False,
+                 **cell}
     train(tiny_config(tiny_model_dir, tmp_path / "full", **overrides))
     # the interrupted run: same config, stopped after 2 steps (like a pre-empted job), then resumed
     part_cfg = tiny_config(tiny_model_dir, tmp_path / "part", **overrides)
@@ -61,6 +69,15 @@ def test_resumed_run_equals_uninterrupted(tiny_model_dir, tmp_path):
         return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]
 
     assert strip(full) == strip(part)
+    (_, a), (_, b) = load_checkpoint(tmp_path / "full", 4), load_checkpoint(tmp_path / "part", 4)
+    assert a.keys() == b.keys() and any(k.startswith("policy/") for k in a)
+    for key in a:
+        if key.startswith("policy/"):  # every policy's weights, bit for bit
+            assert a[key].keys() == b[key].keys()
+            assert all(torch.equal(a[key][n], b[key][n]) for n in a[key]), key
+        elif key.startswith("optim/"):
+            for i, s in a[key]["state"].items():
+                assert all(torch.equal(s[x], b[key]["state"][i][x]) for x in s), key
 
 
 def _turns(policies, tokenizer, n=4, seed=0):
@@ -257,3 +274,81 @@ def test_fused_head_equals_the_head_module_path(tiny_model_dir, monkeypatch):
         assert torch.allclose(lp_a, lp_b, atol=1e-5) and torch.allclose(ent_a, ent_b, atol=1e-5)
         assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(g_a, g_b, strict=True))
     assert any(g.abs().sum() > 0 for g in g_a)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Diverged runs stop; temperature 0 cannot train
+
+
+def test_training_at_temperature_zero_is_refused_at_load():
+    from rolecast.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"rollout.temperature: 0 .*every completion of a GRPO group would be the same"):
+        load_config(None, {"rollout.temperature": 0})
+    assert load_config(None, {"eval.temperature": 0}).eval.temperature == 0  # greedy evaluation is fine
+    assert load_config(None, {"rollout.temperature": 0, "train.steps": 0}).train.steps == 0  # nothing to train
+
+
+def test_divergence_guard_counts_streaks_per_policy():
+    from rolecast.train.grpo import DivergenceGuard
+
+    settings = load_config(None, {"train.max_skipped_updates": 3, "train.max_entropy_steps": 2,
+                                  "train.max_entropy_tol": 0.01}).train
+    guard = DivergenceGuard(settings, vocab_size=100)  # max entropy log(100) = 4.605; at max from 4.559
+    ok = {"optimizer_steps": 2.0, "entropy": 2.0}
+    guard.update("a", ok, 0.0, outputs_finite=True)
+    guard.update("b", {"optimizer_steps": 1.0, "entropy": 2.0}, 1.0, outputs_finite=True)  # 2 epochs: ok, skip
+    assert guard.reason(1) is None
+    guard.update("b", {"optimizer_steps": 0.0, "entropy": 2.0}, 2.0, outputs_finite=True)  # skip, skip: 3 in a row
+    assert "policy 'b': 3 optimizer updates in a row skipped" in guard.reason(2)
+    guard.update("b", {"optimizer_steps": 1.0, "entropy": 2.0}, 0.0, outputs_finite=True)  # a good update resets
+    assert guard.reason(3) is None
+    guard.update("a", {"optimizer_steps": 2.0, "entropy": 4.57}, 0.0, outputs_finite=True)
+    assert guard.reason(4) is None and guard.suspect()  # one step at the maximum: not yet
+    guard.update("a", {"optimizer_steps": 2.0, "entropy": 4.6}, 0.0, outputs_finite=True)
+    assert "policy 'a': token entropy at its maximum log|V| = 4.605" in guard.reason(5)
+    # a policy that starts at the maximum (random weights) was not driven there by training: no stop
+    fresh = DivergenceGuard(settings, vocab_size=100)
+    for step in range(5):
+        fresh.update("c", {"optimizer_steps": 1.0, "entropy": 4.6}, 0.0, outputs_finite=True)
+        assert fresh.reason(step) is None
+    fresh.update("c", {"optimizer_steps": 1.0, "entropy": 4.6}, 0.0, outputs_finite=False)
+    assert "non-finite outputs" in fresh.reason(6)
+
+
+@pytest.fixture(scope="module")
+def one_good_testbed_step(tmp_path_factory):
+    """The embedded testbed model after one ordinary step (tiny settings), checkpointed."""
+    run_dir = tmp_path_factory.mktemp("diverge") / "run"
+    cfg = load_config(None, {"run_dir": str(run_dir), "train.steps": 1, "train.problems_per_step": 2,
+                             "train.group_size": 2, "train.epochs": 1, "rollout.max_new_tokens": 8,
+                             "eval.at_start": False, "eval.at_end": False, "logging.progress": False,
+                             "checkpoint.every": 1})
+    train(cfg)
+    return run_dir
+
+
+@pytest.mark.parametrize("lr", ["1e30", "1e38"])
+def test_a_diverging_run_stops_and_keeps_its_last_good_checkpoint(one_good_testbed_step, tmp_path, capsys, lr):
+    """lr 1e30 blows the weights up to huge finite values (the next forward is inf/NaN); 1e38 overflows inside
+    AdamW. Both stop with one line and a non-zero exit, and nothing after the good step is checkpointed."""
+    import shutil
+
+    from rolecast.cli import main
+    from rolecast.train.checkpoint import latest_step, list_checkpoints
+
+    run_dir = shutil.copytree(one_good_testbed_step, tmp_path / "run")
+    good = load_checkpoint_weights(run_dir)
+    assert main(["train", "--resume", str(run_dir), "--steps", "4", "--set", f"train.lr={lr}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("rolecast: training diverged and stopped at step 2: policy 'shared'")
+    assert f"last good checkpoint, {run_dir}/checkpoints/step_1, is kept" in err[0]
+    assert list_checkpoints(run_dir) == [1] and latest_step(run_dir) == 1
+    after = load_checkpoint_weights(run_dir)
+    assert all(torch.equal(good[k], after[k]) for k in good)
+
+
+def load_checkpoint_weights(run_dir):
+    from rolecast.train.checkpoint import load_checkpoint
+
+    return load_checkpoint(run_dir)[1]["policy/shared"]

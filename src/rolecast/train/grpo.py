@@ -454,7 +454,9 @@ class _Session:
                 if start < end:
                     self.step(start, end, progress)
             except BaseException:
-                if discard_on_early_failure is not None:  # a new run that never finished a step: leave nothing
+                # a new run that failed before logging its first step leaves nothing; one that stopped after
+                # (diverged on step 1) keeps its logs, which show why
+                if discard_on_early_failure is not None and not (run_dir / "metrics.jsonl").exists():
                     self.loggers.close()
                     discard_new_run(run_dir, discard_on_early_failure)
                 raise
