@@ -48,18 +48,26 @@ def test_voting_isolated_lora_writes_per_role_metrics(tiny_model_dir, tmp_path):
 
 
 @pytest.mark.parametrize("cell", [
-    {},  # single agent, shared policy
-    # several adapters, each with its own optimizer, sampled in one mixed batch per wave
-    {"workflow.name": "voting", "routing.sharing": "isolated", "train.group_size": 2},
-])
-def test_resumed_run_equals_uninterrupted(tiny_model_dir, tmp_path, cell):
+    {},  # single agent, one shared policy (full fine-tune, the testbed recipe)
+    # several policies, each with its own optimizer: full copies, and LoRA adapters on one base
+    {"workflow.name": "voting", "routing.sharing": "isolated"},
+    {"workflow.name": "voting", "routing.sharing": "isolated", "model.trainable": "lora", "model.lora.r": 4,
+     "train.lr": 1e-3},
+], ids=["single-shared", "voting-isolated-full", "voting-isolated-lora"])
+def test_resumed_run_equals_uninterrupted(tmp_path, cell):
+    """The embedded testbed model solves about half the problems, so groups carry advantages and the weights
+    really move (a random model's rewards are all 0: nothing would move, and nothing could differ)."""
     from rolecast.train.checkpoint import load_checkpoint
 
-    overrides = {"train.steps": 4, "train.lr_schedule": "cosine", "eval.at_start": False, "eval.at_end": False,
-                 **cell}
-    train(tiny_config(tiny_model_dir, tmp_path / "full", **overrides))
+    def config(run_dir):
+        return load_config(None, {"run_dir": str(run_dir), "train.steps": 4, "train.problems_per_step": 2,
+                                  "train.group_size": 4, "train.lr_schedule": "cosine", "rollout.max_new_tokens": 12,
+                                  "eval.at_start": False, "eval.at_end": False, "logging.progress": False,
+                                  "checkpoint.every": 1, "checkpoint.keep_last": 4, **cell})
+
+    train(config(tmp_path / "full"))
     # the interrupted run: same config, stopped after 2 steps (like a pre-empted job), then resumed
-    part_cfg = tiny_config(tiny_model_dir, tmp_path / "part", **overrides)
+    part_cfg = config(tmp_path / "part")
     train(part_cfg, stop_after=2)
     train(part_cfg, resume=tmp_path / "part")
     full, part = read_metrics(tmp_path / "full"), read_metrics(tmp_path / "part")
@@ -69,11 +77,13 @@ def test_resumed_run_equals_uninterrupted(tiny_model_dir, tmp_path, cell):
         return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]
 
     assert strip(full) == strip(part)
+    first = load_checkpoint(tmp_path / "full", 1)[1]
     (_, a), (_, b) = load_checkpoint(tmp_path / "full", 4), load_checkpoint(tmp_path / "part", 4)
     assert a.keys() == b.keys() and any(k.startswith("policy/") for k in a)
     for key in a:
-        if key.startswith("policy/"):  # every policy's weights, bit for bit
+        if key.startswith("policy/"):  # every policy's weights, bit for bit; and they did move
             assert a[key].keys() == b[key].keys()
+            assert any(not torch.equal(a[key][n], first[key][n]) for n in a[key]), key
             assert all(torch.equal(a[key][n], b[key][n]) for n in a[key]), key
         elif key.startswith("optim/"):
             for i, s in a[key]["state"].items():
