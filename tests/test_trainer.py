@@ -90,6 +90,32 @@ def test_resumed_run_equals_uninterrupted(tmp_path, cell):
                 assert all(torch.equal(s[x], b[key]["state"][i][x]) for x in s), key
 
 
+@pytest.mark.parametrize("mode", ["full", "lora"])
+def test_sampling_does_not_depend_on_whether_training_ran_before(mode):
+    """A fresh PolicySet (a resumed run's first step) samples exactly as one that has been through `training()`
+    (the uninterrupted run): the weights' requires_grad state, which changed the sampled log-probs by ~1e-7,
+    is the same in both (False outside training)."""
+    from rolecast.policies import load_tokenizer
+    from rolecast.rollout.engine import GenRequest
+    from rolecast.rollout.hf import HFBackend
+
+    tok = load_tokenizer("testbed")
+    policies = PolicySet("testbed", ["aggregator", "generator"], mode=mode, lora={"r": 4, "alpha": 8})
+    backend = HFBackend(policies, tok, max_new_tokens=12, temperature=1.0, seed=0)
+    reqs = [GenRequest(pid, [{"role": "user", "content": f"{i % 7} + {i % 5} = ?"}])
+            for i in range(8) for pid in ("generator", "aggregator")]
+
+    def sample():
+        backend.reseed(1)
+        return [(g.completion_ids, g.logprobs) for g in backend.generate(reqs)]
+
+    fresh = sample()
+    for pid in policies.policy_ids:
+        with policies.training(pid):
+            pass
+    assert sample() == fresh
+
+
 def _turns(policies, tokenizer, n=4, seed=0):
     g = torch.Generator().manual_seed(seed)
     out = []
@@ -330,8 +356,10 @@ def test_divergence_guard_counts_streaks_per_policy():
 def one_good_testbed_step(tmp_path_factory):
     """The embedded testbed model after one ordinary step (tiny settings), checkpointed."""
     run_dir = tmp_path_factory.mktemp("diverge") / "run"
-    cfg = load_config(None, {"run_dir": str(run_dir), "train.steps": 1, "train.problems_per_step": 2,
-                             "train.group_size": 2, "train.epochs": 1, "rollout.max_new_tokens": 8,
+    # 4 problems x 4 samples: the testbed solves about half, so groups carry advantages and gradients are
+    # non-zero (Adam does not move weights whose gradients were always 0, whatever the lr)
+    cfg = load_config(None, {"run_dir": str(run_dir), "train.steps": 1, "train.problems_per_step": 4,
+                             "train.group_size": 4, "train.epochs": 1, "rollout.max_new_tokens": 8,
                              "eval.at_start": False, "eval.at_end": False, "logging.progress": False,
                              "checkpoint.every": 1})
     train(cfg)

@@ -122,6 +122,13 @@ class PolicySet:
             raise ValueError(f"model.trainable must be 'lora' or 'full', got {mode!r}")
         for m in self.unique_models():
             m.eval()  # no dropout anywhere: sampling and training must see the same function
+            # Parameters require grad only inside `training(pid)`. A freshly loaded model's weights require
+            # grad (PEFT marks the first adapter trainable too), and generation with such weights samples
+            # log-probs ~1e-7 apart from the same weights without (measured; same tokens). Without this the
+            # first step after a resume, in a fresh process, sampled differently from the uninterrupted run,
+            # whose weights had left `training()` with requires_grad False: a resumed voting/isolated run
+            # drifted by ~1e-7 from the uninterrupted one (tests/test_trainer.py checks both).
+            m.requires_grad_(False)
 
     def unique_models(self) -> list[nn.Module]:
         seen: dict[int, nn.Module] = {}
