@@ -348,8 +348,13 @@ def test_divergence_guard_counts_streaks_per_policy():
     for step in range(5):
         fresh.update("c", {"optimizer_steps": 1.0, "entropy": 4.6}, 0.0, outputs_finite=True)
         assert fresh.reason(step) is None
-    fresh.update("c", {"optimizer_steps": 1.0, "entropy": 4.6}, 0.0, outputs_finite=False)
-    assert "non-finite outputs" in fresh.reason(6)
+    fresh.update("c", {"optimizer_steps": 1.0, "entropy": 4.6}, 0.0, outputs_finite=True, norms=(10.0, 19.0))
+    assert fresh.reason(6) is None  # grown, but less than max_weight_growth (2x)
+    fresh.update("c", {"optimizer_steps": 1.0, "entropy": 4.6}, 0.0, outputs_finite=True, norms=(10.0, 21.0))
+    assert "grew its weight norm from 10 to 21" in fresh.reason(7)
+    broken = DivergenceGuard(settings, vocab_size=100)
+    broken.update("d", {"optimizer_steps": 1.0, "entropy": 1.0}, 0.0, outputs_finite=False)
+    assert "non-finite outputs" in broken.reason(1)
 
 
 @pytest.fixture(scope="module")
@@ -368,8 +373,8 @@ def one_good_testbed_step(tmp_path_factory):
 
 @pytest.mark.parametrize("lr", ["1e30", "1e38"])
 def test_a_diverging_run_stops_and_keeps_its_last_good_checkpoint(one_good_testbed_step, tmp_path, capsys, lr):
-    """lr 1e30 blows the weights up to huge finite values (the next forward is inf/NaN); 1e38 overflows inside
-    AdamW. Both stop with one line and a non-zero exit, and nothing after the good step is checkpointed."""
+    """lr 1e30 blows the weights up to huge finite values (the model then samples uniformly at random, and
+    today trained on to accuracy 0); 1e38 overflows inside AdamW (today a traceback). Both stop with one line and a non-zero exit, and nothing after the good step is checkpointed."""
     import shutil
 
     from rolecast.cli import main

@@ -104,6 +104,9 @@ class TrainSettings(_Strict):
     # optimizer updates were skipped as non-finite this many times in a row, or when one policy's mean token
     # entropy stays within max_entropy_tol x log|V| of its maximum log|V| for max_entropy_steps steps in a row
     # (0 turns either check off). Weights whose outputs are no longer finite stop the run at once.
+    # An update that grows a policy's weight norm by more than this factor blew the weights up (lr far too
+    # large); the run stops at once, before checkpointing them (0 = off).
+    max_weight_growth: float = Field(2.0, ge=0)
     max_skipped_updates: int = Field(3, ge=0)
     max_entropy_steps: int = Field(3, ge=0)
     max_entropy_tol: float = Field(0.01, gt=0, lt=1)
@@ -262,6 +265,7 @@ def dump_config(cfg: RunConfig) -> str:
 # loss and its batches) and must match the run's config.yaml. Documented in docs/training.md.
 RESUME_CHANGEABLE = (
     "train.steps", "train.lr", "train.logprob_check_tol", "train.micro_batch_tokens", "train.max_skipped_updates",
+    "train.max_weight_growth",
     "train.max_entropy_steps", "train.max_entropy_tol", "eval.", "logging.", "checkpoint.", "threads",
     "rollout.decode_threads", "run_dir",
 )

@@ -507,6 +507,7 @@ class _Session:
         update_rng = random.Random(_step_seed(cfg.seed, step, 3))
         policy_stats: dict[str, dict[str, float]] = {}
         role_tally: dict[str, dict[str, float]] = {}
+        norms_before = {pid: _weight_norm(policies.parameters(pid)) for pid in by_policy}
         for pid, turns in by_policy.items():
             lr = self.schedulers[pid].get_last_lr()[0]  # the lr this step trains with
             try:
@@ -529,7 +530,8 @@ class _Session:
             # a cheap forward on one of the step's prompts catches weights blown up to huge finite values
             probe = next((t.prompt_ids[:32] for t in by_policy[pid] if t.prompt_ids), None)
             finite = not st["optimizer_steps"] or probe is None or policies.outputs_finite(pid, probe)
-            self.guard.update(pid, st, skipped, outputs_finite=finite)
+            self.guard.update(pid, st, skipped, outputs_finite=finite,
+                              norms=(norms_before[pid], _weight_norm(policies.parameters(pid))))
         for role, row in sorted(role_tally.items()):
             metrics.update({f"role/{role}/{k}": v for k, v in tally_means(row).items() if k != "tokens"})
         metrics.update({"time/rollout": t_rollout - t0, "time/reward": t_reward - t_rollout,
@@ -570,7 +572,8 @@ _TRAINER_EVAL_TAGS = ("base", "periodic", "final")
 class DivergenceGuard:
     """Per-policy signs that training diverged, counted across steps (and carried in checkpoints, so a resume
     continues a streak). `reason` says why the run must stop, or None:
-    - an update left weights whose outputs are not finite: at once;
+    - an update left weights whose outputs are not finite, or grew their norm more than `max_weight_growth`
+      times: at once;
     - `max_skipped_updates` optimizer updates in a row skipped for a non-finite loss or gradient;
     - the mean token entropy within `max_entropy_tol` x log|V| of its maximum log|V| (the policy samples
       uniformly at random) for `max_entropy_steps` steps in a row. Only for a policy that started below
@@ -584,8 +587,14 @@ class DivergenceGuard:
     def _at_max(self, entropy: float) -> bool:
         return entropy >= (1 - self.settings.max_entropy_tol) * self.max_entropy
 
-    def update(self, pid: str, stats: dict[str, float], skipped_in_a_row: float, *, outputs_finite: bool) -> None:
+    def update(self, pid: str, stats: dict[str, float], skipped_in_a_row: float, *, outputs_finite: bool,
+               norms: tuple[float, float] | None = None) -> None:
+        """Count one step of `pid`: its update stats, whether its outputs are finite after the update, and its
+        weight norm (before, after)."""
         c = self.counts
+        growth = self.settings.max_weight_growth
+        if norms is not None and growth and not (norms[1] <= growth * norms[0]):
+            c.setdefault("blown_up", {})[pid] = list(norms)
         skips = c.setdefault("skipped_in_a_row", {})
         # no successful update this step: the streak goes on from earlier steps
         skips[pid] = skipped_in_a_row + (skips.get(pid, 0) if not stats["optimizer_steps"] else 0)
@@ -606,6 +615,9 @@ class DivergenceGuard:
         for pid in self.counts.get("non_finite", {}):
             return (f"policy {pid!r}: its weights give non-finite outputs after the update of step {step} "
                     f"(train.lr {tc.lr:g} too large?)")
+        for pid, (before, after) in self.counts.get("blown_up", {}).items():
+            return (f"policy {pid!r}: the update of step {step} grew its weight norm from {before:.4g} to {after:.4g} "
+                    f"(more than train.max_weight_growth {tc.max_weight_growth:g}x; train.lr {tc.lr:g} too large?)")
         for pid, n in self.counts.get("skipped_in_a_row", {}).items():
             if tc.max_skipped_updates and n >= tc.max_skipped_updates:
                 return (f"policy {pid!r}: {int(n)} optimizer updates in a row skipped for a non-finite loss or "
@@ -616,6 +628,11 @@ class DivergenceGuard:
                         f"train.max_entropy_tol {tc.max_entropy_tol:g}) for {n} steps in a row "
                         f"(train.max_entropy_steps {tc.max_entropy_steps}): it samples uniformly at random")
         return None
+
+
+def _weight_norm(params: list[torch.nn.Parameter]) -> float:
+    with torch.no_grad():
+        return math.sqrt(sum(float(p.double().pow(2).sum()) for p in params))
 
 
 def _finite_or_none(metrics: dict[str, Any]) -> dict[str, Any]:
