@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from rolecast.train.checkpoint import (
+    CheckpointError,
     capture_rng_state,
     latest_step,
     list_checkpoints,
@@ -126,7 +127,7 @@ def test_keep_last_n_pruning(tmp_path: Path) -> None:
 
 
 def test_stale_or_corrupt_pointer_falls_back_to_newest_complete(tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(CheckpointError):
         load_checkpoint(tmp_path)
     assert latest_step(tmp_path) is None
     for s in (3, 4):
@@ -142,7 +143,7 @@ def test_stale_or_corrupt_pointer_falls_back_to_newest_complete(tmp_path: Path) 
     assert latest_step(tmp_path) == 4
     (ckpts / "latest").write_text("3\n")
     assert load_checkpoint(tmp_path)[0] == 3
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(CheckpointError):
         load_checkpoint(tmp_path, step=8)
 
 
@@ -250,3 +251,34 @@ def test_warmup_cosine_values() -> None:
 def test_constant_values() -> None:
     assert _factors(constant, 3) == [1.0, 1.0, 1.0]
     assert _factors(lambda o: constant(o, warmup_steps=3), 5) == pytest.approx([0.25, 0.5, 0.75, 1.0, 1.0])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Damaged checkpoints: detected by size and sha256, skipped for the newest intact one, never a deserializer error
+
+
+def test_damaged_checkpoints_fall_back_to_the_newest_intact_one(tmp_path: Path, caplog) -> None:
+    g = torch.Generator().manual_seed(0)
+    for s in (1, 2, 3):
+        save_checkpoint(tmp_path, s, {"policy/p": {"w": torch.randn(32, 32, generator=g)}, "trainer": {"step": s}},
+                        keep_last=3)
+    ckpts = tmp_path / "checkpoints"
+    entry = json.loads((ckpts / "step_3" / "manifest.json").read_text())["entries"]["policy/p"]
+    weights = ckpts / "step_3" / entry["file"]
+    assert entry["bytes"] == weights.stat().st_size and len(entry["sha256"]) == 64
+    # same size, one flipped byte: only the checksum sees it (safetensors would load it silently)
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0xFF
+    weights.write_bytes(bytes(data))
+    with caplog.at_level("WARNING"):
+        step, state = load_checkpoint(tmp_path)
+    assert step == 2 and state["trainer"] == {"step": 2}
+    assert f"checkpoint step_3 is damaged: {weights} does not match its sha256" in caplog.text
+    assert "using checkpoint step_2" in caplog.text
+    (ckpts / "step_2" / "trainer.json").unlink()  # a missing file
+    weights_1 = ckpts / "step_1" / entry["file"]
+    weights_1.write_bytes(weights_1.read_bytes()[:50])  # a truncated one
+    with pytest.raises(CheckpointError, match=r"no intact checkpoint .*trainer.json is missing.*has 50 bytes"):
+        load_checkpoint(tmp_path)
+    with pytest.raises(CheckpointError, match="step_3 is damaged"):
+        load_checkpoint(tmp_path, step=3)

@@ -47,11 +47,27 @@ def test_voting_isolated_lora_writes_per_role_metrics(tiny_model_dir, tmp_path):
     assert [e["tag"] for e in evals] == ["base", "final"]
 
 
-def test_resumed_run_equals_uninterrupted(tiny_model_dir, tmp_path):
-    overrides = {"train.steps": 4, "train.lr_schedule": "cosine", "eval.at_start": False, "eval.at_end": False}
-    train(tiny_config(tiny_model_dir, tmp_path / "full", **overrides))
+@pytest.mark.parametrize("cell", [
+    {},  # single agent, one shared policy (full fine-tune, the testbed recipe)
+    # several policies, each with its own optimizer: full copies, and LoRA adapters on one base
+    {"workflow.name": "voting", "routing.sharing": "isolated"},
+    {"workflow.name": "voting", "routing.sharing": "isolated", "model.trainable": "lora", "model.lora.r": 4,
+     "train.lr": 1e-3},
+], ids=["single-shared", "voting-isolated-full", "voting-isolated-lora"])
+def test_resumed_run_equals_uninterrupted(tmp_path, cell):
+    """The embedded testbed model solves about half the problems, so groups carry advantages and the weights
+    really move (a random model's rewards are all 0: nothing would move, and nothing could differ)."""
+    from rolecast.train.checkpoint import load_checkpoint
+
+    def config(run_dir):
+        return load_config(None, {"run_dir": str(run_dir), "train.steps": 4, "train.problems_per_step": 2,
+                                  "train.group_size": 4, "train.lr_schedule": "cosine", "rollout.max_new_tokens": 12,
+                                  "eval.at_start": False, "eval.at_end": False, "logging.progress": False,
+                                  "checkpoint.every": 1, "checkpoint.keep_last": 4, **cell})
+
+    train(config(tmp_path / "full"))
     # the interrupted run: same config, stopped after 2 steps (like a pre-empted job), then resumed
-    part_cfg = tiny_config(tiny_model_dir, tmp_path / "part", **overrides)
+    part_cfg = config(tmp_path / "part")
     train(part_cfg, stop_after=2)
     train(part_cfg, resume=tmp_path / "part")
     full, part = read_metrics(tmp_path / "full"), read_metrics(tmp_path / "part")
@@ -61,6 +77,43 @@ def test_resumed_run_equals_uninterrupted(tiny_model_dir, tmp_path):
         return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]
 
     assert strip(full) == strip(part)
+    first = load_checkpoint(tmp_path / "full", 1)[1]
+    (_, a), (_, b) = load_checkpoint(tmp_path / "full", 4), load_checkpoint(tmp_path / "part", 4)
+    assert a.keys() == b.keys() and any(k.startswith("policy/") for k in a)
+    for key in a:
+        if key.startswith("policy/"):  # every policy's weights, bit for bit; and they did move
+            assert a[key].keys() == b[key].keys()
+            assert any(not torch.equal(a[key][n], first[key][n]) for n in a[key]), key
+            assert all(torch.equal(a[key][n], b[key][n]) for n in a[key]), key
+        elif key.startswith("optim/"):
+            for i, s in a[key]["state"].items():
+                assert all(torch.equal(s[x], b[key]["state"][i][x]) for x in s), key
+
+
+@pytest.mark.parametrize("mode", ["full", "lora"])
+def test_sampling_does_not_depend_on_whether_training_ran_before(mode):
+    """A fresh PolicySet (a resumed run's first step) samples exactly as one that has been through `training()`
+    (the uninterrupted run): the weights' requires_grad state, which changed the sampled log-probs by ~1e-7,
+    is the same in both (False outside training)."""
+    from rolecast.policies import load_tokenizer
+    from rolecast.rollout.engine import GenRequest
+    from rolecast.rollout.hf import HFBackend
+
+    tok = load_tokenizer("testbed")
+    policies = PolicySet("testbed", ["aggregator", "generator"], mode=mode, lora={"r": 4, "alpha": 8})
+    backend = HFBackend(policies, tok, max_new_tokens=12, temperature=1.0, seed=0)
+    reqs = [GenRequest(pid, [{"role": "user", "content": f"{i % 7} + {i % 5} = ?"}])
+            for i in range(8) for pid in ("generator", "aggregator")]
+
+    def sample():
+        backend.reseed(1)
+        return [(g.completion_ids, g.logprobs) for g in backend.generate(reqs)]
+
+    fresh = sample()
+    for pid in policies.policy_ids:
+        with policies.training(pid):
+            pass
+    assert sample() == fresh
 
 
 def _turns(policies, tokenizer, n=4, seed=0):
@@ -255,3 +308,90 @@ def test_fused_head_equals_the_head_module_path(tiny_model_dir):
         assert torch.allclose(lp_a, lp_b, atol=1e-5) and torch.allclose(ent_a, ent_b, atol=1e-5)
         assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(g_a, g_b, strict=True))
     assert any(g.abs().sum() > 0 for g in g_a)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Diverged runs stop; temperature 0 cannot train
+
+
+def test_training_at_temperature_zero_is_refused_at_load():
+    from rolecast.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"rollout.temperature: 0 .*every completion of a GRPO group would be the same"):
+        load_config(None, {"rollout.temperature": 0})
+    assert load_config(None, {"eval.temperature": 0}).eval.temperature == 0  # greedy evaluation is fine
+    assert load_config(None, {"rollout.temperature": 0, "train.steps": 0}).train.steps == 0  # nothing to train
+
+
+def test_divergence_guard_counts_streaks_per_policy():
+    from rolecast.train.grpo import DivergenceGuard
+
+    settings = load_config(None, {"train.max_skipped_updates": 3, "train.max_entropy_steps": 2,
+                                  "train.max_entropy_tol": 0.01}).train
+    guard = DivergenceGuard(settings, vocab_size=100)  # max entropy log(100) = 4.605; at max from 4.559
+    ok = {"optimizer_steps": 2.0, "entropy": 2.0}
+    guard.update("a", ok, 0.0, outputs_finite=True)
+    guard.update("b", {"optimizer_steps": 1.0, "entropy": 2.0}, 1.0, outputs_finite=True)  # 2 epochs: ok, skip
+    assert guard.reason(1) is None
+    guard.update("b", {"optimizer_steps": 0.0, "entropy": 2.0}, 2.0, outputs_finite=True)  # skip, skip: 3 in a row
+    assert "policy 'b': 3 optimizer updates in a row skipped" in guard.reason(2)
+    guard.update("b", {"optimizer_steps": 1.0, "entropy": 2.0}, 0.0, outputs_finite=True)  # a good update resets
+    assert guard.reason(3) is None
+    guard.update("a", {"optimizer_steps": 2.0, "entropy": 4.57}, 0.0, outputs_finite=True)
+    assert guard.reason(4) is None and guard.suspect()  # one step at the maximum: not yet
+    guard.update("a", {"optimizer_steps": 2.0, "entropy": 4.6}, 0.0, outputs_finite=True)
+    assert "policy 'a': token entropy at its maximum log|V| = 4.605" in guard.reason(5)
+    # a policy that starts at the maximum (random weights) was not driven there by training: no stop
+    fresh = DivergenceGuard(settings, vocab_size=100)
+    for step in range(5):
+        fresh.update("c", {"optimizer_steps": 1.0, "entropy": 4.6}, 0.0, outputs_finite=True)
+        assert fresh.reason(step) is None
+    fresh.update("c", {"optimizer_steps": 1.0, "entropy": 4.6}, 0.0, outputs_finite=True, norms=(10.0, 19.0))
+    assert fresh.reason(6) is None  # grown, but less than max_weight_growth (2x)
+    fresh.update("c", {"optimizer_steps": 1.0, "entropy": 4.6}, 0.0, outputs_finite=True, norms=(10.0, 21.0))
+    assert "grew its weight norm from 10 to 21" in fresh.reason(7)
+    broken = DivergenceGuard(settings, vocab_size=100)
+    broken.update("d", {"optimizer_steps": 1.0, "entropy": 1.0}, 0.0, outputs_finite=False)
+    assert "non-finite outputs" in broken.reason(1)
+
+
+@pytest.fixture(scope="module")
+def one_good_testbed_step(tmp_path_factory):
+    """The embedded testbed model after one ordinary step (tiny settings), checkpointed."""
+    run_dir = tmp_path_factory.mktemp("diverge") / "run"
+    # 4 problems x 4 samples: the testbed solves about half, so groups carry advantages and gradients are
+    # non-zero (Adam does not move weights whose gradients were always 0, whatever the lr)
+    cfg = load_config(None, {"run_dir": str(run_dir), "train.steps": 1, "train.problems_per_step": 4,
+                             "train.group_size": 4, "train.epochs": 1, "rollout.max_new_tokens": 8,
+                             "eval.at_start": False, "eval.at_end": False, "logging.progress": False,
+                             "checkpoint.every": 1})
+    train(cfg)
+    return run_dir
+
+
+@pytest.mark.parametrize("lr", ["1e30", "1e38"])
+def test_a_diverging_run_stops_and_keeps_its_last_good_checkpoint(one_good_testbed_step, tmp_path, capsys, lr):
+    """lr 1e30 blows the weights up to huge finite values (the model then samples uniformly at random, and
+    today trained on to accuracy 0); 1e38 overflows inside AdamW (today a traceback). Both stop with one line and a non-zero exit, and nothing after the good step is checkpointed."""
+    import shutil
+
+    from rolecast.cli import main
+    from rolecast.train.checkpoint import latest_step, list_checkpoints
+
+    run_dir = shutil.copytree(one_good_testbed_step, tmp_path / "run")
+    good = load_checkpoint_weights(run_dir)
+    assert main(["train", "--resume", str(run_dir), "--steps", "4", "--set", f"train.lr={lr}"]) == 2
+    stderr = capsys.readouterr().err
+    err = [line for line in stderr.splitlines() if line.startswith("rolecast:")]  # not the model-loading bar
+    assert "Traceback" not in stderr
+    assert len(err) == 1 and err[0].startswith("rolecast: training diverged and stopped at step 2: policy 'shared'")
+    assert f"last good checkpoint, {run_dir}/checkpoints/step_1, is kept" in err[0]
+    assert list_checkpoints(run_dir) == [1] and latest_step(run_dir) == 1
+    after = load_checkpoint_weights(run_dir)
+    assert all(torch.equal(good[k], after[k]) for k in good)
+
+
+def load_checkpoint_weights(run_dir):
+    from rolecast.train.checkpoint import load_checkpoint
+
+    return load_checkpoint(run_dir)[1]["policy/shared"]

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .config import load_config, parse_override
+from .config import ConfigError, load_config, parse_override
 from .errors import UserError
 
 # Common flags map onto config fields; `--set section.field=value` reaches every other field.
@@ -56,12 +56,17 @@ def _overrides(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, str]
 
 def cmd_train(args: argparse.Namespace) -> int:
     config = args.config
+    if args.resume and args.overwrite:
+        raise ConfigError("--resume continues a run and --overwrite replaces one: pass only one of them")
     if args.resume and not config:
+        # the run's own config plus the overrides; train() refuses changes to fields that define the run
         config = str(Path(args.resume) / "config.yaml")
+        if not Path(config).is_file():
+            raise ConfigError(f"cannot resume {args.resume}: no {config}, so it is not a rolecast run directory")
     cfg = load_config(config, *_overrides(args))
     from .train.grpo import train  # heavy imports only once the config is known to be good
 
-    summary = train(cfg, resume=args.resume, stop_after=args.stop_after)
+    summary = train(cfg, resume=args.resume, stop_after=args.stop_after, overwrite=args.overwrite)
     if "base_accuracy" in summary and "final_accuracy" in summary:
         print(f"accuracy: base {summary['base_accuracy']:.3f} -> final {summary['final_accuracy']:.3f} "
               f"(run dir: {summary['run_dir']})")
@@ -146,7 +151,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("train", help="train a workflow with GRPO")
     _add_run_flags(p)
-    p.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its latest checkpoint")
+    p.add_argument("--resume", metavar="RUN_DIR",
+                   help="continue a run from its latest intact checkpoint; --set may change only steps, lr, "
+                        "eval, logging and checkpoint settings (docs/training.md)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the run already in --run-dir (its metrics, evals, episodes and checkpoints)")
     p.add_argument("--stop-after", type=int, dest="stop_after", metavar="N",
                    help="stop after N steps of this session (checkpointed; continue with --resume)")
     p.set_defaults(fn=cmd_train)

@@ -105,6 +105,16 @@ class TrainSettings(_Strict):
     micro_batch_tokens: int = Field(8192, gt=0)  # gradient accumulation by token budget
     mask_truncated: bool = False  # drop completions that hit max_new_tokens from the loss
     logprob_check_tol: float = Field(0.02, gt=0)  # max mean |sampler - trainer| log-prob gap on step 1
+    # Divergence stops (docs/training.md): the run stops, keeping its last good checkpoint, when one policy's
+    # optimizer updates were skipped as non-finite this many times in a row, or when one policy's mean token
+    # entropy stays within max_entropy_tol x log|V| of its maximum log|V| for max_entropy_steps steps in a row
+    # (0 turns either check off). Weights whose outputs are no longer finite stop the run at once.
+    # An update that grows a policy's weight norm by more than this factor blew the weights up (lr far too
+    # large); the run stops at once, before checkpointing them (0 = off).
+    max_weight_growth: float = Field(2.0, ge=0)
+    max_skipped_updates: int = Field(3, ge=0)
+    max_entropy_steps: int = Field(3, ge=0)
+    max_entropy_tol: float = Field(0.01, gt=0, lt=1)
 
 
 class EvalSettings(_Strict):
@@ -268,6 +278,10 @@ def _with(section: Any, name: str, value: Any) -> Any:
 def check_run_config(cfg: RunConfig) -> None:
     """Everything that can be checked without loading a model. Problems with one field raise `FieldError`,
     so the message names the file or the command-line override the field came from."""
+    if cfg.rollout.temperature == 0 and cfg.train.steps > 0:
+        raise FieldError("rollout.temperature", "0 (greedy) cannot train: every completion of a GRPO group would be "
+                         "the same, so every advantage is 0 and nothing is learned. Sample with a temperature > 0 "
+                         "(e.g. 0.7 or 1.0); greedy evaluation is eval.temperature: 0")
     from .policies.router import build_routing
     from .prompts import PromptBook
     from .tasks import make_task, task_names
@@ -459,3 +473,45 @@ def validate_config(data: dict[str, Any], source: str | Path = "<config>",
 
 def dump_config(cfg: RunConfig) -> str:
     return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Resuming with a changed configuration
+
+# Fields (or sections, ending in ".") a resumed run may change: they steer how long and how verbosely a run
+# goes on, not what it is. Each change applies from the resume on and is recorded in the run's
+# resumes.jsonl. Every other field defines the run (task, workflow, routing, model, seed, sampling, the
+# loss and its batches) and must match the run's config.yaml. Documented in docs/training.md.
+RESUME_CHANGEABLE = (
+    "train.steps", "train.lr", "train.logprob_check_tol", "train.micro_batch_tokens", "train.max_skipped_updates",
+    "train.max_weight_growth",
+    "train.max_entropy_steps", "train.max_entropy_tol", "eval.", "logging.", "checkpoint.", "threads",
+    "rollout.decode_threads", "run_dir",
+)
+
+
+def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(data, dict) and data:
+        out: dict[str, Any] = {}
+        for k, v in data.items():
+            out.update(_flatten(v, f"{prefix}{k}."))
+        return out
+    return {prefix[:-1]: data}
+
+
+def config_changes(old: RunConfig, new: RunConfig) -> dict[str, tuple[Any, Any]]:
+    """{dotted field: (old value, new value)} for every field that differs."""
+    a, b = _flatten(old.model_dump(mode="json")), _flatten(new.model_dump(mode="json"))
+    return {k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
+
+
+def resume_changes(old: RunConfig, new: RunConfig, source: str | Path = "config.yaml") -> dict[str, tuple[Any, Any]]:
+    """The changes a resume applies; ConfigError naming every field that defines the run and differs."""
+    changes = config_changes(old, new)
+    refused = [k for k in changes if not any(k == f or (f.endswith(".") and k.startswith(f)) for f in RESUME_CHANGEABLE)]
+    if refused:
+        lines = [f"{k}: {changes[k][0]!r} -> {changes[k][1]!r}" for k in refused]
+        raise ConfigError(f"cannot resume with a changed {', '.join(refused)}: it defines the run in {source} "
+                          f"({'; '.join(lines)}). Only these may change on resume: "
+                          f"{', '.join(k.rstrip('.') + ('.*' if k.endswith('.') else '') for k in RESUME_CHANGEABLE)}")
+    return {k: v for k, v in changes.items() if k != "run_dir"}

@@ -11,7 +11,7 @@ from pathlib import Path
 from .config import RunConfig
 from .evaluation import append_eval_row, eval_key, evaluate
 from .runtime import build_runtime
-from .train.checkpoint import list_checkpoints, load_checkpoint
+from .train.checkpoint import list_checkpoints, load_checkpoint, restore_policies
 
 
 def run_eval_command(cfg: RunConfig, *, checkpoint: str | None = None, every: int = 0, n_samples: int | None = None,
@@ -39,8 +39,7 @@ def run_eval_command(cfg: RunConfig, *, checkpoint: str | None = None, every: in
     for step, src in targets:
         if src is not None:
             _, state = load_checkpoint(src, step)
-            for pid in rt.routing.policy_ids:
-                rt.policies.load_state_dict(pid, state[f"policy/{pid}"])
+            restore_policies(state, rt.policies)
         rt.backend.reseed(cfg.seed)
         res = evaluate(rt.spec, problems, task=rt.task, prompts=rt.prompts, router=rt.routing, backend=rt.backend,
                        n_samples=n, options=cfg.workflow.options, ks=ks)

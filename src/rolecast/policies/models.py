@@ -187,6 +187,13 @@ class PolicySet:
             raise ValueError(f"model.trainable must be 'lora' or 'full', got {mode!r}")
         for m in self.unique_models():
             m.eval()  # no dropout anywhere: sampling and training must see the same function
+            # Parameters require grad only inside `training(pid)`. A freshly loaded model's weights require
+            # grad (PEFT marks the first adapter trainable too), and generation with such weights samples
+            # log-probs ~1e-7 apart from the same weights without (measured; same tokens). Without this the
+            # first step after a resume, in a fresh process, sampled differently from the uninterrupted run,
+            # whose weights had left `training()` with requires_grad False: a resumed voting/isolated run
+            # drifted by ~1e-7 from the uninterrupted one (tests/test_trainer.py checks both).
+            m.requires_grad_(False)
 
     def unique_models(self) -> list[nn.Module]:
         seen: dict[int, nn.Module] = {}
@@ -195,10 +202,30 @@ class PolicySet:
         return list(seen.values())
 
     def parameters(self, pid: str) -> list[nn.Parameter]:
-        model = self.models[pid]
+        """`pid`'s trainable parameters: its own LoRA adapter's, or every weight of its full model."""
         if self.mode == "lora":
-            return [p for n, p in model.named_parameters() if "lora_" in n and f".{pid}." in n]
-        return list(model.parameters())
+            return list(self._named_adapter_parameters(pid).values())
+        return list(self.models[pid].parameters())
+
+    def _named_adapter_parameters(self, pid: str) -> dict[str, nn.Parameter]:
+        """`pid`'s LoRA parameters by name, in `named_parameters()` order, picked by the adapter structure: the
+        entries keyed `pid` in every PEFT LoRA layer's per-adapter containers (lora_A/B, embedding A/B, DoRA
+        magnitudes). Never by matching `pid` in parameter names: an id that is also a module name (`model`,
+        `layers`, `mlp`) appears in every adapter's names."""
+        from peft.tuners.lora import LoraLayer
+
+        model = self.models[pid]
+        own: set[int] = set()
+        for module in model.modules():
+            if isinstance(module, LoraLayer):
+                for attr in module.adapter_layer_names:
+                    container = getattr(module, attr, None)
+                    if container is not None and pid in container:
+                        entry = container[pid]
+                        own.update(id(p) for p in ([entry] if isinstance(entry, nn.Parameter) else entry.parameters()))
+        if not own:
+            raise ValueError(f"policy {pid!r} has no LoRA parameters (no adapter of that name)")
+        return {n: p for n, p in model.named_parameters() if id(p) in own}
 
     @contextmanager
     def training(self, pid: str) -> Iterator[nn.Module]:
@@ -246,17 +273,32 @@ class PolicySet:
             return _AdapterPasses(self.models[pids[0]], groups)
         return [(self.models[pid], idx, None) for pid, idx in groups.items()]
 
+    @property
+    def vocab_size(self) -> int:
+        """Rows of the output projection: the support of every policy's next-token distribution."""
+        return int(self.unique_models()[0].get_output_embeddings().weight.shape[0])
+
+    @torch.no_grad()
+    def outputs_finite(self, pid: str, input_ids: list[int]) -> bool:
+        """Whether `pid`'s weights are finite and give finite logits on `input_ids`: false once an update has
+        blown them up, even where every weight is still a (huge) finite number."""
+        if not all(bool(torch.isfinite(p).all()) for p in self.parameters(pid)):
+            return False
+        with self.training(pid) as model:
+            logits = model(input_ids=torch.tensor([input_ids], dtype=torch.long)).logits
+        return bool(torch.isfinite(logits).all())
+
     def state_dict(self, pid: str) -> dict[str, torch.Tensor]:
         model = self.models[pid]
         if self.mode == "lora":
-            return {n: p.detach().clone() for n, p in model.named_parameters() if "lora_" in n and f".{pid}." in n}
+            return {n: p.detach().clone() for n, p in self._named_adapter_parameters(pid).items()}
         return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
     def load_state_dict(self, pid: str, state: dict[str, torch.Tensor]) -> None:
         model = self.models[pid]
         if self.mode == "lora":
-            params = dict(model.named_parameters())
-            missing = set(state) ^ {n for n in params if "lora_" in n and f".{pid}." in n}
+            params = self._named_adapter_parameters(pid)
+            missing = set(state) ^ set(params)
             if missing:
                 raise ValueError(f"checkpoint for policy {pid!r} does not match the adapter: {sorted(missing)[:3]} ...")
             with torch.no_grad():

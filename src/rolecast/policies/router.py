@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
 _POLICY_ID = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")  # also a valid PEFT adapter name (no dots or slashes)
 SHARED_POLICY = "shared"
+
+
+@functools.cache
+def _module_dict_attributes() -> frozenset[str]:
+    import torch.nn
+
+    return frozenset(n for n in dir(torch.nn.ModuleDict()) if not n.startswith("_"))
 
 
 @dataclass(frozen=True)
@@ -51,9 +59,14 @@ def build_routing(roles: list[str], sharing: str, mapping: dict[str, str] | None
             raise ValueError(f"routing.map: policy {pid!r} for {key!r} does not exist; routing.policies declares "
                              f"{sorted(policies)}")
         if not _POLICY_ID.match(str(pid)) or str(pid) in "lora_":
-            # PEFT stores adapters under "lora_A.<name>": a name inside "lora_" collides with its prefix
+            # PEFT stores adapters under "lora_A.<name>" and finds its own modules by the "lora_" prefix in
+            # names: a name inside "lora_" collides with that prefix
             raise ValueError(f"routing.map: policy id {pid!r} for {key!r} must be an identifier (letters, digits, _) "
                              f"that is not part of 'lora_'")
+        if str(pid) in _module_dict_attributes():
+            # PEFT keeps each adapter as a key of torch ModuleDicts, which refuse keys that name their attributes
+            raise ValueError(f"routing.map: policy id {pid!r} for {key!r} is reserved (a torch ModuleDict attribute); "
+                             f"choose another name")
     # An instance entry alone is not enough: a workflow may run more instances than the map names.
     missing = [r for r in roles if r not in mapping and "*" not in mapping]
     if missing:

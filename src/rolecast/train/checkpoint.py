@@ -1,7 +1,8 @@
 """Atomic, keep-last-N checkpoints of named state entries.
 
 Layout of `run_dir/checkpoints/`:
-    step_{N}/manifest.json          {"step": N, "entries": {name: {"file": ..., "format": ...}}}, written last
+    step_{N}/manifest.json          {"step": N, "entries": {name: {"file", "format", "bytes", "sha256"}}},
+                                    written last
     step_{N}/<quoted name>.<ext>    one file per entry: .safetensors (flat str -> tensor dicts: weights),
                                     .json (plain JSON that round-trips exactly), .pt (anything else)
     latest                          text file holding N of the last checkpoint written
@@ -11,6 +12,14 @@ renamed to `step_{N}` (atomic on POSIX) and `latest` replaced via a temp file + 
 at any moment leaves either the old or the new checkpoint complete; `load_checkpoint` ignores leftovers
 and falls back to the newest complete directory when `latest` is missing, corrupt or stale.
 
+Integrity: the manifest records every file's size and sha256. A checkpoint damaged after it was written
+(a truncated or deleted file, a disk error) fails that check on load; `load_checkpoint` then warns, naming
+the file, and falls back to the newest intact checkpoint, so a resume never dies in a deserializer.
+
+What a trainer checkpoint holds (policy weights, optimizer and scheduler state per policy, the step and the
+RNG state) is built by `trainer_state` and read back by `restore_trainer_state` / `restore_policies`, here
+only: the trainer and `rolecast eval` use these.
+
 `.pt` entries are loaded with `torch.load(weights_only=True)`, so state must be built from tensors,
 dict/list/tuple and Python scalars/str/None (as optimizer and scheduler state dicts are); `save_checkpoint`
 checks this up front instead of failing at resume time. Everything is loaded onto the CPU:
@@ -19,19 +28,31 @@ checks this up front instead of failing at resume time. Everything is loaded ont
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import os
 import random
 import re
 import shutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import safetensors.torch
 import torch
+
+from ..config import ConfigError
+
+if TYPE_CHECKING:
+    from torch.optim import Optimizer
+    from torch.optim.lr_scheduler import LRScheduler
+
+    from ..policies.models import PolicySet
+
+log = logging.getLogger(__name__)
 
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 _LEFTOVER = re.compile(r"^(?:step_\d+|latest)\.(?:tmp|old)-(\d+)$")
@@ -39,6 +60,12 @@ MANIFEST = "manifest.json"
 # Test-only seam: called with a label after each durable stage ("wrote <file>", "renamed"), so a test can
 # SIGKILL a real writer process at a known point of a checkpoint write.
 _stage_hook: Callable[[str], None] | None = None
+
+
+
+class CheckpointError(ConfigError):
+    """No usable checkpoint: none written, every one damaged, or one that does not fit this run."""
+
 
 _SAFE_LEAVES = (torch.Tensor, int, float, bool, str, type(None), torch.dtype, torch.device, torch.Size)
 
@@ -78,7 +105,7 @@ def save_checkpoint(run_dir: str | os.PathLike, step: int, state: dict[str, Any]
     return final
 
 
-def _write_entry(directory: Path, name: str, value: Any) -> dict[str, str]:
+def _write_entry(directory: Path, name: str, value: Any) -> dict[str, Any]:
     stem = quote(name, safe="")  # "policies/gen" -> "policies%2Fgen": flat dir, reversible, no traversal
     is_weights = isinstance(value, dict) and value and all(isinstance(v, torch.Tensor) for v in value.values())
     if is_weights and all(isinstance(k, str) for k in value):
@@ -95,7 +122,18 @@ def _write_entry(directory: Path, name: str, value: Any) -> dict[str, str]:
             f.flush()
             os.fsync(f.fileno())
     _stage(f"wrote {path.name}")
-    return {"file": path.name, "format": fmt}
+    size, digest = _size_and_sha256(path)
+    return {"file": path.name, "format": fmt, "bytes": size, "sha256": digest}
+
+
+def _size_and_sha256(path: Path) -> tuple[int, str]:
+    h = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+            size += len(chunk)
+    return size, h.hexdigest()
 
 
 def _unshared(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -228,16 +266,68 @@ def latest_step(run_dir: str | os.PathLike) -> int | None:
 
 
 def load_checkpoint(run_dir: str | os.PathLike, step: int | None = None) -> tuple[int, dict[str, Any]]:
-    """Load checkpoint `step` (default: the latest complete one) as `(step, {name: value})`, on the CPU."""
-    if step is None:
-        step = latest_step(run_dir)
-        if step is None:
-            raise FileNotFoundError(f"no complete checkpoint under {Path(run_dir) / 'checkpoints'}")
+    """Load checkpoint `step` as `(step, {name: value})`, on the CPU. Without `step`: the latest intact one;
+    a damaged newer checkpoint is skipped with a warning naming its bad file (`load_latest_intact` also
+    returns those lines). Raises CheckpointError when there is none (or `step` is damaged), never a deserializer's error."""
+    step, state, _ = load_latest_intact(run_dir) if step is None else (step, _load_step(run_dir, step), [])
+    return step, state
+
+
+def load_latest_intact(run_dir: str | os.PathLike) -> tuple[int, dict[str, Any], list[str]]:
+    """`(step, state, problems)`: the newest intact checkpoint (the `latest` pointer's first, then the
+    others newest first) and one line per damaged checkpoint skipped on the way."""
+    root = Path(run_dir) / "checkpoints"
+    pointed = latest_step(run_dir)
+    if pointed is None:
+        raise CheckpointError(f"no complete checkpoint under {root}")
+    order = [pointed] + [s for s in reversed(_complete_steps(root)) if s != pointed]
+    problems: list[str] = []
+    for step in order:
+        try:
+            state = _load_step(run_dir, step)
+        except CheckpointError as e:
+            problems.append(str(e))
+            log.warning("%s; trying an older checkpoint", e)
+            continue
+        if problems:
+            log.warning("using checkpoint step_%d (the newest intact one)", step)
+        return step, state, problems
+    raise CheckpointError(f"no intact checkpoint under {root}: " + "; ".join(problems))
+
+
+def _load_step(run_dir: str | os.PathLike, step: int) -> dict[str, Any]:
     directory = Path(run_dir) / "checkpoints" / f"step_{step}"
     if not (directory / MANIFEST).is_file():
-        raise FileNotFoundError(f"no complete checkpoint at {directory}")
-    manifest = json.loads((directory / MANIFEST).read_text())
-    return step, {name: _read_entry(directory / e["file"], e["format"]) for name, e in manifest["entries"].items()}
+        raise CheckpointError(f"no complete checkpoint at {directory}")
+    try:
+        manifest = json.loads((directory / MANIFEST).read_text())
+        entries = manifest["entries"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise CheckpointError(f"checkpoint {directory}: unreadable {MANIFEST} ({e})") from None
+    state = {}
+    for name, e in entries.items():
+        path = directory / e["file"]
+        problem = _damage(path, e)
+        if problem is None:
+            try:
+                state[name] = _read_entry(path, e["format"])
+                continue
+            except Exception as err:  # any deserializer failure means the same thing here: a damaged file
+                problem = f"cannot be read ({type(err).__name__}: {err})"
+        raise CheckpointError(f"checkpoint step_{step} is damaged: {path} {problem}")
+    return state
+
+
+def _damage(path: Path, entry: Mapping[str, Any]) -> str | None:
+    """What is wrong with an entry's file, or None. Manifests older than the size/sha256 fields are checked
+    by reading the file only."""
+    if not path.is_file():
+        return "is missing"
+    if "bytes" in entry and path.stat().st_size != entry["bytes"]:
+        return f"has {path.stat().st_size} bytes, the manifest says {entry['bytes']} (truncated?)"
+    if "sha256" in entry and _size_and_sha256(path)[1] != entry["sha256"]:
+        return "does not match its sha256 in the manifest"
+    return None
 
 
 def _read_entry(path: Path, fmt: str) -> Any:
@@ -247,7 +337,7 @@ def _read_entry(path: Path, fmt: str) -> Any:
         return json.loads(path.read_text())
     if fmt == "torch":
         return torch.load(path, map_location="cpu", weights_only=True)
-    raise ValueError(f"{path}: unknown checkpoint entry format {fmt!r}")
+    raise CheckpointError(f"{path}: unknown checkpoint entry format {fmt!r}")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -277,3 +367,63 @@ def restore_rng_state(state: dict[str, Any]) -> None:
         np.random.set_state((name, key.numpy().astype(np.uint32), pos, has_gauss, gauss))
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# What a trainer checkpoint holds, in one place
+
+
+def policy_key(pid: str) -> str:
+    return f"policy/{pid}"
+
+
+def optimizer_key(pid: str) -> str:
+    return f"optim/{pid}"
+
+
+def scheduler_key(pid: str) -> str:
+    return f"sched/{pid}"
+
+
+def trainer_state(step: int, policies: PolicySet, optimizers: Mapping[str, Optimizer],
+                  schedulers: Mapping[str, LRScheduler], **trainer: Any) -> dict[str, Any]:
+    """Everything a resumed run needs to continue bit for bit: every policy's trainable weights, optimizer
+    and lr-scheduler state, the step reached (with any other JSON-able `trainer` counters), and the
+    process's RNG state."""
+    state: dict[str, Any] = {"trainer": {"step": step, **trainer}, "rng": capture_rng_state()}
+    for pid in policies.policy_ids:
+        state[policy_key(pid)] = policies.state_dict(pid)
+        state[optimizer_key(pid)] = optimizers[pid].state_dict()
+        state[scheduler_key(pid)] = schedulers[pid].state_dict()
+    return state
+
+
+def _entry(state: Mapping[str, Any], key: str) -> Any:
+    if key not in state:
+        have = sorted(k for k in state if k.startswith("policy/"))
+        raise CheckpointError(f"the checkpoint has no {key!r} entry (it holds {have}); was it written by a run "
+                              "with other policies?")
+    return state[key]
+
+
+def restore_policies(state: Mapping[str, Any], policies: PolicySet) -> None:
+    """Load every policy's weights from a trainer checkpoint (what `rolecast eval --checkpoint` needs)."""
+    for pid in policies.policy_ids:
+        try:
+            policies.load_state_dict(pid, _entry(state, policy_key(pid)))
+        except (ValueError, RuntimeError) as e:
+            if isinstance(e, CheckpointError):
+                raise
+            raise CheckpointError(f"the checkpoint's weights for policy {pid!r} do not fit this model: {e}") from None
+
+
+def restore_trainer_state(state: Mapping[str, Any], policies: PolicySet, optimizers: Mapping[str, Optimizer],
+                          schedulers: Mapping[str, LRScheduler]) -> dict[str, Any]:
+    """The inverse of `trainer_state`: weights, optimizer and scheduler state, RNG. Returns the trainer
+    entry ({"step": N, ...counters})."""
+    restore_policies(state, policies)
+    for pid in policies.policy_ids:
+        optimizers[pid].load_state_dict(_entry(state, optimizer_key(pid)))
+        schedulers[pid].load_state_dict(_entry(state, scheduler_key(pid)))
+    restore_rng_state(_entry(state, "rng"))
+    return dict(_entry(state, "trainer"))

@@ -18,7 +18,7 @@ import logging
 import math
 import random
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,20 +26,23 @@ import torch
 import torch.utils.checkpoint
 from transformers import DynamicCache
 
-from ..config import RunConfig, dump_config
+from ..config import ConfigError, RunConfig, dump_config, resume_changes
 from ..diagnostics.gradients import GradientMonitor, InstanceGradients, flat_params, instance_segments
 from ..diagnostics.metrics import episode_metrics
+from ..diagnostics.warnings import EarlyWarning, metric_entries
 from ..episode import Episode, Turn, distinct_rows, group_turns, turns_by_policy
 from ..evaluation import append_eval_row, eval_key, evaluate
 from ..policies import PolicySet
 from ..policies.models import cache_keyword
 from ..rollout.engine import RolloutStats, run_episodes
-from ..runtime import build_runtime
+from ..runtime import Runtime, build_runtime
+from ..tasks.base import Problem
 from .advantages import episode_turn_advantages
 from .attribution import attribute, score_episodes
-from .checkpoint import capture_rng_state, latest_step, load_checkpoint, restore_rng_state, save_checkpoint
+from .checkpoint import latest_step, load_latest_intact, restore_trainer_state, save_checkpoint, trainer_state
 from .interventions import Interventions
 from .losses import clipped_surrogate, clipped_tokens, k3_kl, linear_logprobs, token_entropy, token_logprobs
+from .run_dir import check_resume_dir, cut_back_jsonl, discard_new_run, prepare_new_run_dir, read_jsonl
 from .sampling import step_problems
 from .schedule import constant, warmup_cosine
 
@@ -198,6 +201,14 @@ def generation_caps(cfg: RunConfig, turns: list[Turn]) -> int | torch.Tensor:
     return torch.tensor([by_role.get(t.role, cfg.rollout.max_new_tokens) for t in turns], dtype=torch.float32)
 
 
+class NonFiniteUpdate(RuntimeError):
+    """An optimizer step that could not produce finite weights (the run cannot go on from its state)."""
+
+
+class TrainingDiverged(ConfigError):
+    """The run stopped because training diverged; its last good checkpoint is kept (docs/training.md)."""
+
+
 def update_policy(pid: str, turns: list[Turn], *, cfg: RunConfig, policies: PolicySet, optimizer, pad_id: int,
                   rng: random.Random, check_logprobs: bool, monitor: GradientMonitor | None = None,
                   interventions: Interventions | None = None,
@@ -219,7 +230,8 @@ def update_policy(pid: str, turns: list[Turn], *, cfg: RunConfig, policies: Poli
     turns = [t for t in turns if t.completion_ids]  # an empty completion carries no token to learn from
     if tc.mask_truncated:
         turns = [t for t in turns if t.finish_reason != "length"]
-    stats = {"optimizer_steps": 0.0, "skipped_nan": 0.0, "loss": 0.0}
+    # skipped_in_a_row: skipped updates since the last good one (train() adds it up across steps and pops it)
+    stats = {"optimizer_steps": 0.0, "skipped_nan": 0.0, "loss": 0.0, "skipped_in_a_row": 0.0}
     tally: dict[str, dict[str, float]] = {}
     if not turns:
         if monitor is not None:
@@ -313,10 +325,17 @@ def update_policy(pid: str, turns: list[Turn], *, cfg: RunConfig, policies: Poli
                 # Never train on a NaN/inf step: drop its gradients, count it, say so.
                 optimizer.zero_grad(set_to_none=True)
                 stats["skipped_nan"] += 1
+                stats["skipped_in_a_row"] += 1
                 log.warning("policy %s: non-finite loss or gradient; optimizer step skipped", pid)
                 continue
             before = flat_params(params) if monitor is not None else None
-            optimizer.step()
+            try:
+                optimizer.step()
+            except RuntimeError as e:  # AdamW raises when lr x update overflows float32 (e.g. lr 1e38)
+                if "overflow" not in str(e):
+                    raise
+                raise NonFiniteUpdate(f"policy {pid!r}: the optimizer step overflowed ({e})") from None
+            stats["skipped_in_a_row"] = 0.0
             if monitor is not None and before is not None:
                 monitor.add_update(pid, float((flat_params(params) - before).norm()), (t.role for t in mb))
             stats["optimizer_steps"] += 1
@@ -352,81 +371,192 @@ def tally_means(row: dict[str, float]) -> dict[str, float]:
 
 
 def train(cfg: RunConfig, *, resume: str | Path | None = None, stop_after: int | None = None,
-          console=None) -> dict[str, Any]:
+          overwrite: bool = False, console: Any = None) -> dict[str, Any]:
     """Train per `cfg`; `stop_after` ends this session after that many steps (as a pre-empted job would),
-    leaving a checkpoint to `resume` from."""
-    from ..report.console import Console, MetricLoggers
+    leaving a checkpoint to `resume` from. `resume`: the run directory to continue; `cfg` may differ from its
+    config.yaml only in the fields of `config.RESUME_CHANGEABLE`. A new run refuses a directory that already
+    holds one unless `overwrite`. Raises TrainingDiverged when training diverges (docs/training.md)."""
+    from ..report.console import Console
 
     console = console or Console(enabled=cfg.logging.progress)
-    run_dir = Path(resume) if resume else Path(cfg.run_dir) if cfg.run_dir else default_run_dir(cfg)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "episodes").mkdir(exist_ok=True)
-    (run_dir / "config.yaml").write_text(dump_config(cfg))
-    loggers = MetricLoggers(cfg.logging, run_dir)
+    # --- the run directory, checked before anything is loaded or written ---
+    changes: dict[str, tuple[Any, Any]] = {}
+    created: list[Path] = []
+    if resume:
+        run_dir = Path(resume)
+        changes = resume_changes(check_resume_dir(run_dir), cfg, run_dir / "config.yaml")
+        newest = latest_step(run_dir)
+        if newest is not None and cfg.train.steps < newest:
+            raise ConfigError(f"train.steps: {cfg.train.steps} is below the step {newest} {run_dir} has reached")
+    else:
+        run_dir = Path(cfg.run_dir) if cfg.run_dir else default_run_dir(cfg)
+        created = prepare_new_run_dir(run_dir, overwrite)
+    try:
+        session = _Session.open(cfg, run_dir, resume=bool(resume), changes=changes, console=console)
+    except BaseException:
+        if not resume:
+            discard_new_run(run_dir, created)
+        raise
+    return session.run(stop_after, discard_on_early_failure=None if resume else created)
 
-    # --- what to run and what to train (all checked at config load) ---
-    rt = build_runtime(cfg)
-    spec, routing, task, prompts = rt.spec, rt.routing, rt.task, rt.prompts
-    tokenizer, policies, backend = rt.tokenizer, rt.policies, rt.backend
-    train_pool = list(task.problems(cfg.task.train_split))
-    eval_set = list(task.problems(cfg.task.eval_split))[:cfg.eval.size]
-    if not train_pool:
-        raise ValueError(f"task {cfg.task.name!r} has no problems in split {cfg.task.train_split!r}")
 
-    # one optimizer and lr schedule per policy: an update of one policy never touches another's parameters
-    optimizers, schedulers = {}, {}
-    for pid in routing.policy_ids:
-        optimizers[pid] = torch.optim.AdamW(policies.parameters(pid), lr=cfg.train.lr, betas=cfg.train.betas,
-                                            weight_decay=cfg.train.weight_decay)
-        schedulers[pid] = (warmup_cosine(optimizers[pid], cfg.train.warmup_steps, max(cfg.train.steps, 1),
-                                         cfg.train.min_lr_ratio) if cfg.train.lr_schedule == "cosine"
-                           else constant(optimizers[pid], cfg.train.warmup_steps))
+def _apply_lr(cfg: RunConfig, optimizers: dict[str, torch.optim.Optimizer], schedulers: dict[str, Any]) -> None:
+    """After restoring optimizer and scheduler state, make a changed train.lr (or train.steps, which moves
+    the cosine schedule) take effect: the restored state carries the old base lr and the lr it last set."""
+    for pid, sched in schedulers.items():
+        sched.base_lrs = [cfg.train.lr] * len(sched.base_lrs)
+        lrs = [base * lam(sched.last_epoch) for lam, base in zip(sched.lr_lambdas, sched.base_lrs, strict=True)]
+        for group, lr in zip(optimizers[pid].param_groups, lrs, strict=True):
+            group["initial_lr"], group["lr"] = cfg.train.lr, lr
+        sched._last_lr = lrs
 
-    # gradient diagnostics and interventions (None when off); built before a checkpoint is loaded, so the
-    # monitor's copy of the starting weights (for drift) is the initialisation, not the resumed weights
-    monitor = GradientMonitor.from_config(cfg, policies, routing.policy_ids)
-    interventions = Interventions.from_config(cfg)
 
-    start = 0
-    if resume and latest_step(run_dir) is not None:
-        start, state = load_checkpoint(run_dir)
-        for pid in routing.policy_ids:
-            policies.load_state_dict(pid, state[f"policy/{pid}"])
-            optimizers[pid].load_state_dict(state[f"optim/{pid}"])
-            schedulers[pid].load_state_dict(state[f"sched/{pid}"])
-        if monitor is not None:
-            monitor.load_state_dict(state.get("diagnostics/gradients"))
-        if interventions is not None:
-            interventions.load_state_dict(state.get("interventions"))
-        restore_rng_state(state["rng"])
-        console.print(f"resumed from {run_dir} at step {start}")
-    _truncate_jsonl(run_dir / "metrics.jsonl", start)
+@dataclass
+class _Session:
+    """One process's share of a run: built by `open` (model, optimizers, restored state, run files), then
+    `run` trains from the restored step."""
 
-    def run_eval(step: int, tag: str) -> dict[str, Any]:
+    cfg: RunConfig
+    run_dir: Path
+    rt: Runtime
+    train_pool: list[Problem]
+    eval_set: list[Problem]
+    optimizers: dict[str, torch.optim.Optimizer]
+    schedulers: dict[str, Any]
+    start: int
+    guard: DivergenceGuard
+    console: Any
+    loggers: Any
+    monitor: GradientMonitor | None  # per-role gradient diagnostics (None when off)
+    interventions: Interventions | None  # None when all are off
+    warn: EarlyWarning
+
+    @classmethod
+    def open(cls, cfg: RunConfig, run_dir: Path, *, resume: bool, changes: dict[str, tuple[Any, Any]],
+             console: Any) -> _Session:
+        from ..report.console import MetricLoggers
+
+        # --- what to run and what to train (all checked at config load) ---
+        rt = build_runtime(cfg)
+        train_pool = list(rt.task.problems(cfg.task.train_split))
+        eval_set = list(rt.task.problems(cfg.task.eval_split))[:cfg.eval.size]
+        if not train_pool:
+            raise ConfigError(f"task {cfg.task.name!r} has no problems in split {cfg.task.train_split!r}")
+
+        # one optimizer and lr schedule per policy: an update of one policy never touches another's parameters
+        optimizers: dict[str, torch.optim.Optimizer] = {}
+        schedulers: dict[str, Any] = {}
+        for pid in rt.routing.policy_ids:
+            optimizers[pid] = torch.optim.AdamW(rt.policies.parameters(pid), lr=cfg.train.lr, betas=cfg.train.betas,
+                                                weight_decay=cfg.train.weight_decay)
+            schedulers[pid] = (warmup_cosine(optimizers[pid], cfg.train.warmup_steps, max(cfg.train.steps, 1),
+                                             cfg.train.min_lr_ratio) if cfg.train.lr_schedule == "cosine"
+                               else constant(optimizers[pid], cfg.train.warmup_steps))
+
+        # gradient diagnostics and interventions (None when off); built before a checkpoint is loaded, so the
+        # monitor's copy of the starting weights (for drift) is the initialisation, not the resumed weights
+        monitor = GradientMonitor.from_config(cfg, rt.policies, rt.routing.policy_ids)
+        interventions = Interventions.from_config(cfg)
+        warn = EarlyWarning(extract=rt.task.extract_answer)
+
+        start, damaged = 0, []
+        guard = DivergenceGuard(cfg.train, rt.policies.vocab_size)
+        if resume and latest_step(run_dir) is not None:
+            start, state, damaged = load_latest_intact(run_dir)
+            if cfg.train.steps < start:
+                raise ConfigError(f"train.steps: {cfg.train.steps} is below the step {start} {run_dir} has reached")
+            guard.counts = restore_trainer_state(state, rt.policies, optimizers, schedulers).get("guard", {})
+            if monitor is not None:
+                monitor.load_state_dict(state.get("diagnostics/gradients"))
+            if interventions is not None:
+                interventions.load_state_dict(state.get("interventions"))
+            if "early_warning" in state:
+                warn.load_state_dict(state["early_warning"])
+            if "train.lr" in changes or "train.steps" in changes:
+                _apply_lr(cfg, optimizers, schedulers)
+
+        # --- from here on the run directory is written ---
+        (run_dir / "episodes").mkdir(exist_ok=True)
+        (run_dir / "config.yaml").write_text(dump_config(cfg))
+        # forget what was logged after the checkpoint we resume from (it is redone); rows of `rolecast eval`
+        # (tag "checkpoint") are not the trainer's to cut
+        cut_back_jsonl(run_dir / "metrics.jsonl", lambda r: 0 < r.get("step", 0) <= start)
+        cut_back_jsonl(run_dir / "eval.jsonl", lambda r: r.get("tag") not in _TRAINER_EVAL_TAGS
+                       or (start > 0 and r.get("step", 0) <= start))
+        if resume:
+            note = {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "step": start,
+                    "changed": {k: list(v) for k, v in changes.items()}, "damaged_checkpoints": damaged}
+            with open(run_dir / "resumes.jsonl", "a") as f:
+                f.write(json.dumps(note) + "\n")
+            what = "; ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in changes.items())
+            console.print(f"resumed from {run_dir} at step {start}" + (f" (changed: {what})" if what else ""))
+        loggers = MetricLoggers(cfg.logging, run_dir)
+        return cls(cfg=cfg, run_dir=run_dir, rt=rt, train_pool=train_pool, eval_set=eval_set, optimizers=optimizers,
+                   schedulers=schedulers, start=start, guard=guard, console=console, loggers=loggers,
+                   monitor=monitor, interventions=interventions, warn=warn)
+
+    def run_eval(self, step: int, tag: str) -> dict[str, Any]:
+        cfg, rt = self.cfg, self.rt
+        backend = rt.backend
         backend.temperature, saved = cfg.eval.temperature, backend.temperature
         backend.reseed(_step_seed(cfg.seed, step, 2))
         try:
-            res = evaluate(spec, eval_set, task=task, prompts=prompts, router=routing, backend=backend,
-                           n_samples=cfg.eval.n_samples, options=cfg.workflow.options, ks=(1, cfg.eval.n_samples))
+            res = evaluate(rt.spec, self.eval_set, task=rt.task, prompts=rt.prompts, router=rt.routing,
+                           backend=backend, n_samples=cfg.eval.n_samples, options=cfg.workflow.options,
+                           ks=(1, cfg.eval.n_samples))
         finally:
             backend.temperature = saved
-        key = eval_key(cfg, run=str(run_dir), step=step, tag=tag, workflow=spec.name)
-        return append_eval_row(run_dir / "eval.jsonl", key, res)
+        key = eval_key(cfg, run=str(self.run_dir), step=step, tag=tag, workflow=rt.spec.name)
+        return append_eval_row(self.run_dir / "eval.jsonl", key, res)
 
-    summary: dict[str, Any] = {"run_dir": str(run_dir)}
-    if cfg.eval.at_start and start == 0 and eval_set:
-        row = run_eval(0, "base")
-        summary["base_accuracy"] = row["pass@1"]
-        console.print(f"base accuracy ({cfg.task.eval_split}, {len(eval_set)} problems): "
-                      f"{row['pass@1']:.3f} ± {row['stderr']:.3f}")
+    def run(self, stop_after: int | None, discard_on_early_failure: list[Path] | None) -> dict[str, Any]:
+        cfg, run_dir, start = self.cfg, self.run_dir, self.start
+        summary: dict[str, Any] = {"run_dir": str(run_dir)}
+        total_steps = cfg.train.steps
+        end = total_steps if stop_after is None else min(total_steps, start + stop_after)
+        progress = self.console.progress(total_steps, start)
+        try:
+            try:
+                if cfg.eval.at_start and start == 0 and self.eval_set:
+                    row = self.run_eval(0, "base")
+                    summary["base_accuracy"] = row["pass@1"]
+                    self.console.print(f"base accuracy ({cfg.task.eval_split}, {len(self.eval_set)} problems): "
+                                       f"{row['pass@1']:.3f} ± {row['stderr']:.3f}")
+                if start < end:
+                    self.step(start, end, progress)
+            except BaseException:
+                # a new run that failed before logging its first step leaves nothing; one that stopped after
+                # (diverged on step 1) keeps its logs, which show why
+                if discard_on_early_failure is not None and not (run_dir / "metrics.jsonl").exists():
+                    self.loggers.close()
+                    discard_new_run(run_dir, discard_on_early_failure)
+                raise
+            for step in range(start + 1, end):
+                self.step(step, end, progress)
+        finally:
+            progress.close()
+            self.loggers.close()
 
-    total_steps = cfg.train.steps
-    progress = console.progress(total_steps, start)
-    end = total_steps if stop_after is None else min(total_steps, start + stop_after)
-    for step in range(start, end):
+        # the final evaluation also runs when a resumed run finds its last step done but no final row (killed
+        # during that evaluation)
+        done = any(r.get("tag") == "final" and r.get("step") == total_steps
+                   for r in read_jsonl(run_dir / "eval.jsonl"))
+        if cfg.eval.at_end and self.eval_set and end == total_steps and not done:
+            row = self.run_eval(total_steps, "final")
+            summary["final_accuracy"] = row["pass@1"]
+            self.console.print(f"final accuracy ({cfg.task.eval_split}, {len(self.eval_set)} problems): "
+                               f"{row['pass@1']:.3f} ± {row['stderr']:.3f}")
+        summary["policies"] = self.rt.routing.policy_ids
+        return summary
+
+    def step(self, step: int, end: int, progress: Any) -> None:
+        cfg, rt, run_dir = self.cfg, self.rt, self.run_dir
+        spec, routing, task, prompts, backend = rt.spec, rt.routing, rt.task, rt.prompts, rt.backend
+        policies, monitor, interventions = rt.policies, self.monitor, self.interventions
+        total_steps = cfg.train.steps
         t0 = time.perf_counter()
         # 1. problems for this step: a pure function of (seed, step), so resuming needs no data cursor
-        problems = step_problems(train_pool, seed=cfg.seed, step=step, per_step=cfg.train.problems_per_step,
+        problems = step_problems(self.train_pool, seed=cfg.seed, step=step, per_step=cfg.train.problems_per_step,
                                  mode=cfg.train.sampling)
         # 2. rollouts
         backend.reseed(_step_seed(cfg.seed, step, 1))
@@ -445,22 +575,33 @@ def train(cfg: RunConfig, *, resume: str | Path | None = None, stop_after: int |
         update_rng = random.Random(_step_seed(cfg.seed, step, 3))
         policy_stats: dict[str, dict[str, float]] = {}
         role_tally: dict[str, dict[str, float]] = {}
+        norms_before = {pid: _weight_norm(policies.parameters(pid)) for pid in by_policy}
         for pid, turns in by_policy.items():
-            lr = schedulers[pid].get_last_lr()[0]  # the lr this step trains with
-            policy_stats[pid], tally = update_policy(pid, turns, cfg=cfg, policies=policies,
-                                                     optimizer=optimizers[pid], pad_id=tokenizer.pad_token_id,
-                                                     rng=update_rng, check_logprobs=(step == start),
-                                                     monitor=monitor if monitor and monitor.due(step) else None,
-                                                     interventions=interventions)
+            lr = self.schedulers[pid].get_last_lr()[0]  # the lr this step trains with
+            try:
+                policy_stats[pid], tally = update_policy(pid, turns, cfg=cfg, policies=policies,
+                                                         optimizer=self.optimizers[pid],
+                                                         pad_id=rt.tokenizer.pad_token_id, rng=update_rng,
+                                                         check_logprobs=(step == self.start),
+                                                         monitor=monitor if monitor and monitor.due(step) else None,
+                                                         interventions=self.interventions)
+            except NonFiniteUpdate as e:
+                raise self.diverged(step + 1, str(e)) from None
             policy_stats[pid]["lr"] = lr
             merge_tallies(role_tally, tally)
-            schedulers[pid].step()
+            self.schedulers[pid].step()
         t_update = time.perf_counter()
 
         # 6. metrics, samples, evaluation, checkpoint
         metrics: dict[str, Any] = {"step": step + 1, **episode_metrics(episodes)}
         for pid, st in policy_stats.items():
+            skipped = st.pop("skipped_in_a_row")
             metrics.update({f"policy/{pid}/{k}": v for k, v in st.items()})
+            # a cheap forward on one of the step's prompts catches weights blown up to huge finite values
+            probe = next((t.prompt_ids[:32] for t in by_policy[pid] if t.prompt_ids), None)
+            finite = not st["optimizer_steps"] or probe is None or policies.outputs_finite(pid, probe)
+            self.guard.update(pid, st, skipped, outputs_finite=finite,
+                              norms=(norms_before[pid], _weight_norm(policies.parameters(pid))))
         for role, row in sorted(role_tally.items()):
             metrics.update({f"role/{role}/{k}": v for k, v in tally_means(row).items() if k != "tokens"})
         if monitor is not None:
@@ -474,35 +615,109 @@ def train(cfg: RunConfig, *, resume: str | Path | None = None, stop_after: int |
             log.warning("step %d: no completion ended with an end-of-sequence token within %d tokens; check the "
                         "tokenizer's eos token / chat template or raise rollout.max_new_tokens",
                         step + 1, cfg.rollout.max_new_tokens)
-        if cfg.eval.every and (step + 1) % cfg.eval.every == 0 and step + 1 < total_steps:
-            metrics["eval/pass@1"] = run_eval(step + 1, "periodic")["pass@1"]
+        # early warning: the failure signatures and gradient signals that crossed their thresholds this step
+        alerts = self.warn.check(step + 1, metrics, episodes)
+        metrics.update(metric_entries(alerts))
+        for a in alerts:
+            log.info("step %d: early warning %s (%s)", step + 1, a.name, a.subject)
+        stop = self.guard.reason(step + 1)
+        if not stop and cfg.eval.every and (step + 1) % cfg.eval.every == 0 and step + 1 < total_steps:
+            metrics["eval/pass@1"] = self.run_eval(step + 1, "periodic")["pass@1"]
         with open(run_dir / "metrics.jsonl", "a") as f:
             f.write(json.dumps(_finite_or_none(metrics)) + "\n")
         if cfg.logging.episodes_every and (step + 1) % cfg.logging.episodes_every == 0:
             _write_episodes(run_dir / "episodes" / f"step_{step + 1}.jsonl", episodes[:cfg.logging.max_episodes])
-        loggers.log(metrics, step + 1)
+        self.loggers.log(metrics, step + 1)
         progress.advance(step + 1, metrics["reward"])
-        if (cfg.checkpoint.every and (step + 1) % cfg.checkpoint.every == 0) or step + 1 == end:
-            state = {"trainer": {"step": step + 1}, "rng": capture_rng_state()}
-            for pid in routing.policy_ids:
-                state[f"policy/{pid}"] = policies.state_dict(pid)
-                state[f"optim/{pid}"] = optimizers[pid].state_dict()
-                state[f"sched/{pid}"] = schedulers[pid].state_dict()
+        if stop:
+            raise self.diverged(step + 1, stop)
+        # A policy on a streak towards a stop is suspect: its weights are not checkpointed, except at the end of
+        # this session (a run not declared diverged must stay resumable).
+        suspect = self.guard.suspect()
+        if (cfg.checkpoint.every and (step + 1) % cfg.checkpoint.every == 0 and not suspect) or step + 1 == end:
+            state = trainer_state(step + 1, policies, self.optimizers, self.schedulers, guard=self.guard.counts)
+            state["early_warning"] = self.warn.state_dict()
             if monitor is not None and monitor.state_dict():
                 state["diagnostics/gradients"] = monitor.state_dict()
             if interventions is not None and interventions.state_dict():
                 state["interventions"] = interventions.state_dict()
-            save_checkpoint(run_dir, step + 1, state, keep_last=cfg.checkpoint.keep_last)
-    progress.close()
+            save_checkpoint(run_dir, step + 1, state, keep_last=cfg.checkpoint.keep_last,
+                            keep_every=cfg.checkpoint.keep_every)
 
-    if cfg.eval.at_end and eval_set and end == total_steps > start:
-        row = run_eval(total_steps, "final")
-        summary["final_accuracy"] = row["pass@1"]
-        console.print(f"final accuracy ({cfg.task.eval_split}, {len(eval_set)} problems): "
-                      f"{row['pass@1']:.3f} ± {row['stderr']:.3f}")
-    summary["policies"] = routing.policy_ids
-    loggers.close()
-    return summary
+    def diverged(self, step: int, why: str) -> TrainingDiverged:
+        ckpt = latest_step(self.run_dir)
+        kept = (f"the last good checkpoint, {self.run_dir / 'checkpoints' / f'step_{ckpt}'}, is kept"
+                if ckpt is not None else "no checkpoint was written")
+        return TrainingDiverged(f"training diverged and stopped at step {step}: {why}; {kept}")
+
+
+_TRAINER_EVAL_TAGS = ("base", "periodic", "final")
+
+
+class DivergenceGuard:
+    """Per-policy signs that training diverged, counted across steps (and carried in checkpoints, so a resume
+    continues a streak). `reason` says why the run must stop, or None:
+    - an update left weights whose outputs are not finite, or grew their norm more than `max_weight_growth`
+      times: at once;
+    - `max_skipped_updates` optimizer updates in a row skipped for a non-finite loss or gradient;
+    - the mean token entropy within `max_entropy_tol` x log|V| of its maximum log|V| (the policy samples
+      uniformly at random) for `max_entropy_steps` steps in a row. Only for a policy that started below
+      that: a random-weight model starts there, and training did not drive it there."""
+
+    def __init__(self, settings: Any, vocab_size: int):
+        self.settings = settings
+        self.max_entropy = math.log(vocab_size)
+        self.counts: dict[str, dict[str, Any]] = {}
+
+    def _at_max(self, entropy: float) -> bool:
+        return entropy >= (1 - self.settings.max_entropy_tol) * self.max_entropy
+
+    def update(self, pid: str, stats: dict[str, float], skipped_in_a_row: float, *, outputs_finite: bool,
+               norms: tuple[float, float] | None = None) -> None:
+        """Count one step of `pid`: its update stats, whether its outputs are finite after the update, and its
+        weight norm (before, after)."""
+        c = self.counts
+        growth = self.settings.max_weight_growth
+        if norms is not None and growth and not (norms[1] <= growth * norms[0]):
+            c.setdefault("blown_up", {})[pid] = list(norms)
+        skips = c.setdefault("skipped_in_a_row", {})
+        # no successful update this step: the streak goes on from earlier steps
+        skips[pid] = skipped_in_a_row + (skips.get(pid, 0) if not stats["optimizer_steps"] else 0)
+        entropy = stats.get("entropy", float("nan"))
+        if math.isfinite(entropy):
+            start = c.setdefault("entropy_start", {}).setdefault(pid, entropy)
+            at_max = c.setdefault("entropy_at_max", {})
+            at_max[pid] = at_max.get(pid, 0) + 1 if self._at_max(entropy) and not self._at_max(start) else 0
+        if not outputs_finite:
+            c.setdefault("non_finite", {})[pid] = True
+
+    def suspect(self) -> bool:
+        """A policy on a streak towards a stop (its weights are not worth a checkpoint)."""
+        return any(n > 0 for n in self.counts.get("entropy_at_max", {}).values())
+
+    def reason(self, step: int) -> str | None:
+        tc = self.settings
+        for pid in self.counts.get("non_finite", {}):
+            return (f"policy {pid!r}: its weights give non-finite outputs after the update of step {step} "
+                    f"(train.lr {tc.lr:g} too large?)")
+        for pid, (before, after) in self.counts.get("blown_up", {}).items():
+            return (f"policy {pid!r}: the update of step {step} grew its weight norm from {before:.4g} to {after:.4g} "
+                    f"(more than train.max_weight_growth {tc.max_weight_growth:g}x; train.lr {tc.lr:g} too large?)")
+        for pid, n in self.counts.get("skipped_in_a_row", {}).items():
+            if tc.max_skipped_updates and n >= tc.max_skipped_updates:
+                return (f"policy {pid!r}: {int(n)} optimizer updates in a row skipped for a non-finite loss or "
+                        f"gradient (train.max_skipped_updates {tc.max_skipped_updates})")
+        for pid, n in self.counts.get("entropy_at_max", {}).items():
+            if tc.max_entropy_steps and n >= tc.max_entropy_steps:
+                return (f"policy {pid!r}: token entropy at its maximum log|V| = {self.max_entropy:.3f} (within "
+                        f"train.max_entropy_tol {tc.max_entropy_tol:g}) for {n} steps in a row "
+                        f"(train.max_entropy_steps {tc.max_entropy_steps}): it samples uniformly at random")
+        return None
+
+
+def _weight_norm(params: list[torch.nn.Parameter]) -> float:
+    with torch.no_grad():
+        return math.sqrt(sum(float(p.double().pow(2).sum()) for p in params))
 
 
 def _finite_or_none(metrics: dict[str, Any]) -> dict[str, Any]:
@@ -515,14 +730,4 @@ def _write_episodes(path: Path, episodes: list[Episode]) -> None:
     with open(tmp, "w") as f:
         for ep in episodes:
             f.write(json.dumps(asdict(ep), ensure_ascii=False) + "\n")
-    tmp.replace(path)
-
-
-def _truncate_jsonl(path: Path, start_step: int) -> None:
-    """On resume, forget metrics logged after the checkpoint we resumed from (they will be redone)."""
-    if not path.exists():
-        return
-    keep = [ln for ln in path.read_text().splitlines() if ln.strip() and json.loads(ln).get("step", 0) <= start_step]
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text("".join(ln + "\n" for ln in keep))
     tmp.replace(path)

@@ -1,0 +1,118 @@
+"""The run directory's life cycle: checked before a model loads, refused when it already holds another run
+(unless overwriting was asked for), removed again when a new run fails before its first step, and its
+JSON-lines logs cut back on resume (tolerating the half-written last line a kill leaves).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..config import ConfigError, RunConfig, load_config
+
+log = logging.getLogger(__name__)
+
+# What a run writes into its directory; any of these marks the directory as holding a run.
+RUN_ENTRIES = ("config.yaml", "metrics.jsonl", "eval.jsonl", "resumes.jsonl", "episodes", "checkpoints",
+               "tensorboard", "wandb")
+
+
+class RunDirError(ConfigError):
+    """A run directory that cannot be used: not creatable or writable, or already holding a run."""
+
+
+def prepare_new_run_dir(run_dir: Path, overwrite: bool = False) -> list[Path]:
+    """Make `run_dir` ready for a new run, creating missing parents; returns the directories created (so a
+    run that fails before its first step can remove them again). Refuses a directory that already holds a
+    run unless `overwrite`, which deletes that run's files (and only those)."""
+    if run_dir.exists() and not run_dir.is_dir():
+        raise RunDirError(f"run dir {run_dir}: exists and is not a directory")
+    if run_dir.is_dir():
+        found = [name for name in RUN_ENTRIES if (run_dir / name).exists()]
+        if found and not overwrite:
+            raise RunDirError(f"run dir {run_dir} already holds a run ({', '.join(found)}); continue it with "
+                              f"--resume {run_dir}, choose another --run-dir, or pass --overwrite to replace it")
+        for name in found:
+            path = run_dir / name
+            shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+    created = [p for p in (run_dir, *run_dir.parents) if not p.exists()]
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise RunDirError(f"run dir {run_dir}: cannot be created ({e.strerror or e})") from None
+    _check_writable(run_dir)
+    return created[::-1]
+
+
+def check_resume_dir(run_dir: Path) -> RunConfig:
+    """The stored configuration of the run in `run_dir`, after checking it is a writable run directory."""
+    if not run_dir.is_dir():
+        raise RunDirError(f"cannot resume {run_dir}: no such directory")
+    if not (run_dir / "config.yaml").is_file():
+        raise RunDirError(f"cannot resume {run_dir}: it has no config.yaml, so it is not a rolecast run directory")
+    _check_writable(run_dir)
+    return load_config(run_dir / "config.yaml")
+
+
+def _check_writable(run_dir: Path) -> None:
+    probe = run_dir / f".write-test-{os.getpid()}"
+    try:
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        raise RunDirError(f"run dir {run_dir}: cannot be written ({e.strerror or e})") from None
+
+
+def discard_new_run(run_dir: Path, created: list[Path]) -> None:
+    """Undo a new run that failed before its first step: its files, then the directories it created."""
+    for name in RUN_ENTRIES:
+        path = run_dir / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        elif path.exists() or path.is_symlink():
+            path.unlink(missing_ok=True)
+    for d in reversed(created):
+        try:
+            d.rmdir()  # only if empty: never removes anything the run did not write
+        except OSError:
+            break
+
+
+# ---------------------------------------------------------------------------------------------------------
+# JSON-lines logs
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The rows of a JSON-lines log. A half-written last line (what a kill mid-write leaves) is dropped with a
+    warning; a bad line anywhere else is an error naming the file and line."""
+    if not path.exists():
+        return []
+    lines = path.read_text().split("\n")
+    rows: list[dict[str, Any]] = []
+    last = max((i for i, ln in enumerate(lines) if ln.strip()), default=-1)
+    for i, ln in enumerate(lines):
+        if not ln.strip():
+            continue
+        try:
+            rows.append(json.loads(ln))
+        except json.JSONDecodeError as e:
+            if i == last:
+                log.warning("%s: dropped a half-written last line (line %d, %r...)", path, i + 1, ln[:40])
+                continue
+            raise ConfigError(f"{path}:{i + 1}: not a JSON line ({e.msg}); the run's log is damaged") from None
+    return rows
+
+
+def cut_back_jsonl(path: Path, keep: Callable[[dict[str, Any]], bool]) -> None:
+    """Rewrite `path` (atomically) with only the rows `keep` accepts, e.g. rows up to the resumed step."""
+    if not path.exists():
+        return
+    rows = [r for r in read_jsonl(path) if keep(r)]
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    tmp.replace(path)
