@@ -161,7 +161,7 @@ def test_unusable_run_dirs_fail_before_the_model_loads(tmp_path, monkeypatch, ca
     with pytest.raises(RunDirError, match=f"cannot resume {tmp_path}: it has no config.yaml"):
         train(tiny(tmp_path), resume=tmp_path)
     assert main(["train", "--run-dir", str(a_file), "--set", "logging.progress=false"]) == 2
-    assert capsys.readouterr().err.strip() == f"rolecast: run dir {a_file}: exists and is not a directory"
+    assert capsys.readouterr().err.strip() == f"rolecast: error: run dir {a_file}: exists and is not a directory"
 
 
 def test_a_read_only_run_dir_is_named(tmp_path, monkeypatch):

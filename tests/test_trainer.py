@@ -384,7 +384,7 @@ def test_a_diverging_run_stops_and_keeps_its_last_good_checkpoint(one_good_testb
     stderr = capsys.readouterr().err
     err = [line for line in stderr.splitlines() if line.startswith("rolecast:")]  # not the model-loading bar
     assert "Traceback" not in stderr
-    assert len(err) == 1 and err[0].startswith("rolecast: training diverged and stopped at step 2: policy 'shared'")
+    assert len(err) == 1 and err[0].startswith("rolecast: error: training diverged and stopped at step 2: policy 'shared'")
     assert f"last good checkpoint, {run_dir}/checkpoints/step_1, is kept" in err[0]
     assert list_checkpoints(run_dir) == [1] and latest_step(run_dir) == 1
     after = load_checkpoint_weights(run_dir)

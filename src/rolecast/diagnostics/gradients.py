@@ -330,8 +330,8 @@ class GradientMonitor:
             m[f"{p}/norm"] = st.policy_norm
         for role in sorted(set(mass) | set(st.norm)):
             q = f"{p}/{role}"
-            for k, v in mass.get(role, {}).items():
-                m[f"{q}/{k}"] = v
+            for k, value in mass.get(role, {}).items():
+                m[f"{q}/{k}"] = value
             if role in st.norm:
                 m[f"{q}/norm"] = st.norm[role]
                 m[f"{q}/share"] = st.share[role]

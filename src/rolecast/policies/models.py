@@ -17,6 +17,7 @@ import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -148,7 +149,7 @@ def _fail_fast_if_hub_unreachable(path: str) -> None:
         raise ModelNotFoundError(f"model.path: {problem}")
 
 
-def cache_keyword(model: nn.Module) -> str:
+def cache_keyword(model: Any) -> str:
     """transformers 5 renamed `past_key_values` to `cache`; accept both."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
@@ -177,8 +178,8 @@ class PolicySet:
             model = get_peft_model(base, cfg, adapter_name=self.policy_ids[0])
             for pid in self.policy_ids[1:]:
                 model.add_adapter(pid, cfg)
-            self.models = {pid: model for pid in self.policy_ids}
-            self.reference = model  # with adapters disabled
+            self.models: dict[str, Any] = {pid: model for pid in self.policy_ids}  # HF/PEFT models
+            self.reference: Any = model  # with adapters disabled
         elif mode == "full":
             self.models = {pid: (base if i == 0 else copy.deepcopy(base)) for i, pid in enumerate(self.policy_ids)}
             self.reference = None  # created lazily: only KL needs it
@@ -254,7 +255,7 @@ class PolicySet:
             self.reference = load_model(self._model_path, self._dtype).eval().requires_grad_(False)
         yield self.reference
 
-    def generation_groups(self, pids: list[str]) -> list[tuple[nn.Module, list[int], list[str] | None]]:
+    def generation_groups(self, pids: list[str]) -> list[tuple[Any, list[int], list[str] | None]] | _AdapterPasses:
         """Split a request list into forward passes: (model, request indices, per-row adapter names or None).
 
         With one pass per adapter (LoRA with `mixed_adapters=False`, or requests for a single adapter), the
@@ -276,7 +277,8 @@ class PolicySet:
     @property
     def vocab_size(self) -> int:
         """Rows of the output projection: the support of every policy's next-token distribution."""
-        return int(self.unique_models()[0].get_output_embeddings().weight.shape[0])
+        model: Any = self.unique_models()[0]
+        return int(model.get_output_embeddings().weight.shape[0])
 
     @torch.no_grad()
     def outputs_finite(self, pid: str, input_ids: list[int]) -> bool:
@@ -319,7 +321,7 @@ class PolicySet:
 class _AdapterPasses:
     """One forward pass per LoRA adapter: iterating yields (model, indices, None) after `set_adapter(pid)`."""
 
-    def __init__(self, model: nn.Module, groups: dict[str, list[int]]):
+    def __init__(self, model: Any, groups: dict[str, list[int]]):
         self.model, self.groups = model, groups
 
     def __len__(self) -> int:

@@ -159,7 +159,7 @@ class HFBackend:
         if share:
             expand = torch.tensor(of_row)
             logits = logits[expand]
-            for layer in cache.layers:
+            for layer in _preallocated_layers(cache):
                 layer.select_rows(expand)
             if adapter_names is not None:
                 kwargs["adapter_names"] = adapter_names
@@ -169,7 +169,7 @@ class HFBackend:
             # built per call: the trainer updates weights in place between calls (fused copies would go stale)
             fast = fast_qwen3.FastDecoder(model, rows=B, kernels=self.cpu_kernels)
             cos, sin = fast.rope_tables(step_pos)
-            keys, values = [layer._k for layer in cache.layers], [layer._v for layer in cache.layers]
+            keys, values = [layer._k for layer in _preallocated_layers(cache)], [layer._v for layer in _preallocated_layers(cache)]
         step_mask = _decode_mask(model, mask, T, bool_4d=fast is not None)
         stops = self.stop_ids if self.stop_ids.numel() else None
         finished = torch.zeros(B, dtype=torch.bool)
@@ -253,9 +253,20 @@ class _PreallocatedLayer(DynamicLayer):
 
 
 def _preallocated_cache(capacity: int) -> DynamicCache:
+    class _Layer(_PreallocatedLayer):
+        def __init__(self) -> None:
+            super().__init__(capacity)
+
     cache = DynamicCache()
-    cache.layer_class_to_replicate = lambda: _PreallocatedLayer(capacity)
+    cache.layer_class_to_replicate = _Layer
     return cache
+
+
+def _preallocated_layers(cache: DynamicCache) -> list[_PreallocatedLayer]:
+    """The layers of a cache made by `_preallocated_cache`."""
+    layers = [layer for layer in cache.layers if isinstance(layer, _PreallocatedLayer)]
+    assert len(layers) == len(cache.layers)
+    return layers
 
 
 def _decode_mask(model, prompt_mask: torch.Tensor, new_tokens: int, bool_4d: bool = False) -> torch.Tensor | None:

@@ -483,8 +483,9 @@ class DAPOMath(MathTask):
 
     def _unique_rows(self) -> list[tuple[int, dict[str, Any]]]:
         """(source index, row) after deduplication and the language filter, in source order."""
-        if getattr(self, "_unique", None) is not None:
-            return self._unique
+        cached: list[tuple[int, dict[str, Any]]] | None = getattr(self, "_unique", None)
+        if cached is not None:
+            return cached
         seen: set[str] = set()
         out = []
         for i, row in enumerate(self._source_rows("train")):
@@ -568,6 +569,7 @@ class MathJSONL(MathTask):
 
         text = _require(row, self.problem_key, "the problem (problem_key)")
         raw = _require(row, self.answer_key, "the answer (answer_key)")
+        gold: str | None
         if self.answer_from == "boxed":
             gold = _boxed_gold(str(raw))
         elif self.answer_from == "gsm8k":
@@ -705,8 +707,8 @@ def _deepcoder_tests(raw: Any, fn_name: str | None, per_test_timeout_s: float | 
         raise _Skip("tests without input/output")
 
     def call_name(t: Mapping[str, Any]) -> str | None:
-        meta = t.get("metadata") if isinstance(t.get("metadata"), Mapping) else {}
-        return t.get("fn_name") or meta.get("func_name")
+        meta = t.get("metadata")
+        return t.get("fn_name") or (meta.get("func_name") if isinstance(meta, Mapping) else None)
 
     functional = [t.get("testtype") == "functional" or t.get("type") == "function_call" or bool(call_name(t))
                   for t in tests]
@@ -783,8 +785,9 @@ class DeepCoder(CodeTask):
         return super()._source_rows(split)
 
     def _kept_rows(self) -> list[tuple[int, dict[str, Any]]]:
-        if getattr(self, "_kept", None) is not None:
-            return self._kept
+        cached: list[tuple[int, dict[str, Any]]] | None = getattr(self, "_kept", None)
+        if cached is not None:
+            return cached
         keep = json.loads(Path(self.runtime_results).read_text()) if self.runtime_results else None
         out = []
         for i, row in enumerate(self._source_rows("train")):

@@ -15,7 +15,8 @@ Conventions (deliberate; tests pin them):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import torch
 
@@ -86,7 +87,7 @@ def compute_advantages(name: str, rewards: torch.Tensor, group_ids: torch.Tensor
     return ADVANTAGES[name](rewards, group_ids.long(), eps)
 
 
-def episode_turn_advantages(groups: dict[Hashable, list[Turn]], name: str = "grpo", eps: float = 1e-6) -> None:
+def episode_turn_advantages(groups: Mapping[Any, list[Turn]], name: str = "grpo", eps: float = 1e-6) -> None:
     """Set `turn.advantage` from `turn.reward` within each group, in one vectorised call."""
     turns = [t for group in groups.values() for t in group]
     group_ids = [g for g, group in enumerate(groups.values()) for _ in group]

@@ -305,12 +305,12 @@ def _load_step(run_dir: str | os.PathLike, step: int) -> dict[str, Any]:
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise CheckpointError(f"checkpoint {directory}: unreadable {MANIFEST} ({e})") from None
     state = {}
-    for name, e in entries.items():
-        path = directory / e["file"]
-        problem = _damage(path, e)
+    for name, entry in entries.items():
+        path = directory / entry["file"]
+        problem = _damage(path, entry)
         if problem is None:
             try:
-                state[name] = _read_entry(path, e["format"])
+                state[name] = _read_entry(path, entry["format"])
                 continue
             except Exception as err:  # any deserializer failure means the same thing here: a damaged file
                 problem = f"cannot be read ({type(err).__name__}: {err})"

@@ -140,7 +140,8 @@ def completion_hidden_states(model, batch: dict[str, torch.Tensor]) -> torch.Ten
                       position_ids=batch["position_ids"][first, :P], use_cache=True,
                       **{cache_keyword(model): prompt_cache}).last_hidden_state
     row_cache = DynamicCache()
-    for i, layer in enumerate(prompt_cache.layers):
+    layers: list[Any] = list(prompt_cache.layers)  # full-attention layers: keys and values are tensors
+    for i, layer in enumerate(layers):
         row_cache.update(layer.keys[of_row], layer.values[of_row], i)
     completions = decoder(input_ids=batch["input_ids"][:, P:], attention_mask=batch["attention_mask"],
                           position_ids=batch["position_ids"][:, P:], use_cache=True,
@@ -459,7 +460,7 @@ class _Session:
         interventions = Interventions.from_config(cfg)
         warn = EarlyWarning(extract=rt.task.extract_answer)
 
-        start, damaged = 0, []
+        start, damaged = 0, list[str]()
         guard = DivergenceGuard(cfg.train, rt.policies.vocab_size)
         if resume and latest_step(run_dir) is not None:
             start, state, damaged = load_latest_intact(run_dir)
