@@ -24,6 +24,8 @@ run: setup
 # the lint and type gate: any finding fails `make test` (and so CI)
 lint: setup
 	$(VENV)/bin/ruff check src tests bench examples scripts
+	$(VENV)/bin/ruff format --check src tests bench examples scripts
+	$(VENV)/bin/mypy
 
 test: lint
 	$(VENV)/bin/python -m pytest -q -m "not slow"

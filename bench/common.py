@@ -22,8 +22,14 @@ import torch
 from rolecast.testbed.model import model_config, new_model
 
 # The testbed shape (rolecast.testbed.model.MODEL_SHAPE); spelled out so the benches say what they ran.
-SHAPE = dict(hidden_size=192, num_hidden_layers=4, num_attention_heads=6, num_key_value_heads=2, head_dim=32,
-             intermediate_size=768)
+SHAPE = dict(
+    hidden_size=192,
+    num_hidden_layers=4,
+    num_attention_heads=6,
+    num_key_value_heads=2,
+    head_dim=32,
+    intermediate_size=768,
+)
 
 
 def corpus(seed: int = 0) -> list[str]:
@@ -34,8 +40,12 @@ def corpus(seed: int = 0) -> list[str]:
     rng = random.Random(seed)
     syll = [c + v for c in "bcdfghjklmnprstvwz" for v in "aeiou"] + ["th", "st", "ing", "er", "an", "on"]
     lexicon = ["".join(rng.choice(syll) for _ in range(rng.randint(1, 4))) for _ in range(4000)]
-    texts = [f"solve: {a} + {b} - {c} = {a + b - c} \\boxed{{{a + b - c}}}" for a in range(10) for b in range(10)
-             for c in range(10)]
+    texts = [
+        f"solve: {a} + {b} - {c} = {a + b - c} \\boxed{{{a + b - c}}}"
+        for a in range(10)
+        for b in range(10)
+        for c in range(10)
+    ]
     for _ in range(20000):
         words = [rng.choice(lexicon) for _ in range(rng.randint(4, 12))]
         texts.append(" ".join(words).capitalize() + rng.choice([".", "?", "!", ",", ":"]))
@@ -84,8 +94,10 @@ def machine() -> str:
     except OSError:
         pass
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    return (f"{cpu}, {os.cpu_count()} cores visible, torch {torch.__version__} with {torch.get_num_threads()} threads, "
-            f"load average {load:.2f} at start")
+    return (
+        f"{cpu}, {os.cpu_count()} cores visible, torch {torch.__version__} with {torch.get_num_threads()} threads, "
+        f"load average {load:.2f} at start"
+    )
 
 
 class Timer:

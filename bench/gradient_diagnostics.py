@@ -34,11 +34,22 @@ def run(sharing: str, every: int, args: argparse.Namespace, root: Path, tag: str
     from rolecast.train.grpo import train
 
     run_dir = root / f"{sharing}-{tag}"
-    over = {"workflow.name": args.workflow, "routing.sharing": sharing, "train.steps": args.steps,
-            "train.problems_per_step": args.problems, "train.group_size": args.group,
-            "rollout.max_new_tokens": args.max_new_tokens, "eval.at_start": False, "eval.at_end": False,
-            "logging.progress": False, "logging.episodes_every": 0, "checkpoint.every": 0, "run_dir": str(run_dir),
-            "diagnostics.gradients.every": every, "threads": args.threads}
+    over = {
+        "workflow.name": args.workflow,
+        "routing.sharing": sharing,
+        "train.steps": args.steps,
+        "train.problems_per_step": args.problems,
+        "train.group_size": args.group,
+        "rollout.max_new_tokens": args.max_new_tokens,
+        "eval.at_start": False,
+        "eval.at_end": False,
+        "logging.progress": False,
+        "logging.episodes_every": 0,
+        "checkpoint.every": 0,
+        "run_dir": str(run_dir),
+        "diagnostics.gradients.every": every,
+        "threads": args.threads,
+    }
     train(load_config(None, over))
     rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     return rows[1:]  # the first step also runs the log-prob check
@@ -57,8 +68,10 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     print(machine())
-    print(f"workflow {args.workflow}, testbed recipe (full fine-tuning, 2 epochs), {args.problems} problems x group "
-          f"{args.group}, {args.steps} steps per run ({args.steps - 1} timed), {args.rounds} rounds\n")
+    print(
+        f"workflow {args.workflow}, testbed recipe (full fine-tuning, 2 epochs), {args.problems} problems x group "
+        f"{args.group}, {args.steps} steps per run ({args.steps - 1} timed), {args.rounds} rounds\n"
+    )
     variants = [("plain", 0), ("every 1", 1), (f"every {args.every_k}", args.every_k)]
     t_start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
@@ -70,18 +83,28 @@ def main() -> None:
                     rows[name] += run(sharing, every, args, Path(tmp), f"{name.replace(' ', '')}-{r}")
             step = {n: statistics.median(x["time/step"] for x in v) for n, v in rows.items()}
             upd = {n: statistics.median(x["time/update"] for x in v) for n, v in rows.items()}
-            diag_upd = [x["time/update"] for x in rows[f"every {args.every_k}"] if any(k.startswith("grad/") for k in x)]
+            diag_upd = [
+                x["time/update"] for x in rows[f"every {args.every_k}"] if any(k.startswith("grad/") for k in x)
+            ]
             print(f"{args.workflow}, {sharing}: median s/step (update s) over {len(rows['plain'])} timed steps each")
             print(f"  {'variant':<10} {'s/step':>8} {'ratio':>7} {'update s':>9} {'ratio':>7}")
             for n in step:
-                print(f"  {n:<10} {step[n]:8.3f} {step[n] / step['plain']:6.2f}x {upd[n]:9.3f} "
-                      f"{upd[n] / upd['plain']:6.2f}x")
+                print(
+                    f"  {n:<10} {step[n]:8.3f} {step[n] / step['plain']:6.2f}x {upd[n]:9.3f} "
+                    f"{upd[n] / upd['plain']:6.2f}x"
+                )
             if diag_upd:
-                print(f"  (every {args.every_k}: its diagnosed steps' updates took median "
-                      f"{statistics.median(diag_upd):.3f} s)")
+                print(
+                    f"  (every {args.every_k}: its diagnosed steps' updates took median "
+                    f"{statistics.median(diag_upd):.3f} s)"
+                )
             keys = sorted(k for k in rows["every 1"][-1] if k.startswith(("grad/", "update/")))
-            print(f"  {len(keys)} grad/ and update/ metrics per diagnosed step, e.g. "
-                  + ", ".join(f"{k}={_fmt(rows['every 1'][-1][k])}" for k in keys if k.endswith(("/share", "/amplification"))))
+            print(
+                f"  {len(keys)} grad/ and update/ metrics per diagnosed step, e.g. "
+                + ", ".join(
+                    f"{k}={_fmt(rows['every 1'][-1][k])}" for k in keys if k.endswith(("/share", "/amplification"))
+                )
+            )
             print()
     print(f"total wall time {time.perf_counter() - t_start:.0f} s")
 

@@ -110,11 +110,23 @@ class RolecastRunner:
         self.args = args
         self.cfg = RunConfig.model_construct(
             seed=0,
-            train=TrainSettings(lr=args.lr, lr_schedule="constant", clip_low=0.2, clip_high=0.28, kl_coef=0.0,
-                                advantage="grpo", loss_agg="token-mean", max_grad_norm=1.0, weight_decay=0.0,
-                                problems_per_step=args.prompts, group_size=args.group, update_schedule="per_step",
-                                micro_batch_tokens=args.micro_batch_tokens),
-            rollout=RolloutSettings(temperature=1.0, top_p=1.0, max_new_tokens=args.completion_len))
+            train=TrainSettings(
+                lr=args.lr,
+                lr_schedule="constant",
+                clip_low=0.2,
+                clip_high=0.28,
+                kl_coef=0.0,
+                advantage="grpo",
+                loss_agg="token-mean",
+                max_grad_norm=1.0,
+                weight_decay=0.0,
+                problems_per_step=args.prompts,
+                group_size=args.group,
+                update_schedule="per_step",
+                micro_batch_tokens=args.micro_batch_tokens,
+            ),
+            rollout=RolloutSettings(temperature=1.0, top_p=1.0, max_new_tokens=args.completion_len),
+        )
         self.spec = get_workflow("single")
         self.routing = build_routing(self.spec.roles, "shared")
         self.task = BenchTask(problems())
@@ -122,12 +134,22 @@ class RolecastRunner:
         self.pool = list(self.task.problems("train"))
         self.tok = load_tokenizer(model_dir)
         self.policies = PolicySet(model_dir, self.routing.policy_ids, mode="full", seed=0)
-        self.backend = HFBackend(self.policies, self.tok, max_new_tokens=args.completion_len, temperature=1.0,
-                                 top_p=1.0, seed=0, ignore_eos=True, fast=not args.stock_decode,
-                                 decode_threads=args.decode_threads, cpu_kernels=not args.no_cpu_kernels)
+        self.backend = HFBackend(
+            self.policies,
+            self.tok,
+            max_new_tokens=args.completion_len,
+            temperature=1.0,
+            top_p=1.0,
+            seed=0,
+            ignore_eos=True,
+            fast=not args.stock_decode,
+            decode_threads=args.decode_threads,
+            cpu_kernels=not args.no_cpu_kernels,
+        )
         self.pid = self.routing.policy_ids[0]
-        self.opt = torch.optim.AdamW(self.policies.parameters(self.pid), lr=args.lr, betas=(0.9, 0.999),
-                                     weight_decay=0.0)
+        self.opt = torch.optim.AdamW(
+            self.policies.parameters(self.pid), lr=args.lr, betas=(0.9, 0.999), weight_decay=0.0
+        )
         self.step_no = 0
         self.times, self.lengths, self.prompt_lens, self.rewards = [], [], set(), []
 
@@ -143,16 +165,24 @@ class RolecastRunner:
         t0 = time.perf_counter()
         probs = random.Random(_step_seed(0, step, 0)).sample(self.pool, a.prompts)
         self.backend.reseed(_step_seed(0, step, 1))
-        episodes = run_episodes(self.spec, probs, a.group, task=self.task, prompts=self.prompts, router=self.routing,
-                                backend=self.backend)
+        episodes = run_episodes(
+            self.spec, probs, a.group, task=self.task, prompts=self.prompts, router=self.routing, backend=self.backend
+        )
         t_roll = time.perf_counter()
         score_episodes(episodes, {p.id: p for p in probs}, self.task)
         attribute(episodes, "team")
         episode_turn_advantages(group_turns(episodes, "role"), "grpo")
         turns = [t for ep in episodes for t in ep.turns]
-        update_policy(self.pid, turns, cfg=self.cfg, policies=self.policies, optimizer=self.opt,
-                      pad_id=self.tok.pad_token_id, rng=random.Random(_step_seed(0, step, 3)),
-                      check_logprobs=(step == 0))  # step 1 also checks sampler vs trainer log-probs
+        update_policy(
+            self.pid,
+            turns,
+            cfg=self.cfg,
+            policies=self.policies,
+            optimizer=self.opt,
+            pad_id=self.tok.pad_token_id,
+            rng=random.Random(_step_seed(0, step, 3)),
+            check_logprobs=(step == 0),
+        )  # step 1 also checks sampler vs trainer log-probs
         episode_metrics(episodes)
         t1 = time.perf_counter()
         self.step_no += 1
@@ -161,15 +191,24 @@ class RolecastRunner:
         self.rewards += [t.reward for t in turns]
         if timed:
             self.times.append((t1 - t0, t_roll - t0, t1 - t_roll))
-        print(f"  rolecast step {self.step_no}: {t1 - t0:.2f} s (rollout {t_roll - t0:.2f}, score+update "
-              f"{t1 - t_roll:.2f}){'' if timed else '  [warm-up]'}", flush=True)
+        print(
+            f"  rolecast step {self.step_no}: {t1 - t0:.2f} s (rollout {t_roll - t0:.2f}, score+update "
+            f"{t1 - t_roll:.2f}){'' if timed else '  [warm-up]'}",
+            flush=True,
+        )
         return t1 - t0
 
     def result(self) -> dict:
-        return {"framework": "rolecast", "step_s": [t[0] for t in self.times],
-                "rollout_s": [t[1] for t in self.times], "update_s": [t[2] for t in self.times],
-                "lengths_min": min(self.lengths), "lengths_max": max(self.lengths),
-                "prompt_lens": sorted(self.prompt_lens), "reward_mean": sum(self.rewards) / max(len(self.rewards), 1)}
+        return {
+            "framework": "rolecast",
+            "step_s": [t[0] for t in self.times],
+            "rollout_s": [t[1] for t in self.times],
+            "update_s": [t[2] for t in self.times],
+            "lengths_min": min(self.lengths),
+            "lengths_max": max(self.lengths),
+            "prompt_lens": sorted(self.prompt_lens),
+            "reward_mean": sum(self.rewards) / max(len(self.rewards), 1),
+        }
 
 
 def run_rolecast_alone(model_dir: str, args) -> dict:
@@ -204,8 +243,10 @@ def run_trl(model_dir: str, args, out_dir: str, rolecast: RolecastRunner | None 
     tok = AutoTokenizer.from_pretrained(model_dir)
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
-    rendered = [tok.apply_chat_template(chat_messages(t), add_generation_prompt=True, enable_thinking=False,
-                                        tokenize=False) for t in problems()]
+    rendered = [
+        tok.apply_chat_template(chat_messages(t), add_generation_prompt=True, enable_thinking=False, tokenize=False)
+        for t in problems()
+    ]
     ds = Dataset.from_dict({"prompt": rendered})  # standard (non-conversational) prompts: the exact same text
 
     seen_rewards: list[float] = []
@@ -241,26 +282,61 @@ def run_trl(model_dir: str, args, out_dir: str, rolecast: RolecastRunner | None 
     n = args.prompts * args.group
     # the first `warmup` steps of each framework are untimed
     config = GRPOConfig(
-        output_dir=out_dir, max_steps=args.warmup + args.steps, per_device_train_batch_size=n,
-        gradient_accumulation_steps=1, num_generations=args.group, max_completion_length=args.completion_len,
-        generation_kwargs={"min_new_tokens": args.completion_len}, temperature=1.0, top_p=1.0, top_k=0,
-        learning_rate=args.lr, lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0, max_grad_norm=1.0,
-        optim="adamw_torch", adam_beta1=0.9, adam_beta2=0.999, beta=0.0, epsilon=0.2, epsilon_high=0.28,
-        num_iterations=1, loss_type="dapo", scale_rewards="group", bf16=False, fp16=False,
-        gradient_checkpointing=False, use_vllm=False, report_to="none", save_strategy="no", eval_strategy="no",
-        logging_steps=1, use_cpu=True, seed=0, disable_dropout=True, model_init_kwargs={"dtype": "float32"},
-        dataloader_num_workers=0, log_completions=False, disable_tqdm=True,
+        output_dir=out_dir,
+        max_steps=args.warmup + args.steps,
+        per_device_train_batch_size=n,
+        gradient_accumulation_steps=1,
+        num_generations=args.group,
+        max_completion_length=args.completion_len,
+        generation_kwargs={"min_new_tokens": args.completion_len},
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
+        learning_rate=args.lr,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        weight_decay=0.0,
+        max_grad_norm=1.0,
+        optim="adamw_torch",
+        adam_beta1=0.9,
+        adam_beta2=0.999,
+        beta=0.0,
+        epsilon=0.2,
+        epsilon_high=0.28,
+        num_iterations=1,
+        loss_type="dapo",
+        scale_rewards="group",
+        bf16=False,
+        fp16=False,
+        gradient_checkpointing=False,
+        use_vllm=False,
+        report_to="none",
+        save_strategy="no",
+        eval_strategy="no",
+        logging_steps=1,
+        use_cpu=True,
+        seed=0,
+        disable_dropout=True,
+        model_init_kwargs={"dtype": "float32"},
+        dataloader_num_workers=0,
+        log_completions=False,
+        disable_tqdm=True,
     )
     clock = Clock()
-    trainer = GRPOTrainer(model=model_dir, reward_funcs=reward_fn, args=config, train_dataset=ds,
-                          processing_class=tok, callbacks=[clock])
+    trainer = GRPOTrainer(
+        model=model_dir, reward_funcs=reward_fn, args=config, train_dataset=ds, processing_class=tok, callbacks=[clock]
+    )
     trainer.train()
     step_logs = [lg for lg in clock.logs if "completions/mean_length" in lg]
     prompt_len = len(tok(rendered[0], add_special_tokens=False)["input_ids"])
-    return {"framework": "TRL " + __import__("trl").__version__, "step_s": clock.step_s,
-            "lengths_min": min(float(lg["completions/min_length"]) for lg in step_logs),
-            "lengths_max": max(float(lg["completions/max_length"]) for lg in step_logs),
-            "prompt_lens": [prompt_len], "reward_mean": sum(seen_rewards) / max(len(seen_rewards), 1)}
+    return {
+        "framework": "TRL " + __import__("trl").__version__,
+        "step_s": clock.step_s,
+        "lengths_min": min(float(lg["completions/min_length"]) for lg in step_logs),
+        "lengths_max": max(float(lg["completions/max_length"]) for lg in step_logs),
+        "prompt_lens": [prompt_len],
+        "reward_mean": sum(seen_rewards) / max(len(seen_rewards), 1),
+    }
 
 
 # -------------------------------------------------------------------------------------------------------
@@ -281,7 +357,7 @@ def decode_fast_vs_stock(model_dir: str, args) -> dict:
             for name, p in policies.models["p"].named_parameters():
                 if "lora_B" in name:
                     p.copy_(torch.randn(p.shape, generator=g) * 0.02)
-    reqs = [GenRequest("p", chat_messages(t)) for t in problems()[:args.prompts] for _ in range(args.group)]
+    reqs = [GenRequest("p", chat_messages(t)) for t in problems()[: args.prompts] for _ in range(args.group)]
     # (name, fast path, numba kernels): the kernels variant only where numba is installed
     variants = [("fast", True, True), ("fast, torch ops", True, False), ("stock", False, False)]
     if cpu_kernels.load() is None:
@@ -290,9 +366,18 @@ def decode_fast_vs_stock(model_dir: str, args) -> dict:
     outs: dict[str, list] = {}
     for rep in range(args.decode_reps + 1):  # the first round warms up
         for name, fast, kernels in variants:
-            backend = HFBackend(policies, tok, max_new_tokens=args.completion_len, temperature=1.0, top_p=1.0,
-                                seed=rep, ignore_eos=True, fast=fast, decode_threads=args.decode_threads,
-                                cpu_kernels=kernels)
+            backend = HFBackend(
+                policies,
+                tok,
+                max_new_tokens=args.completion_len,
+                temperature=1.0,
+                top_p=1.0,
+                seed=rep,
+                ignore_eos=True,
+                fast=fast,
+                decode_threads=args.decode_threads,
+                cpu_kernels=kernels,
+            )
             t0 = time.perf_counter()
             gens = backend.generate(reqs)
             if rep:
@@ -301,11 +386,15 @@ def decode_fast_vs_stock(model_dir: str, args) -> dict:
         for name, _, _ in variants[:-1]:
             same = [a[0] for a in outs[name]] == [b[0] for b in outs["stock"]]
             # relative: fp32 summation order differs (packed projections, kernels; merged LoRA rounds differently)
-            lp = max(abs(x - y) / max(1.0, abs(y)) for a, b in zip(outs[name], outs["stock"], strict=True)
-                     for x, y in zip(a[1], b[1], strict=True))
+            lp = max(
+                abs(x - y) / max(1.0, abs(y))
+                for a, b in zip(outs[name], outs["stock"], strict=True)
+                for x, y in zip(a[1], b[1], strict=True)
+            )
             if not same or lp > (1e-4 if args.decode_lora else 1e-5):
-                raise SystemExit(f"{name} and stock decode differ (tokens identical: {same}, max relative log-prob "
-                                 f"diff {lp:.2e})")
+                raise SystemExit(
+                    f"{name} and stock decode differ (tokens identical: {same}, max relative log-prob diff {lp:.2e})"
+                )
     return {name: statistics.median(t) for name, t in times.items()}
 
 
@@ -320,19 +409,32 @@ def main(argv=None) -> int:
     ap.add_argument("--lr", type=float, default=1e-5)
     ap.add_argument("--micro-batch-tokens", type=int, default=8192)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--only", choices=["both", "rolecast", "trl", "decode"], default="both",
-                    help="decode: only the fast vs stock decode comparison")
-    ap.add_argument("--decode-lora", action="store_true",
-                    help="the decode comparison on a LoRA policy (r 64, all linear layers): merged fast path vs PEFT")
+    ap.add_argument(
+        "--only",
+        choices=["both", "rolecast", "trl", "decode"],
+        default="both",
+        help="decode: only the fast vs stock decode comparison",
+    )
+    ap.add_argument(
+        "--decode-lora",
+        action="store_true",
+        help="the decode comparison on a LoRA policy (r 64, all linear layers): merged fast path vs PEFT",
+    )
     ap.add_argument("--profile", action="store_true", help="cProfile rolecast's timed steps (with --only rolecast)")
     ap.add_argument("--omp-passive", action="store_true", help="OMP_WAIT_POLICY=PASSIVE (for a loaded machine)")
     ap.add_argument("--stock-decode", action="store_true", help="rolecast decodes with the stock forward (fast=False)")
-    ap.add_argument("--decode-threads", type=lambda v: None if v == "all" else v if v == "auto" else int(v),
-                    default=None,
-                    help="rolecast's threads while generating: all (= --threads, like TRL; rolecast's default), N, "
-                         "or auto (one thread for small decode steps)")
-    ap.add_argument("--no-cpu-kernels", action="store_true",
-                    help="rolecast without the numba decode kernels (rollout/cpu_kernels.py): torch ops only")
+    ap.add_argument(
+        "--decode-threads",
+        type=lambda v: None if v == "all" else v if v == "auto" else int(v),
+        default=None,
+        help="rolecast's threads while generating: all (= --threads, like TRL; rolecast's default), N, "
+        "or auto (one thread for small decode steps)",
+    )
+    ap.add_argument(
+        "--no-cpu-kernels",
+        action="store_true",
+        help="rolecast without the numba decode kernels (rollout/cpu_kernels.py): torch ops only",
+    )
     ap.add_argument("--decode-reps", type=int, default=3, help="timed rounds of the fast vs stock decode comparison")
     args = ap.parse_args(argv)
     if args.warmup < 1:
@@ -351,10 +453,15 @@ def main(argv=None) -> int:
 
         c = AutoConfig.from_pretrained(model_dir)
         print(f"machine: {machine()}")
-        print(f"model: Qwen3 hidden {c.hidden_size}, {c.num_hidden_layers} layers, {c.num_attention_heads} heads / "
-              f"{c.num_key_value_heads} KV, MLP {c.intermediate_size}, vocab {c.vocab_size}; full fine-tune fp32")
-        print(f"work per step: {args.prompts} prompts x {args.group} = {args.prompts * args.group} completions x "
-              f"{args.completion_len} tokens; {args.warmup} warm-up + {args.steps} timed steps each", flush=True)
+        print(
+            f"model: Qwen3 hidden {c.hidden_size}, {c.num_hidden_layers} layers, {c.num_attention_heads} heads / "
+            f"{c.num_key_value_heads} KV, MLP {c.intermediate_size}, vocab {c.vocab_size}; full fine-tune fp32"
+        )
+        print(
+            f"work per step: {args.prompts} prompts x {args.group} = {args.prompts * args.group} completions x "
+            f"{args.completion_len} tokens; {args.warmup} warm-up + {args.steps} timed steps each",
+            flush=True,
+        )
         results = []
         if args.only == "both":
             print("TRL and rolecast, one step each in turn ...", flush=True)
@@ -376,8 +483,10 @@ def main(argv=None) -> int:
     print()
     for r in results:
         lo, hi = r["lengths_min"], r["lengths_max"]
-        print(f"{r['framework']}: completion lengths min {lo:.0f} max {hi:.0f} (want {args.completion_len}); "
-              f"prompt length(s) {r['prompt_lens']}; mean reward {r['reward_mean']:.2f}")
+        print(
+            f"{r['framework']}: completion lengths min {lo:.0f} max {hi:.0f} (want {args.completion_len}); "
+            f"prompt length(s) {r['prompt_lens']}; mean reward {r['reward_mean']:.2f}"
+        )
         if lo != args.completion_len or hi != args.completion_len:
             print(f"  WARNING: {r['framework']} did not generate exactly {args.completion_len} tokens per completion")
     base = next((statistics.median(r["step_s"]) for r in results if r["framework"].startswith("TRL")), None)
@@ -391,15 +500,19 @@ def main(argv=None) -> int:
         print(f"| {r['framework']} | {med:.2f} | {min(r['step_s']):.2f} | {n_tok / med:,.0f} | {ratio} |")
     for r in results:
         if "rollout_s" in r:
-            print(f"rolecast split (median): rollout {statistics.median(r['rollout_s']):.2f} s, "
-                  f"score+advantages+update {statistics.median(r['update_s']):.2f} s"
-                  f"{' (stock decode)' if args.stock_decode else ''}"
-                  f"{' (no numba kernels)' if args.no_cpu_kernels else ''}"
-                  f"{f' (decode on {args.decode_threads} thread(s))' if args.decode_threads else ''}")
+            print(
+                f"rolecast split (median): rollout {statistics.median(r['rollout_s']):.2f} s, "
+                f"score+advantages+update {statistics.median(r['update_s']):.2f} s"
+                f"{' (stock decode)' if args.stock_decode else ''}"
+                f"{' (no numba kernels)' if args.no_cpu_kernels else ''}"
+                f"{f' (decode on {args.decode_threads} thread(s))' if args.decode_threads else ''}"
+            )
     if decode:
-        print(f"rolecast HFBackend decode{' (LoRA policy)' if args.decode_lora else ''} on "
-              f"{args.decode_threads or args.threads} thread(s), {args.prompts * args.group} x {args.completion_len} "
-              f"tokens (median of {args.decode_reps}, same tokens as the stock forward):")
+        print(
+            f"rolecast HFBackend decode{' (LoRA policy)' if args.decode_lora else ''} on "
+            f"{args.decode_threads or args.threads} thread(s), {args.prompts * args.group} x {args.completion_len} "
+            f"tokens (median of {args.decode_reps}, same tokens as the stock forward):"
+        )
         for name, sec in decode.items():
             print(f"  {name}: {sec:.2f} s ({n_tok / sec:,.0f} tok/s), {decode['stock'] / sec:.2f}x the stock forward")
     return 0

@@ -39,7 +39,9 @@ def main() -> None:
         # interleaved, so a neighbour's load on a shared machine hits all variants alike
         variants = {
             "bare subprocess": lambda: subprocess.run([sys.executable, "-c", "pass"], capture_output=True, check=True),
-            "bwrap + python only": lambda: subprocess.run(_bwrap_cmd(Limits()) + [sys.executable, "-I", "-S", "-c", "pass"], capture_output=True),
+            "bwrap + python only": lambda: subprocess.run(
+                _bwrap_cmd(Limits()) + [sys.executable, "-I", "-S", "-c", "pass"], capture_output=True
+            ),
             "sandbox run_python": lambda: run_python("pass", pool=pool),
         }
         times: dict[str, list[float]] = {k: [] for k in variants}
@@ -51,7 +53,9 @@ def main() -> None:
         med = {k: statistics.median(v) * 1000 for k, v in times.items()}
         bare, sand = med["bare subprocess"], med["sandbox run_python"]
         print("per-run medians: " + ", ".join(f"{k} {v:.1f} ms" for k, v in med.items()))
-        print(f"per-run: bare subprocess {bare:.1f} ms, sandbox {sand:.1f} ms, overhead {sand - bare:.1f} ms, ratio {sand / bare:.2f}x")
+        print(
+            f"per-run: bare subprocess {bare:.1f} ms, sandbox {sand:.1f} ms, overhead {sand - bare:.1f} ms, ratio {sand / bare:.2f}x"
+        )
 
         texts = ["```python\n" + r["code"] + "\n```" for r in rows]
         tests = [CodeTests.mbpp(r) for r in rows]

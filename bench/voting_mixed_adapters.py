@@ -61,8 +61,14 @@ def problems(n: int):
         def score(self, problem, text):
             return Score(reward=float(self.extract_answer(text) == problem.answer))
 
-    return Small(), [Problem(id=str(i), text=f"{i % 10} + {(3 * i) % 10} - {(7 * i) % 10}",
-                             answer=str(i % 10 + (3 * i) % 10 - (7 * i) % 10)) for i in range(n)]
+    return Small(), [
+        Problem(
+            id=str(i),
+            text=f"{i % 10} + {(3 * i) % 10} - {(7 * i) % 10}",
+            answer=str(i % 10 + (3 * i) % 10 - (7 * i) % 10),
+        )
+        for i in range(n)
+    ]
 
 
 def run(args) -> int:
@@ -80,21 +86,26 @@ def run(args) -> int:
         model_dir = build_tiny_model(Path(tmp) / "model", vocab="tiny")
         tok = load_tokenizer(model_dir)
         print(f"machine: {machine()}")
-        print(f"workload: voting (n=3) x {len(probs)} problems x group {args.group} = {len(probs) * args.group} "
-              f"episodes, greedy, max_new_tokens {args.max_new_tokens}, max_batch {args.max_batch}, "
-              f"LoRA r {args.lora_r}", flush=True)
+        print(
+            f"workload: voting (n=3) x {len(probs)} problems x group {args.group} = {len(probs) * args.group} "
+            f"episodes, greedy, max_new_tokens {args.max_new_tokens}, max_batch {args.max_batch}, "
+            f"LoRA r {args.lora_r}",
+            flush=True,
+        )
         for name in args.routings:
             mapping = ROUTINGS[name]
             routing = build_routing(spec.roles, "map" if mapping else "isolated", mapping)
-            policies = PolicySet(model_dir, routing.policy_ids, mode="lora", seed=0,
-                                 lora={"r": args.lora_r, "alpha": args.lora_r // 2})
+            policies = PolicySet(
+                model_dir, routing.policy_ids, mode="lora", seed=0, lora={"r": args.lora_r, "alpha": args.lora_r // 2}
+            )
             g = torch.Generator().manual_seed(1)
             with torch.no_grad():  # PEFT starts every adapter at lora_B = 0, i.e. as the base model
                 for pname, p in policies.models[routing.policy_ids[0]].named_parameters():
                     if "lora_B" in pname:
                         p.copy_(torch.randn(p.shape, generator=g) * 0.02)
-            backend = HFBackend(policies, tok, max_new_tokens=args.max_new_tokens, temperature=0.0,
-                                max_batch=args.max_batch, seed=0)
+            backend = HFBackend(
+                policies, tok, max_new_tokens=args.max_new_tokens, temperature=0.0, max_batch=args.max_batch, seed=0
+            )
             times: dict[str, list[float]] = {"mixed": [], "per-adapter": []}
             batches: dict[str, list[int]] = {}
             texts: dict[str, list] = {}
@@ -104,27 +115,43 @@ def run(args) -> int:
                 backend.stats.batches.clear()
                 stats = RolloutStats()
                 t0 = time.perf_counter()
-                eps = run_episodes(spec, probs, args.group, task=task, prompts=prompts, router=routing,
-                                   backend=backend, options={"n": 3}, stats=stats)
+                eps = run_episodes(
+                    spec,
+                    probs,
+                    args.group,
+                    task=task,
+                    prompts=prompts,
+                    router=routing,
+                    backend=backend,
+                    options={"n": 3},
+                    stats=stats,
+                )
                 dt = time.perf_counter() - t0
                 if i > 0:
                     times[mode].append(dt)
                 batches[mode] = list(backend.stats.batches)
                 texts[mode] = [[(t.instance, t.completion_ids) for t in ep.turns] for ep in eps]
-                print(f"  {name:9s} {mode:11s} {dt:6.2f} s  decode batches {batches[mode]}"
-                      f"{'  [warm-up]' if i == 0 else ''}", flush=True)
+                print(
+                    f"  {name:9s} {mode:11s} {dt:6.2f} s  decode batches {batches[mode]}"
+                    f"{'  [warm-up]' if i == 0 else ''}",
+                    flush=True,
+                )
             same = texts["mixed"] == texts["per-adapter"]
             n_tok = sum(len(c) for ep in texts["mixed"] for _, c in ep)
             rows.append((name, routing.policy_ids, times, batches, same, n_tok))
 
     print()
-    print("| routing | adapters | mixed batch s (median) | one pass per adapter s (median) | per-adapter / mixed | "
-          "decode batches mixed | per adapter | same episodes |")
+    print(
+        "| routing | adapters | mixed batch s (median) | one pass per adapter s (median) | per-adapter / mixed | "
+        "decode batches mixed | per adapter | same episodes |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for name, pids, times, batches, same, n_tok in rows:
         m, s = statistics.median(times["mixed"]), statistics.median(times["per-adapter"])
-        print(f"| {name} | {len(pids)} | {m:.2f} | {s:.2f} | {s / m:.2f}x | {batches['mixed']} | "
-              f"{batches['per-adapter']} | {'yes' if same else 'NO'} ({n_tok} tokens) |")
+        print(
+            f"| {name} | {len(pids)} | {m:.2f} | {s:.2f} | {s / m:.2f}x | {batches['mixed']} | "
+            f"{batches['per-adapter']} | {'yes' if same else 'NO'} ({n_tok} tokens) |"
+        )
     return 0 if all(r[4] for r in rows) else 1
 
 

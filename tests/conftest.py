@@ -13,11 +13,24 @@ def tiny_model_dir(tmp_path_factory):
     from rolecast.testbed.tokenizer import train_tokenizer
 
     out = tmp_path_factory.mktemp("tiny_model")
-    texts = [f"solve: {a} + {b} - {c} \\boxed{{{a + b - c}}} check try pick plan work merge fix way" for a in range(10)
-             for b in range(10) for c in range(10)]
+    texts = [
+        f"solve: {a} + {b} - {c} \\boxed{{{a + b - c}}} check try pick plan work merge fix way"
+        for a in range(10)
+        for b in range(10)
+        for c in range(10)
+    ]
     tok = train_tokenizer(texts, out, vocab_size=512)
-    cfg = model_config(len(tok), tok.eos_token_id, tok.pad_token_id, hidden_size=64, num_hidden_layers=2,
-                       num_attention_heads=4, num_key_value_heads=2, head_dim=16, intermediate_size=128)
+    cfg = model_config(
+        len(tok),
+        tok.eos_token_id,
+        tok.pad_token_id,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        intermediate_size=128,
+    )
     new_model(cfg, seed=0).save_pretrained(out)
     return str(out)
 

@@ -17,8 +17,15 @@ from rolecast.train.losses import clipped_surrogate
 
 
 def config(model_dir: str, **overrides):
-    base = {"model.path": model_dir, "rollout.temperature": 1.0, "rollout.max_new_tokens": 8, "train.epochs": 1,
-            "train.update_schedule": "per_step", "train.max_grad_norm": 1e9, "workflow.name": "voting"}
+    base = {
+        "model.path": model_dir,
+        "rollout.temperature": 1.0,
+        "rollout.max_new_tokens": 8,
+        "train.epochs": 1,
+        "train.update_schedule": "per_step",
+        "train.max_grad_norm": 1e9,
+        "workflow.name": "voting",
+    }
     return load_config(None, {**base, **overrides})
 
 
@@ -31,8 +38,12 @@ def voting_turns(tok, pid: str = "shared", problems: int = 2, samples: int = 2, 
         solve = torch.randint(3, len(tok), (rand.randint(4, 7),), generator=g).tolist()
         pick = torch.randint(3, len(tok), (rand.randint(5, 9),), generator=g).tolist()
         for _ in range(samples):
-            for inst, prompt, role in [("generator/0", solve, "generator"), ("generator/1", solve, "generator"),
-                                       ("generator/2", solve, "generator"), ("aggregator", pick, "aggregator")]:
+            for inst, prompt, role in [
+                ("generator/0", solve, "generator"),
+                ("generator/1", solve, "generator"),
+                ("generator/2", solve, "generator"),
+                ("aggregator", pick, "aggregator"),
+            ]:
                 completion = torch.randint(3, len(tok), (rand.randint(2, 5),), generator=g).tolist()
                 t = Turn(role, inst, pid, prompt, completion, [0.0] * len(completion), "", "stop")
                 t.advantage = rand.choice([-1.5, -0.5, 0.5, 1.0, 2.0])
@@ -46,16 +57,27 @@ def on_policy(turns: list[Turn], policies: PolicySet, pid: str, pad_id: int) -> 
     with torch.no_grad(), policies.training(pid) as model:
         logp, _ = completion_logprobs(model, batch, 1.0)
     for i, t in enumerate(turns):
-        t.logprobs = logp[i, :len(t.completion_ids)].tolist()
+        t.logprobs = logp[i, : len(t.completion_ids)].tolist()
     return turns
 
 
-def reference_grad(policies: PolicySet, pid: str, rows: list[Turn], all_rows: list[Turn], cfg, pad_id: int, *,
-                   kl_coef: float = 0.0, weight: float = 1.0) -> torch.Tensor:
+def reference_grad(
+    policies: PolicySet,
+    pid: str,
+    rows: list[Turn],
+    all_rows: list[Turn],
+    cfg,
+    pad_id: int,
+    *,
+    kl_coef: float = 0.0,
+    weight: float = 1.0,
+) -> torch.Tensor:
     """d/dtheta of `rows`' part of the mini-batch loss (normalised over `all_rows`), by its own backward."""
     tc = cfg.train
-    norms = {"total_tokens": sum(len(t.completion_ids) for t in all_rows),
-             "total_seqs": sum(1 for t in all_rows if t.completion_ids)}
+    norms = {
+        "total_tokens": sum(len(t.completion_ids) for t in all_rows),
+        "total_seqs": sum(1 for t in all_rows if t.completion_ids),
+    }
     batch = collate(rows, pad_id, share_prompts=False)
     params = policies.parameters(pid)
     with policies.training(pid) as model:
@@ -66,9 +88,19 @@ def reference_grad(policies: PolicySet, pid: str, rows: list[Turn], all_rows: li
         if kl_coef:
             with torch.no_grad(), policies.reference_model() as r:
                 ref, _ = completion_logprobs(r, batch, cfg.rollout.temperature)
-        loss, _ = clipped_surrogate(logp, batch["old_logp"], batch["advantages"], batch["mask"], tc.clip_low,
-                                    tc.clip_high, tc.loss_agg, ref_logp=ref, kl_coef=kl_coef,
-                                    max_len=cfg.rollout.max_new_tokens, **norms)
+        loss, _ = clipped_surrogate(
+            logp,
+            batch["old_logp"],
+            batch["advantages"],
+            batch["mask"],
+            tc.clip_low,
+            tc.clip_high,
+            tc.loss_agg,
+            ref_logp=ref,
+            kl_coef=kl_coef,
+            max_len=cfg.rollout.max_new_tokens,
+            **norms,
+        )
         (loss * weight).backward()
         g = flat_grad(params)
         for p in params:
@@ -76,13 +108,24 @@ def reference_grad(policies: PolicySet, pid: str, rows: list[Turn], all_rows: li
     return g
 
 
-def sgd_update(policies: PolicySet, pid: str, turns: list[Turn], cfg, pad_id: int, **kwargs) -> tuple[torch.Tensor, dict]:
+def sgd_update(
+    policies: PolicySet, pid: str, turns: list[Turn], cfg, pad_id: int, **kwargs
+) -> tuple[torch.Tensor, dict]:
     """Run update_policy with SGD(lr=1) and no clipping: returns (the gradient it applied, its stats)."""
     params = policies.parameters(pid)
     before = flat_params(params)
     opt = torch.optim.SGD(params, lr=1.0)
-    stats, _ = update_policy(pid, turns, cfg=cfg, policies=policies, optimizer=opt, pad_id=pad_id,
-                             rng=random.Random(0), check_logprobs=False, **kwargs)
+    stats, _ = update_policy(
+        pid,
+        turns,
+        cfg=cfg,
+        policies=policies,
+        optimizer=opt,
+        pad_id=pad_id,
+        rng=random.Random(0),
+        check_logprobs=False,
+        **kwargs,
+    )
     return before - flat_params(params), stats
 
 

@@ -84,15 +84,26 @@ def test_dtype_preserved_and_bad_inputs() -> None:
 
 
 def _turn(role: str, reward: float) -> Turn:
-    return Turn(role=role, instance=role, policy_id="p", prompt_ids=[1], completion_ids=[2], logprobs=[-0.1],
-                text="x", finish_reason="stop", reward=reward)
+    return Turn(
+        role=role,
+        instance=role,
+        policy_id="p",
+        prompt_ids=[1],
+        completion_ids=[2],
+        logprobs=[-0.1],
+        text="x",
+        finish_reason="stop",
+        reward=reward,
+    )
 
 
 def test_episode_turn_advantages_sets_turns_per_group() -> None:
     # Two problems x two samples, generator + verifier roles; grouping by (problem, role).
     rewards = {("p1", 0): (1.0, 0.0), ("p1", 1): (0.0, 1.0), ("p2", 0): (1.0, 1.0), ("p2", 1): (1.0, 0.0)}
-    episodes = [Episode(problem_id=p, sample=s, turns=[_turn("gen", rg), _turn("ver", rv)])
-                for (p, s), (rg, rv) in rewards.items()]
+    episodes = [
+        Episode(problem_id=p, sample=s, turns=[_turn("gen", rg), _turn("ver", rv)])
+        for (p, s), (rg, rv) in rewards.items()
+    ]
     episode_turn_advantages(group_turns(episodes, by="role"), "dr_grpo")
     got = {(ep.problem_id, ep.sample): tuple(t.advantage for t in ep.turns) for ep in episodes}
     # p1/gen [1,0] -> ±.5; p1/ver [0,1] -> ∓.5; p2/gen [1,1] -> 0; p2/ver [1,0] -> ±.5

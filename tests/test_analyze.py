@@ -25,43 +25,102 @@ def png_size(path):
 
 
 def eval_row(step, p, se, tag):
-    return {"run": "r", "step": step, "tag": tag, "workflow": "orch_workers", "task": "testbed", "split": "test",
-            "sharing": "shared", "model": "testbed", "pass@1": p, "stderr": se, "pass@1_k": p, "n_problems": 400,
-            "n_samples": 1}
+    return {
+        "run": "r",
+        "step": step,
+        "tag": tag,
+        "workflow": "orch_workers",
+        "task": "testbed",
+        "split": "test",
+        "sharing": "shared",
+        "model": "testbed",
+        "pass@1": p,
+        "stderr": se,
+        "pass@1_k": p,
+        "n_problems": 400,
+        "n_samples": 1,
+    }
 
 
 def turn(role, text, instance=None):
-    return {"role": role, "instance": instance or role, "policy_id": "pol", "prompt_ids": [1], "completion_ids": [2],
-            "logprobs": [0.0], "text": text, "finish_reason": "stop", "index": 0, "claim": None, "reward": 0.0,
-            "advantage": 0.0}
+    return {
+        "role": role,
+        "instance": instance or role,
+        "policy_id": "pol",
+        "prompt_ids": [1],
+        "completion_ids": [2],
+        "logprobs": [0.0],
+        "text": text,
+        "finish_reason": "stop",
+        "index": 0,
+        "claim": None,
+        "reward": 0.0,
+        "advantage": 0.0,
+    }
 
 
 def write_synthetic_run(d):
     d.mkdir()
-    (d / "config.yaml").write_text(yaml.safe_dump({
-        "task": {"name": "testbed"}, "workflow": {"name": "orch_workers"}, "routing": {"sharing": "shared"},
-        "model": {"path": "testbed"}, "train": {"steps": 40}}))
+    (d / "config.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "task": {"name": "testbed"},
+                "workflow": {"name": "orch_workers"},
+                "routing": {"sharing": "shared"},
+                "model": {"path": "testbed"},
+                "train": {"steps": 40},
+            }
+        )
+    )
     lines = []
     for s in range(1, 31):
-        lines.append(json.dumps({
-            "step": s, "accuracy": 0.5, "episodes": 16, "role/worker/length": 20.0 if s <= 20 else 5.0,
-            "grad/pol/worker/norm": 1.0, "grad/pol/orchestrator/norm": 0.5,
-            "grad/pol/worker/share": 0.7, "grad/pol/orchestrator/share": 0.3,
-            "grad/pol/worker/amplification": 2.9 if s >= 25 else 1.8, "grad/pol/worker/instances": 3,
-            "grad/pol/capture_index": 0.7, "grad/pol/capture_role": "worker", "grad/pol/norm": 1.2,
-            "update/pol/size": 0.01, "update/pol/drift": 0.01 * s}))
+        lines.append(
+            json.dumps(
+                {
+                    "step": s,
+                    "accuracy": 0.5,
+                    "episodes": 16,
+                    "role/worker/length": 20.0 if s <= 20 else 5.0,
+                    "grad/pol/worker/norm": 1.0,
+                    "grad/pol/orchestrator/norm": 0.5,
+                    "grad/pol/worker/share": 0.7,
+                    "grad/pol/orchestrator/share": 0.3,
+                    "grad/pol/worker/amplification": 2.9 if s >= 25 else 1.8,
+                    "grad/pol/worker/instances": 3,
+                    "grad/pol/capture_index": 0.7,
+                    "grad/pol/capture_role": "worker",
+                    "grad/pol/norm": 1.2,
+                    "update/pol/size": 0.01,
+                    "update/pol/drift": 0.01 * s,
+                }
+            )
+        )
     # killed while writing step 31: a torn last line
     (d / "metrics.jsonl").write_text("\n".join(lines) + '\n{"step": 31, "accuracy": 0.')
-    evals = [eval_row(0, 0.5, 0.025, "base"), eval_row(10, 0.7, 0.023, "periodic"),
-             eval_row(20, 0.75, 0.0217, "periodic"), eval_row(30, 0.5, 0.025, "periodic"),
-             eval_row(40, 0.45, 0.025, "final")]
+    evals = [
+        eval_row(0, 0.5, 0.025, "base"),
+        eval_row(10, 0.7, 0.023, "periodic"),
+        eval_row(20, 0.75, 0.0217, "periodic"),
+        eval_row(30, 0.5, 0.025, "periodic"),
+        eval_row(40, 0.45, 0.025, "final"),
+    ]
     (d / "eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in evals))
     (d / "episodes").mkdir()
     plans = [turn("orchestrator", "STRATEGY 1: left to right\nSTRATEGY 2: right to left")]
     solves = [turn("orchestrator", "7 + 8 = 15 \\boxed{15}")]
     for step, orch in ((10, plans), (20, solves)):
-        eps = [{"problem_id": f"q{i}", "sample": i % 2, "turns": orch, "final_answer": None, "reward": 0.0,
-                "metrics": {}, "metadata": {}} for i in range(4)]
+        eps = [
+            {
+                "problem_id": f"q{i}",
+                "sample": i % 2,
+                "turns": orch,
+                "final_answer": None,
+                "reward": 0.0,
+                "metrics": {},
+                "metadata": {},
+            }
+            for i in range(4)
+        ]
         (d / "episodes" / f"step_{step}.jsonl").write_text("".join(json.dumps(e) + "\n" for e in eps))
     return d
 
@@ -98,8 +157,10 @@ def test_analyze_synthetic_run_prints_hand_values_and_writes_plots(tmp_path, cap
 def test_analyze_killed_run_without_evaluations_or_episodes(tmp_path, capsys):
     d = tmp_path / "killed"
     d.mkdir()
-    (d / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "accuracy": 0.1 * s, "episodes": 10}) + "\n"
-                                             for s in range(1, 5)) + '{"step": 5, "acc')
+    (d / "metrics.jsonl").write_text(
+        "".join(json.dumps({"step": s, "accuracy": 0.1 * s, "episodes": 10}) + "\n" for s in range(1, 5))
+        + '{"step": 5, "acc'
+    )
     assert main(["analyze", str(d)]) == 0
     out = capsys.readouterr().out
     assert "missing: eval.jsonl" in out and "missing: config.yaml" in out and "missing: episodes" in out
@@ -122,10 +183,22 @@ def test_analyze_a_real_testbed_run(tmp_path, capsys):
 
     run = tmp_path / "tb"
     # the embedded testbed with the cheapest settings that still train: LoRA r=4, 2 steps of 2x2 episodes
-    cfg = load_config(None, {"run_dir": str(run), "train.steps": 2, "train.problems_per_step": 2,
-                             "train.group_size": 2, "train.epochs": 1, "model.trainable": "lora", "model.lora.r": 4,
-                             "rollout.max_new_tokens": 16, "eval.size": 4, "logging.progress": False,
-                             "checkpoint.every": 0})
+    cfg = load_config(
+        None,
+        {
+            "run_dir": str(run),
+            "train.steps": 2,
+            "train.problems_per_step": 2,
+            "train.group_size": 2,
+            "train.epochs": 1,
+            "model.trainable": "lora",
+            "model.lora.r": 4,
+            "rollout.max_new_tokens": 16,
+            "eval.size": 4,
+            "logging.progress": False,
+            "checkpoint.every": 0,
+        },
+    )
     train(cfg)
     summary = analyze(run)
     evals = [json.loads(x) for x in (run / "eval.jsonl").read_text().splitlines()]

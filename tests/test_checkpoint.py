@@ -159,7 +159,11 @@ def test_entry_formats_and_round_trip(tmp_path: Path) -> None:
     path = save_checkpoint(tmp_path, 3, state)
     manifest = json.loads((path / "manifest.json").read_text())
     assert {k: v["format"] for k, v in manifest["entries"].items()} == {
-        "policies/gen": "safetensors", "trainer": "json", "odd": "torch", "rng": "torch"}
+        "policies/gen": "safetensors",
+        "trainer": "json",
+        "odd": "torch",
+        "rng": "torch",
+    }
     step, got = load_checkpoint(tmp_path)
     assert step == 3 and got["trainer"] == state["trainer"]
     assert all(torch.equal(got["policies/gen"][k], v) for k, v in weights.items())
@@ -203,8 +207,16 @@ def test_optimizer_resume_is_bit_exact(tmp_path: Path) -> None:
     model, opt, sched = _setup()
     for _ in range(3):
         _train_step(model, opt, sched)
-    save_checkpoint(tmp_path, 3, {"policies/p": model.state_dict(), "optim/p": opt.state_dict(),
-                                  "scheduler/p": sched.state_dict(), "rng": capture_rng_state()})
+    save_checkpoint(
+        tmp_path,
+        3,
+        {
+            "policies/p": model.state_dict(),
+            "optim/p": opt.state_dict(),
+            "scheduler/p": sched.state_dict(),
+            "rng": capture_rng_state(),
+        },
+    )
     for _ in range(2):
         _train_step(model, opt, sched)
     reference = {k: v.clone() for k, v in model.state_dict().items()}
@@ -260,8 +272,9 @@ def test_constant_values() -> None:
 def test_damaged_checkpoints_fall_back_to_the_newest_intact_one(tmp_path: Path, caplog) -> None:
     g = torch.Generator().manual_seed(0)
     for s in (1, 2, 3):
-        save_checkpoint(tmp_path, s, {"policy/p": {"w": torch.randn(32, 32, generator=g)}, "trainer": {"step": s}},
-                        keep_last=3)
+        save_checkpoint(
+            tmp_path, s, {"policy/p": {"w": torch.randn(32, 32, generator=g)}, "trainer": {"step": s}}, keep_last=3
+        )
     ckpts = tmp_path / "checkpoints"
     entry = json.loads((ckpts / "step_3" / "manifest.json").read_text())["entries"]["policy/p"]
     weights = ckpts / "step_3" / entry["file"]

@@ -9,12 +9,15 @@ from rolecast.rewards.code import extract_program
 BODY = "def f(x):\n    return x + 1\n"
 
 
-@pytest.mark.parametrize("text", [
-    "```python\ndef f(x):\n    return x + 1```",  # closing fence on the code's own line
-    "````python\ndef f(x):\n    return x + 1\n````",  # four-backtick fence
-    "Code: ```python\ndef f(x):\n    return x + 1\n```",  # a prefix before the opening fence
-    "Code:\n````py\ndef f(x):\n    return x + 1````\nDone.",  # all at once
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "```python\ndef f(x):\n    return x + 1```",  # closing fence on the code's own line
+        "````python\ndef f(x):\n    return x + 1\n````",  # four-backtick fence
+        "Code: ```python\ndef f(x):\n    return x + 1\n```",  # a prefix before the opening fence
+        "Code:\n````py\ndef f(x):\n    return x + 1````\nDone.",  # all at once
+    ],
+)
 def test_fence_shapes_give_the_bare_program(text):
     prog = extract_program(text)
     assert prog == BODY

@@ -84,7 +84,9 @@ def test_mbpp_constructors():
 def test_livecodebench_constructor_reads_json_and_metadata():
     t = CodeTests.livecodebench('[{"input": "1 2\\n", "output": "3\\n", "testtype": "stdin"}]')
     assert (t.kind, t.inputs, t.outputs) == ("stdio", ("1 2\n",), ("3\n",))
-    f = CodeTests.livecodebench([{"input": "[1]", "output": "1", "testtype": "functional", "metadata": {"func_name": "h"}}])
+    f = CodeTests.livecodebench(
+        [{"input": "[1]", "output": "1", "testtype": "functional", "metadata": {"func_name": "h"}}]
+    )
     assert (f.kind, f.entry_point) == ("functional", "h")
 
 
@@ -146,7 +148,11 @@ def test_value_matches(got, expected, ok):
 
 # ---------------------------------------------------------------------------------------------- scoring
 
-MBPP_ROW = {"task_id": 9, "test_setup_code": "", "test_list": ["assert sq(2) == 4", "assert sq(3) == 9", "assert sq(-1) == 1", "assert sq(0) == 0"]}
+MBPP_ROW = {
+    "task_id": 9,
+    "test_setup_code": "",
+    "test_list": ["assert sq(2) == 4", "assert sq(3) == 9", "assert sq(-1) == 1", "assert sq(0) == 0"],
+}
 
 
 def test_all_or_nothing_and_partial(pool):
@@ -174,7 +180,9 @@ def test_load_error_and_no_code(pool):
 
 
 def test_sanitized_imports_run_before_the_program(pool):
-    tests = CodeTests.mbpp({"task_id": 3, "test_imports": ["import math"], "test_list": ["assert math.isclose(r(), math.pi)"]})
+    tests = CodeTests.mbpp(
+        {"task_id": 3, "test_imports": ["import math"], "test_list": ["assert math.isclose(r(), math.pi)"]}
+    )
     # the program uses math without importing it: the test_imports prelude provides it, as upstream
     assert score_code("```python\ndef r():\n    return math.pi\n```", tests, pool=pool).reward == 1.0
 
@@ -192,7 +200,10 @@ def test_humaneval_with_and_without_signature(pool):
     full = "```python\ndef twice_all(xs: List[int]) -> List[int]:\n    return [helper(x) for x in xs]\n```"
     assert score_code(full, tests, pool=pool).reward == 1.0
     # body only, continuing the prompt
-    assert rr(score_code("    return [2 * x for x in xs]\n", tests, pool=pool)) == (0.0, "no_code")  # extraction finds none
+    assert rr(score_code("    return [2 * x for x in xs]\n", tests, pool=pool)) == (
+        0.0,
+        "no_code",
+    )  # extraction finds none
     from rolecast.rewards.code import score_program
 
     assert score_program("    return [2 * x for x in xs]\n", tests, pool=pool).reward == 1.0
@@ -238,8 +249,18 @@ def test_functional_problem(pool):
 
 def test_score_code_many_keeps_order(pool):
     tests = CodeTests.mbpp(MBPP_ROW)
-    texts = ["```python\ndef sq(x):\n    return x * x\n```", None, "```python\ndef sq(x):\n    return x\n```", "```python\ndef sq(x):\n    return x ** 2\n```"]
-    assert [rr(s) for s in score_code_many(texts, [tests] * 4, pool=pool)] == [(1.0, None), (0.0, "no_code"), (0.0, None), (1.0, None)]
+    texts = [
+        "```python\ndef sq(x):\n    return x * x\n```",
+        None,
+        "```python\ndef sq(x):\n    return x\n```",
+        "```python\ndef sq(x):\n    return x ** 2\n```",
+    ]
+    assert [rr(s) for s in score_code_many(texts, [tests] * 4, pool=pool)] == [
+        (1.0, None),
+        (0.0, "no_code"),
+        (0.0, None),
+        (1.0, None),
+    ]
     with pytest.raises(ValueError, match="3 texts but 1"):
         score_code_many(texts[:3], [tests], pool=pool)
 
@@ -291,8 +312,17 @@ def rr(score):
 
 def test_patched_builtins_and_modules_do_not_serve_the_tests(pool):
     """The tests' own helpers (abs, math.isclose, sorted) are the genuine ones whatever the program did to them."""
-    tests = CodeTests.mbpp({"task_id": 2, "test_imports": ["import math"], "test_list": [
-        "assert abs(root(16) - 4) < 1e-9", "assert math.isclose(root(9), 3)", "assert sorted([root(4), 1]) == [1, 2]"]})
+    tests = CodeTests.mbpp(
+        {
+            "task_id": 2,
+            "test_imports": ["import math"],
+            "test_list": [
+                "assert abs(root(16) - 4) < 1e-9",
+                "assert math.isclose(root(9), 3)",
+                "assert sorted([root(4), 1]) == [1, 2]",
+            ],
+        }
+    )
     tricks = [
         "import builtins, math\nbuiltins.abs = lambda x: 0\nmath.isclose = lambda *a, **k: True\n"
         "builtins.sorted = lambda xs: [1, 2]\n",  # patch the builtins and the module
@@ -320,7 +350,9 @@ def test_builtin_named_entry_point_still_works(pool):
     """MBPP 126 names its function `sum`: a program's `sum` serves the tests when the task asks for it (known
     from the reference solution, or, without one, because the assert calls it on plain arguments)."""
     prog = "def sum(a, b):\n    return 6 if (a, b) == (10, 15) else 0\n"
-    with_ref = CodeTests.mbpp({"task_id": 126, "code": "def sum(a, b):\n    return 0\n", "test_list": ["assert sum(10, 15) == 6"]})
+    with_ref = CodeTests.mbpp(
+        {"task_id": 126, "code": "def sum(a, b):\n    return 0\n", "test_list": ["assert sum(10, 15) == 6"]}
+    )
     without = CodeTests(kind="asserts", asserts=("assert sum(10, 15) == 6",))
     for tests in (with_ref, without):
         assert rr(score_code(_fence(prog), tests, pool=pool)) == (1.0, None)
@@ -357,7 +389,9 @@ def test_humaneval_prompt_helpers_are_pinned(pool):
 def test_dict_subclasses_are_compared_by_what_they_store(pool):
     """MBPP 40/88/902 return collections.Counter where the test expects a dict: that passes; a dict subclass
     (or a patched Counter) whose comparison lies is compared by its stored items, and so fails."""
-    tests = CodeTests.mbpp({"task_id": 88, "test_list": ["assert freq([1, 1, 2]) == {1: 2, 2: 1}", "assert freq([]) == {}"]})
+    tests = CodeTests.mbpp(
+        {"task_id": 88, "test_list": ["assert freq([1, 1, 2]) == {1: 2, 2: 1}", "assert freq([]) == {}"]}
+    )
     good = "import collections\ndef freq(xs):\n    return collections.Counter(xs)\n"
     assert rr(score_code(_fence(good), tests, pool=pool)) == (1.0, None)
     liars = [

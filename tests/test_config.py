@@ -46,12 +46,15 @@ def test_overrides_apply_and_are_validated(tmp_path):
         load_config(p, {"rollout.temperature": -1})
 
 
-@pytest.mark.parametrize("yaml_text,needle", [
-    ("workflow: {name: voting}\nrouting: {sharing: map, map: {generator: g}}\n", "aggregator"),
-    ("workflow: {name: voting, options: {voters: 3}}\n", "voters"),
-    ("workflow: {name: tree_search}\n", "tree_search"),
-    ("train: {advantage: ppo_gae}\n", "ppo_gae"),
-])
+@pytest.mark.parametrize(
+    "yaml_text,needle",
+    [
+        ("workflow: {name: voting}\nrouting: {sharing: map, map: {generator: g}}\n", "aggregator"),
+        ("workflow: {name: voting, options: {voters: 3}}\n", "voters"),
+        ("workflow: {name: tree_search}\n", "tree_search"),
+        ("train: {advantage: ppo_gae}\n", "ppo_gae"),
+    ],
+)
 def test_cross_checks_fail_before_any_model_loads(tmp_path, yaml_text, needle):
     with pytest.raises(ConfigError, match=needle):
         load_config(write(tmp_path, yaml_text + "model: {path: /nonexistent/model}\n"))
@@ -63,7 +66,8 @@ def test_role_without_a_prompt_is_rejected(tmp_path):
         "from rolecast.workflows import workflow\n"
         "@workflow('courtroom', prompts={'lawyer': ['solve'], 'witness': ['cross_examine']})\n"
         "async def courtroom(ctx):\n"
-        "    return (await ctx.call('lawyer', ctx.prompt('solve'))).text\n")
+        "    return (await ctx.call('lawyer', ctx.prompt('solve'))).text\n"
+    )
     p = write(tmp_path, f"workflow: {{name: '{wf}:courtroom'}}\nmodel: {{path: /nonexistent}}\n")
     with pytest.raises(ConfigError, match=r"witness.*cross_examine"):
         load_config(p)

@@ -23,11 +23,13 @@ from rolecast.train.checkpoint import list_checkpoints, save_checkpoint
 
 def curve(values, n=400, every=10):
     """Points as a greedy evaluation on n problems would report them (stderr of 0/1 outcomes)."""
-    return [CurvePoint(i * every, v, floored_se(v, n, math.sqrt(v * (1 - v) / (n - 1))), n)
-            for i, v in enumerate(values)]
+    return [
+        CurvePoint(i * every, v, floored_se(v, n, math.sqrt(v * (1 - v) / (n - 1))), n) for i, v in enumerate(values)
+    ]
 
 
 # --- the cliff rule on synthetic curves ------------------------------------------------------------------
+
 
 def test_rise_then_fall_is_a_cliff_at_the_first_step_that_stays_down():
     values = [0.40, 0.50, 0.60, 0.65, 0.70, 0.70, 0.69, 0.55, 0.50, 0.45, 0.40]
@@ -73,11 +75,12 @@ def test_a_significant_but_tiny_drop_is_below_min_drop():
 
 # --- summary numbers against hand values ------------------------------------------------------------------
 
+
 def test_summary_base_peak_final_gain_with_unpaired_intervals():
     pts = [CurvePoint(0, 0.50, 0.030, 400), CurvePoint(20, 0.80, 0.020, 400), CurvePoint(40, 0.70, 0.025, 400)]
     s = summarize_curve(pts)
     assert (s.base.step, s.peak.step, s.final.step) == (0, 20, 40)
-    se = math.sqrt(0.030 ** 2 + 0.025 ** 2)
+    se = math.sqrt(0.030**2 + 0.025**2)
     assert s.gain.value == pytest.approx(0.20) and s.gain.se == pytest.approx(se) and not s.gain.paired
     assert (s.gain.low, s.gain.high) == pytest.approx((0.20 - 1.959964 * se, 0.20 + 1.959964 * se), abs=1e-6)
     assert s.peak_gain.value == pytest.approx(0.30)
@@ -101,15 +104,52 @@ def test_floored_se_keeps_error_at_zero_and_one():
 
 def test_eval_points_choose_one_row_per_step_and_skip_other_workflows():
     rows = [
-        {"step": 0, "tag": "base", "task": "t", "split": "test", "workflow": "single", "pass@1": 0.5, "stderr": 0.05,
-         "n_problems": 100, "n_samples": 1},
-        {"step": 10, "tag": "periodic", "task": "t", "split": "test", "workflow": "single", "pass@1": 0.6,
-         "stderr": 0.05, "n_problems": 100, "n_samples": 1},
-        {"step": 10, "tag": "checkpoint", "task": "t", "split": "test", "workflow": "single", "pass@1": 0.62,
-         "stderr": 0.03, "n_problems": 100, "n_samples": 4},  # more samples: wins
-        {"step": 0, "tag": "base", "task": "t", "split": "test", "workflow": "voting", "pass@1": 0.9,
-         "stderr": 0.05, "n_problems": 100, "n_samples": 1},  # another workflow's base eval
-        {"step": 20, "pass@1": None}, "garbage",
+        {
+            "step": 0,
+            "tag": "base",
+            "task": "t",
+            "split": "test",
+            "workflow": "single",
+            "pass@1": 0.5,
+            "stderr": 0.05,
+            "n_problems": 100,
+            "n_samples": 1,
+        },
+        {
+            "step": 10,
+            "tag": "periodic",
+            "task": "t",
+            "split": "test",
+            "workflow": "single",
+            "pass@1": 0.6,
+            "stderr": 0.05,
+            "n_problems": 100,
+            "n_samples": 1,
+        },
+        {
+            "step": 10,
+            "tag": "checkpoint",
+            "task": "t",
+            "split": "test",
+            "workflow": "single",
+            "pass@1": 0.62,
+            "stderr": 0.03,
+            "n_problems": 100,
+            "n_samples": 4,
+        },  # more samples: wins
+        {
+            "step": 0,
+            "tag": "base",
+            "task": "t",
+            "split": "test",
+            "workflow": "voting",
+            "pass@1": 0.9,
+            "stderr": 0.05,
+            "n_problems": 100,
+            "n_samples": 1,
+        },  # another workflow's base eval
+        {"step": 20, "pass@1": None},
+        "garbage",
     ]
     notes = []
     pts = eval_points(rows, notes)
@@ -125,17 +165,21 @@ def test_training_points_average_windows():
 
 # --- defaults that give a run a curve ---------------------------------------------------------------------
 
-@pytest.mark.parametrize("overrides,every,keep", [
-    ({}, 20, 20),  # the embedded recipe: 60 steps, checkpoints every 20 -> evals at 20, 40 (+ base, final)
-    ({"train.steps": 3}, 0, 0),  # short runs: start and end only, as before
-    ({"train.steps": 19}, 0, 0),
-    ({"train.steps": 100, "checkpoint.every": 10}, 10, 10),
-    ({"train.steps": 300, "checkpoint.every": 10}, 30, 30),  # ~10 points, on checkpointed steps
-    ({"train.steps": 100, "checkpoint.every": 0}, 10, 10),
-    ({"train.steps": 30, "checkpoint.every": 0}, 5, 5),
-    ({"train.steps": 100, "eval.every": 7}, 7, 7),  # explicit values are kept
-    ({"train.steps": 100, "eval.every": 0, "checkpoint.keep_every": 50}, 0, 50),
-])
+
+@pytest.mark.parametrize(
+    "overrides,every,keep",
+    [
+        ({}, 20, 20),  # the embedded recipe: 60 steps, checkpoints every 20 -> evals at 20, 40 (+ base, final)
+        ({"train.steps": 3}, 0, 0),  # short runs: start and end only, as before
+        ({"train.steps": 19}, 0, 0),
+        ({"train.steps": 100, "checkpoint.every": 10}, 10, 10),
+        ({"train.steps": 300, "checkpoint.every": 10}, 30, 30),  # ~10 points, on checkpointed steps
+        ({"train.steps": 100, "checkpoint.every": 0}, 10, 10),
+        ({"train.steps": 30, "checkpoint.every": 0}, 5, 5),
+        ({"train.steps": 100, "eval.every": 7}, 7, 7),  # explicit values are kept
+        ({"train.steps": 100, "eval.every": 0, "checkpoint.keep_every": 50}, 0, 50),
+    ],
+)
 def test_auto_eval_every_and_keep_every(overrides, every, keep):
     cfg = load_config(None, overrides)
     assert (cfg.eval.every, cfg.checkpoint.keep_every) == (every, keep)

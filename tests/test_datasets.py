@@ -11,7 +11,19 @@ from rolecast.rewards.code import CodeTests
 from rolecast.tasks import make_task, task_names
 from rolecast.tasks.datasets import data_root, dataset_file, read_rows
 
-ALL = ["gsm8k", "math", "math500", "aime2024", "dapo_math", "mbpp", "mbpp_sanitized", "humaneval", "deepcoder", "math_jsonl", "code_jsonl"]
+ALL = [
+    "gsm8k",
+    "math",
+    "math500",
+    "aime2024",
+    "dapo_math",
+    "mbpp",
+    "mbpp_sanitized",
+    "humaneval",
+    "deepcoder",
+    "math_jsonl",
+    "code_jsonl",
+]
 
 
 def test_all_registered():
@@ -20,7 +32,13 @@ def test_all_registered():
 
 def test_families():
     fam = {n: make_task(n, **({"path": "x.jsonl"} if n.endswith("_jsonl") else {})).family for n in ALL}
-    assert {n for n, f in fam.items() if f == "code"} == {"mbpp", "mbpp_sanitized", "humaneval", "deepcoder", "code_jsonl"}
+    assert {n for n, f in fam.items() if f == "code"} == {
+        "mbpp",
+        "mbpp_sanitized",
+        "humaneval",
+        "deepcoder",
+        "code_jsonl",
+    }
 
 
 def test_data_root_env_var_and_missing_file_error(tmp_path, monkeypatch):
@@ -178,7 +196,12 @@ def test_deepcoder_fixture(tmp_path):
     rows = [
         {  # stdin problem, LiveCodeBench format
             "problem": "Read two integers and print their sum.",
-            "tests": json.dumps([{"input": "1 2\n", "output": "3\n", "testtype": "stdin"}, {"input": "5 5\n", "output": "10\n", "testtype": "stdin"}]),
+            "tests": json.dumps(
+                [
+                    {"input": "1 2\n", "output": "3\n", "testtype": "stdin"},
+                    {"input": "5 5\n", "output": "10\n", "testtype": "stdin"},
+                ]
+            ),
             "metadata": {},
         },
         {  # functional problem, func_name in metadata (stored as a JSON string, as on the hub)
@@ -195,7 +218,11 @@ def test_deepcoder_fixture(tmp_path):
     probs = sorted(list(t.problems("train")) + list(t.problems("test")), key=lambda p: p.meta["index"])
     assert len(probs) == 3  # the TACO-style row is read as a stdin problem, as the study's data preparation does
     assert t.skipped == {"tests column is not valid JSON": 1}
-    assert probs[0].answer.kind == "stdio" and probs[1].answer.kind == "functional" and probs[1].answer.entry_point == "maxOf"
+    assert (
+        probs[0].answer.kind == "stdio"
+        and probs[1].answer.kind == "functional"
+        and probs[1].answer.entry_point == "maxOf"
+    )
     assert "Start from this code:\n```python\nclass Solution:" in probs[1].text
     good = [
         "```python\na, b = map(int, input().split())\nprint(a + b)\n```",
@@ -219,7 +246,9 @@ def test_math_jsonl_column_mapping(tmp_path):
 
 
 def test_code_jsonl_asserts(tmp_path):
-    f = _write_jsonl(tmp_path / "c.jsonl", [{"task": "Double x.", "checks": ["assert dbl(2) == 4"]}, {"task": "x", "checks": []}])
+    f = _write_jsonl(
+        tmp_path / "c.jsonl", [{"task": "Double x.", "checks": ["assert dbl(2) == 4"]}, {"task": "x", "checks": []}]
+    )
     t = make_task("code_jsonl", path=f, problem_key="task", tests_key="checks", test_format="asserts")
     probs = t.problems("train")
     assert len(probs) == 1 and t.skipped == {"empty checks": 1}

@@ -58,13 +58,16 @@ def test_debug_flag_reraises_with_the_traceback(capsys):
 # --set overrides name the override, not the shipped config file
 
 
-@pytest.mark.parametrize("override, needles", [
-    ("train.lr=abc", ["--set train.lr=abc: train.lr: Input should be a valid number"]),
-    ("train.learning_rate=0.1", ["--set train.learning_rate=0.1: train.learning_rate: unknown field"]),
-    ("train.lr.x=1", ["--set train.lr.x=1: train.lr is a value", "not a section"]),
-    ("trian.lr=1", ["--set trian.lr=1: trian: unknown field"]),
-    ("workflow.name=nope", ["--set workflow.name=nope: workflow.name: unknown workflow 'nope'"]),
-])
+@pytest.mark.parametrize(
+    "override, needles",
+    [
+        ("train.lr=abc", ["--set train.lr=abc: train.lr: Input should be a valid number"]),
+        ("train.learning_rate=0.1", ["--set train.learning_rate=0.1: train.learning_rate: unknown field"]),
+        ("train.lr.x=1", ["--set train.lr.x=1: train.lr is a value", "not a section"]),
+        ("trian.lr=1", ["--set trian.lr=1: trian: unknown field"]),
+        ("workflow.name=nope", ["--set workflow.name=nope: workflow.name: unknown workflow 'nope'"]),
+    ],
+)
 def test_set_override_errors_name_the_override(capsys, override, needles):
     err = cli_error(capsys, ["train", "--set", override])
     for needle in needles:
@@ -87,14 +90,17 @@ def test_file_errors_still_name_the_file(tmp_path):
 # workflow options, typed and range-checked from the signature
 
 
-@pytest.mark.parametrize("name, option, value, needle", [
-    ("voting", "n", 0, "greater than or equal to 1"),
-    ("voting", "n", -1, "greater than or equal to 1"),
-    ("voting", "n", "abc", "valid integer"),
-    ("orch_workers", "k", 0, "greater than or equal to 1"),
-    ("eval_opt", "max_rounds", 0, "greater than or equal to 1"),
-    ("eval_opt", "shared_history", "maybe", "valid boolean"),
-])
+@pytest.mark.parametrize(
+    "name, option, value, needle",
+    [
+        ("voting", "n", 0, "greater than or equal to 1"),
+        ("voting", "n", -1, "greater than or equal to 1"),
+        ("voting", "n", "abc", "valid integer"),
+        ("orch_workers", "k", 0, "greater than or equal to 1"),
+        ("eval_opt", "max_rounds", 0, "greater than or equal to 1"),
+        ("eval_opt", "shared_history", "maybe", "valid boolean"),
+    ],
+)
 def test_bad_workflow_option_is_one_line_at_load(capsys, name, option, value, needle):
     err = cli_error(capsys, ["train", "--workflow", name, "--set", f"workflow.options.{option}={value}"])
     assert f"--set workflow.options.{option}={value}: workflow.options.{option}: " in err and needle in err
@@ -107,9 +113,12 @@ def test_good_workflow_options_are_typed():
 
 
 def test_required_option_of_a_user_workflow(tmp_path):
-    wf = write(tmp_path / "wf.py", "from rolecast.workflows import workflow\n"
-               "@workflow('needs_k', prompts={'solver': ['solve']})\n"
-               "async def needs_k(ctx, k: int):\n    return str(k)\n")
+    wf = write(
+        tmp_path / "wf.py",
+        "from rolecast.workflows import workflow\n"
+        "@workflow('needs_k', prompts={'solver': ['solve']})\n"
+        "async def needs_k(ctx, k: int):\n    return str(k)\n",
+    )
     with pytest.raises(ConfigError, match=r"workflow\.options\.k: .*needs this option"):
         load_config(None, {"workflow.name": f"{wf}:needs_k"})
     assert load_config(None, {"workflow.name": f"{wf}:needs_k", "workflow.options.k": 2}).workflow.options == {"k": 2}
@@ -143,8 +152,9 @@ def test_get_workflow_error_paths(tmp_path):
 
 def test_malformed_line_after_a_row_with_a_unicode_line_separator(tmp_path):
     # U+2028 inside a JSON string is valid JSON and no line break for an editor; str.splitlines broke the row there
-    f = write(tmp_path / "d.jsonl", json.dumps({"problem": "a\u2028b", "answer": "1"}, ensure_ascii=False)
-              + "\n\n{oops\n")
+    f = write(
+        tmp_path / "d.jsonl", json.dumps({"problem": "a\u2028b", "answer": "1"}, ensure_ascii=False) + "\n\n{oops\n"
+    )
     with pytest.raises(DatasetError, match=r"d\.jsonl, line 3: not valid JSON"):
         read_rows(f)
     good = write(tmp_path / "g.jsonl", json.dumps({"problem": "a\u2028b", "answer": "1"}, ensure_ascii=False) + "\n")
@@ -182,8 +192,20 @@ def test_missing_split(tmp_path):
 
 def test_cli_dataset_error_before_the_model_loads(capsys, tmp_path, no_model_load):
     data = write(tmp_path / "d.jsonl", '{"problem": "1+1", "answer": "2"}\n{"problem": "2+2"}\n')
-    err = cli_error(capsys, ["train", "--task", "math_jsonl", "--set", f"task.options.path={data}",
-                             "--set", "task.eval_split=train", "--run-dir", str(tmp_path / "run")])
+    err = cli_error(
+        capsys,
+        [
+            "train",
+            "--task",
+            "math_jsonl",
+            "--set",
+            f"task.options.path={data}",
+            "--set",
+            "task.eval_split=train",
+            "--run-dir",
+            str(tmp_path / "run"),
+        ],
+    )
     assert f"{data}, line 2: " in err and "missing column 'answer'" in err
 
 
@@ -199,18 +221,24 @@ def test_cli_missing_split_names_the_field(capsys, tmp_path, no_model_load):
 def test_require_names_the_install_command(monkeypatch):
     assert require("json", "unused") is json
     monkeypatch.setitem(sys.modules, "tensorboard", None)  # as if not installed
-    with pytest.raises(MissingPackageError, match=r"logging\.tensorboard needs the tensorboard package.*"
-                                                  r"pip install 'rolecast\[tensorboard\]'"):
+    with pytest.raises(
+        MissingPackageError,
+        match=r"logging\.tensorboard needs the tensorboard package.*"
+        r"pip install 'rolecast\[tensorboard\]'",
+    ):
         require("tensorboard", "tensorboard", module="torch.utils.tensorboard", purpose="logging.tensorboard")
     with pytest.raises(MissingPackageError, match=r"pip install 'rolecast\[tensorboard\]'"):
         require("tensorboard", "tensorboard", load=False)
 
 
-@pytest.mark.parametrize("field, package, extra", [
-    ("logging.tensorboard", "tensorboard", "tensorboard"),
-    ("logging.wandb", "wandb", "wandb"),
-    ("task.options.hub", "datasets", "hub"),
-])
+@pytest.mark.parametrize(
+    "field, package, extra",
+    [
+        ("logging.tensorboard", "tensorboard", "tensorboard"),
+        ("logging.wandb", "wandb", "wandb"),
+        ("task.options.hub", "datasets", "hub"),
+    ],
+)
 def test_missing_package_fails_at_config_load(capsys, monkeypatch, no_model_load, field, package, extra):
     monkeypatch.setitem(sys.modules, package, None)
     argv = ["train", "--set", f"{field}=true"] + (["--task", "gsm8k"] if package == "datasets" else [])
@@ -222,8 +250,11 @@ def test_missing_package_fails_at_config_load(capsys, monkeypatch, no_model_load
 def test_parquet_without_pyarrow(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "pyarrow", None)
     f = write(tmp_path / "d.parquet", "not really parquet")
-    with pytest.raises(MissingPackageError, match=r"reading .*d\.parquet needs the pyarrow package.*"
-                                                  r"pip install 'rolecast\[parquet\]'"):
+    with pytest.raises(
+        MissingPackageError,
+        match=r"reading .*d\.parquet needs the pyarrow package.*"
+        r"pip install 'rolecast\[parquet\]'",
+    ):
         read_rows(f)
 
 
@@ -242,8 +273,11 @@ def closed_loopback_port() -> int:
 def test_offline_hub_id_fails_at_config_load(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
-    with pytest.raises(ConfigError, match=r"model\.path: 'nobody-rolecast/no-such-model' is not in the local "
-                                          r"Hugging Face cache .* HF_HUB_OFFLINE is set"):
+    with pytest.raises(
+        ConfigError,
+        match=r"model\.path: 'nobody-rolecast/no-such-model' is not in the local "
+        r"Hugging Face cache .* HF_HUB_OFFLINE is set",
+    ):
         load_config(None, {"model.path": "nobody-rolecast/no-such-model"})
     # cached ids pass
     (tmp_path / "hub" / "models--nobody-rolecast--cached" / "snapshots" / "abc").mkdir(parents=True)
@@ -259,9 +293,12 @@ def test_unreachable_hub_fails_fast(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{closed_loopback_port()}")
     for load in (load_tokenizer, load_model):
         t0 = time.perf_counter()
-        with pytest.raises(ModelNotFoundError, match=r"'nobody-rolecast/no-such-model' is not in the local Hugging "
-                                                     r"Face cache and the hub \(http://127\.0\.0\.1:\d+\) cannot be "
-                                                     r"reached"):
+        with pytest.raises(
+            ModelNotFoundError,
+            match=r"'nobody-rolecast/no-such-model' is not in the local Hugging "
+            r"Face cache and the hub \(http://127\.0\.0\.1:\d+\) cannot be "
+            r"reached",
+        ):
             load("nobody-rolecast/no-such-model")
         assert time.perf_counter() - t0 < 5  # transformers alone retries for about a minute
 
@@ -288,10 +325,18 @@ def test_episode_round_trips_through_the_episodes_file():
     def turn(claim, i):
         return Turn("r", "r", "p", [1], [2], [0.0], "t", "stop", index=i, claim=claim)
 
-    ep = Episode("q", 0, [turn(AnswerClaim("a", correct=True), 0),
-                          turn(VerdictClaim(False, "a", correct=False, reviewed_correct=True), 1),
-                          turn(PickClaim(1, ["a", "b"], correct=None, candidates_correct=[False, False]), 2),
-                          turn(None, 3)], final_text=r"\boxed{4}", reward=1.0)
+    ep = Episode(
+        "q",
+        0,
+        [
+            turn(AnswerClaim("a", correct=True), 0),
+            turn(VerdictClaim(False, "a", correct=False, reviewed_correct=True), 1),
+            turn(PickClaim(1, ["a", "b"], correct=None, candidates_correct=[False, False]), 2),
+            turn(None, 3),
+        ],
+        final_text=r"\boxed{4}",
+        reward=1.0,
+    )
     line = json.dumps(asdict(ep))  # what the trainer writes to episodes/step_N.jsonl
     row = json.loads(line)
     assert [t["claim"]["kind"] for t in row["turns"][:3]] == ["answer", "verdict", "pick"]

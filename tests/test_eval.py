@@ -26,10 +26,22 @@ def rows(path):
 
 
 def test_eval_base_and_every_checkpoint(tiny_model_dir, tmp_path):
-    over = {"model.path": tiny_model_dir, "model.trainable": "lora", "model.lora.r": 4, "run_dir": str(tmp_path / "run"),
-            "train.steps": 2, "train.problems_per_step": 2, "train.group_size": 2, "rollout.max_new_tokens": 4,
-            "eval.size": 3, "eval.at_start": False, "eval.at_end": False, "logging.progress": False,
-            "checkpoint.every": 1, "checkpoint.keep_last": 5}
+    over = {
+        "model.path": tiny_model_dir,
+        "model.trainable": "lora",
+        "model.lora.r": 4,
+        "run_dir": str(tmp_path / "run"),
+        "train.steps": 2,
+        "train.problems_per_step": 2,
+        "train.group_size": 2,
+        "rollout.max_new_tokens": 4,
+        "eval.size": 3,
+        "eval.at_start": False,
+        "eval.at_end": False,
+        "logging.progress": False,
+        "checkpoint.every": 1,
+        "checkpoint.keep_last": 5,
+    }
     cfg = load_config(None, over)
     train(cfg)
     out = tmp_path / "eval.jsonl"
@@ -45,8 +57,25 @@ def test_eval_base_and_every_checkpoint(tiny_model_dir, tmp_path):
 
 def test_eval_cli_gsm8k_voting(tiny_model_dir, tmp_path, data_dir):
     out = tmp_path / "eval.jsonl"
-    code = main(["eval", "--task", "gsm8k", "--workflow", "voting", "--model", tiny_model_dir, "--size", "2",
-                 "--set", "rollout.max_new_tokens=4", "--set", "model.trainable=lora", "--out", str(out)])
+    code = main(
+        [
+            "eval",
+            "--task",
+            "gsm8k",
+            "--workflow",
+            "voting",
+            "--model",
+            tiny_model_dir,
+            "--size",
+            "2",
+            "--set",
+            "rollout.max_new_tokens=4",
+            "--set",
+            "model.trainable=lora",
+            "--out",
+            str(out),
+        ]
+    )
     assert code == 0
     [r] = rows(out)
     assert (r["task"], r["workflow"], r["split"], r["n_problems"]) == ("gsm8k", "voting", "test", 2)

@@ -36,20 +36,48 @@ def _qwen3(**shape):
 def _models():
     from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-    small = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                 intermediate_size=128)
+    small = dict(
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        intermediate_size=128,
+    )
     torch.manual_seed(0)
     return {
         "qwen3-tiny": _qwen3(**small),
         "qwen3-testbed": _qwen3(),  # hidden 192, 4 layers, 6 heads / 2 KV, head_dim 32, tied lm_head
         "qwen3-untied-theta1e6": _qwen3(**small, tie_word_embeddings=False, rope_theta=1e6),
-        "qwen2-bias": _randomize(Qwen2ForCausalLM(Qwen2Config(vocab_size=300, hidden_size=64, num_hidden_layers=2,
-                                                              num_attention_heads=4, num_key_value_heads=2,
-                                                              intermediate_size=128)), 2),
-        "llama-bias": _randomize(LlamaForCausalLM(LlamaConfig(vocab_size=300, hidden_size=64, num_hidden_layers=2,
-                                                              num_attention_heads=4, num_key_value_heads=1,
-                                                              intermediate_size=128, attention_bias=True,
-                                                              mlp_bias=True, rope_theta=5e5)), 3),
+        "qwen2-bias": _randomize(
+            Qwen2ForCausalLM(
+                Qwen2Config(
+                    vocab_size=300,
+                    hidden_size=64,
+                    num_hidden_layers=2,
+                    num_attention_heads=4,
+                    num_key_value_heads=2,
+                    intermediate_size=128,
+                )
+            ),
+            2,
+        ),
+        "llama-bias": _randomize(
+            LlamaForCausalLM(
+                LlamaConfig(
+                    vocab_size=300,
+                    hidden_size=64,
+                    num_hidden_layers=2,
+                    num_attention_heads=4,
+                    num_key_value_heads=1,
+                    intermediate_size=128,
+                    attention_bias=True,
+                    mlp_bias=True,
+                    rope_theta=5e5,
+                )
+            ),
+            3,
+        ),
     }
 
 
@@ -57,22 +85,29 @@ MODELS = _models()
 LENGTHS = [3, 9, 14, 14, 6]  # left padding of 11, 5, 0, 0, 8
 
 
-def _fast_vs_full_forward(model, steps: int = 10, *, shift_positions: int = 0, drop_mask: bool = False,
-                          kernels: bool = True):
+def _fast_vs_full_forward(
+    model, steps: int = 10, *, shift_positions: int = 0, drop_mask: bool = False, kernels: bool = True
+):
     """Max |fast step logits - full stock forward logits| over every step and row (teacher-forced tokens)."""
     g = torch.Generator().manual_seed(0)
     V, B, P = model.config.vocab_size, len(LENGTHS), max(LENGTHS)
     ids = torch.zeros((B, P + steps), dtype=torch.long)
     mask = torch.zeros((B, P + steps), dtype=torch.long)
     for i, n in enumerate(LENGTHS):
-        ids[i, P - n:] = torch.randint(2, V, (n + steps,), generator=g)
-        mask[i, P - n:] = 1
+        ids[i, P - n :] = torch.randint(2, V, (n + steps,), generator=g)
+        mask[i, P - n :] = 1
     pos = (mask.cumsum(-1) - 1).clamp(min=0)
     with torch.inference_mode():
         full = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits  # [B, P + steps, V]
         cache = hf._preallocated_cache(P + steps)
-        prefill = model(input_ids=ids[:, :P], attention_mask=mask[:, :P], position_ids=pos[:, :P],
-                        **{hf.cache_keyword(model): cache}, use_cache=True, logits_to_keep=1).logits[:, -1]
+        prefill = model(
+            input_ids=ids[:, :P],
+            attention_mask=mask[:, :P],
+            position_ids=pos[:, :P],
+            **{hf.cache_keyword(model): cache},
+            use_cache=True,
+            logits_to_keep=1,
+        ).logits[:, -1]
         worst = (prefill - full[:, P - 1]).abs().max().item()
         fast = fast_qwen3.FastDecoder(model, rows=B, kernels=kernels)
         assert (fast.kernels is not None) == (cpu_kernels.load(kernels) is not None and model.dtype == torch.float32)
@@ -80,7 +115,7 @@ def _fast_vs_full_forward(model, steps: int = 10, *, shift_positions: int = 0, d
         step_mask = hf._decode_mask(model, mask[:, :P], steps, bool_4d=True)
         keys, values = [lay._k for lay in cache.layers], [lay._v for lay in cache.layers]
         for t in range(steps):
-            am = None if drop_mask else step_mask[..., :P + t + 1]
+            am = None if drop_mask else step_mask[..., : P + t + 1]
             logits = fast.step(ids[:, P + t], cos[t], sin[t], keys, values, P + t, am)
             assert logits.shape == (B, V)
             worst = max(worst, (logits - full[:, P + t]).abs().max().item())
@@ -109,8 +144,14 @@ def test_comparison_catches_wrong_positions_or_mask(mutation, small_ops):
 
 
 def test_bf16_close_to_stock_bf16():
-    model = _qwen3(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                   intermediate_size=128).to(torch.bfloat16)
+    model = _qwen3(
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        intermediate_size=128,
+    ).to(torch.bfloat16)
     assert fast_qwen3.supports(model)
     # bf16 full forward vs incremental decode differ by bf16 rounding (~1e-2 relative), not by a wrong function
     # (a wrong position or mask gives errors of order 1, see the mutation test)
@@ -135,21 +176,22 @@ def test_kernels_compute_the_torch_ops():
     qkv = torch.randn(B, H + 2 * Hk, d, generator=g)
     angle = torch.randn(B, 1, d // 2, generator=g)
     cos, sin = torch.cat([angle.cos()] * 2, -1), torch.cat([angle.sin()] * 2, -1)
-    signed_sin = torch.cat([-sin[..., :d // 2], sin[..., d // 2:]], -1)
-    rotate_half = lambda t: torch.cat([-t[..., d // 2:], t[..., :d // 2]], -1)  # noqa: E731 (modeling_qwen3's)
+    signed_sin = torch.cat([-sin[..., : d // 2], sin[..., d // 2 :]], -1)
+    rotate_half = lambda t: torch.cat([-t[..., d // 2 :], t[..., : d // 2]], -1)  # noqa: E731 (modeling_qwen3's)
     for qk_w in (torch.randn(H + Hk, d, generator=g), torch.empty(0, d)):
         K, V = torch.zeros(B, Hk, cap, d), torch.zeros(B, Hk, cap, d)
         q = torch.empty(B, H, d)
-        kernels.qk_norm_rope_store(qkv.numpy(), qk_w.numpy(), cos.numpy(), signed_sin.numpy(), eps, q.numpy(),
-                                   K.numpy(), V.numpy(), n)
-        qk = qkv[:, :H + Hk]
+        kernels.qk_norm_rope_store(
+            qkv.numpy(), qk_w.numpy(), cos.numpy(), signed_sin.numpy(), eps, q.numpy(), K.numpy(), V.numpy(), n
+        )
+        qk = qkv[:, : H + Hk]
         if len(qk_w):
             qk = qk_w * qk * torch.rsqrt(qk.pow(2).mean(-1, keepdim=True) + eps)
         rotated = qk * cos + rotate_half(qk) * sin
         torch.testing.assert_close(q, rotated[:, :H])
         torch.testing.assert_close(K[:, :, n], rotated[:, H:])
-        torch.testing.assert_close(V[:, :, n], qkv[:, H + Hk:])
-        assert not K[:, :, :n].any() and not V[:, :, n + 1:].any()  # only index n is written
+        torch.testing.assert_close(V[:, :, n], qkv[:, H + Hk :])
+        assert not K[:, :, :n].any() and not V[:, :, n + 1 :].any()  # only index n is written
 
 
 def test_without_numba_the_torch_ops_run(monkeypatch):
@@ -170,8 +212,14 @@ def test_kernels_only_for_fp32_on_cpu():
     model = MODELS["qwen3-tiny"]
     assert fast_qwen3.FastDecoder(model, rows=2).kernels is not None
     assert fast_qwen3.FastDecoder(model, rows=2, kernels=False).kernels is None
-    bf16 = _qwen3(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, head_dim=16,
-                  intermediate_size=64).to(torch.bfloat16)
+    bf16 = _qwen3(
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        intermediate_size=64,
+    ).to(torch.bfloat16)
     assert fast_qwen3.FastDecoder(bf16, rows=2).kernels is None
 
 
@@ -182,8 +230,10 @@ def test_lora_is_merged_and_other_peft_variants_are_not_supported(tiny_model_dir
 
     ps = PolicySet(tiny_model_dir, ["a"], mode="lora", lora={"r": 4, "alpha": 8}, seed=0)
     assert fast_qwen3.supports(ps.models["a"]) and fast_qwen3.supports(ps.models["a"].get_base_model())
-    dora = get_peft_model(PolicySet(tiny_model_dir, ["b"], mode="full").models["b"],
-                          LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", use_dora=True))
+    dora = get_peft_model(
+        PolicySet(tiny_model_dir, ["b"], mode="full").models["b"],
+        LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", use_dora=True),
+    )
     assert not fast_qwen3.supports(dora.eval())
     with ps.models["a"].disable_adapter():
         assert not fast_qwen3.supports(ps.models["a"])
@@ -214,8 +264,14 @@ def testbed_shape_dir(tiny_model_dir, tmp_path_factory):
 
 
 def _requests(pid: str = "p") -> list[GenRequest]:
-    texts = ["solve: 1 + 2", "solve: 3 + 4 - 5 check the way", "pick: 7 - 2", "solve: 9", "plan: 4 + 4 - 1 work fix",
-             "fix: 6"]
+    texts = [
+        "solve: 1 + 2",
+        "solve: 3 + 4 - 5 check the way",
+        "pick: 7 - 2",
+        "solve: 9",
+        "plan: 4 + 4 - 1 work fix",
+        "fix: 6",
+    ]
     return [GenRequest(pid, [{"role": "user", "content": t}]) for t in texts]
 
 
@@ -229,8 +285,7 @@ def _generate(ps, tok, *, fast: bool, temperature: float, seed: int = 0, request
 
     fast_qwen3.FastDecoder.step = counting
     try:
-        backend = HFBackend(ps, tok, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, fast=fast,
-                            **kw)
+        backend = HFBackend(ps, tok, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, fast=fast, **kw)
         gens = backend.generate(requests or _requests())
     finally:
         fast_qwen3.FastDecoder.step = original
@@ -279,8 +334,12 @@ def test_fast_false_forces_stock(tiny_model_dir, monkeypatch):
 def test_decode_threads_same_outputs_and_restored(tiny_model_dir):
     ps, tok = PolicySet(tiny_model_dir, ["p"], mode="full", seed=0), load_tokenizer(tiny_model_dir)
     torch.set_num_threads(2)
-    runs = [HFBackend(ps, tok, max_new_tokens=16, temperature=1.0, seed=0, ignore_eos=True, decode_threads=n)
-            .generate(_requests()) for n in (None, 1)]
+    runs = [
+        HFBackend(ps, tok, max_new_tokens=16, temperature=1.0, seed=0, ignore_eos=True, decode_threads=n).generate(
+            _requests()
+        )
+        for n in (None, 1)
+    ]
     assert torch.get_num_threads() == 2
     assert [g.completion_ids for g in runs[0]] == [g.completion_ids for g in runs[1]]
 
@@ -295,12 +354,14 @@ def test_repeated_prompts_are_prefilled_once_with_the_same_outputs(testbed_shape
     model = ps.models["p"]
     hook = model.register_forward_pre_hook(
         lambda m, a, kw: prefill_rows.append(kw["input_ids"].shape) if kw["input_ids"].shape[1] > 1 else None,
-        with_kwargs=True)
+        with_kwargs=True,
+    )
     try:
         outs = {}
         for share in (True, False):
-            backend = HFBackend(ps, tok, max_new_tokens=12, temperature=1.0, seed=0, ignore_eos=True, fast=fast,
-                                share_prefill=share)
+            backend = HFBackend(
+                ps, tok, max_new_tokens=12, temperature=1.0, seed=0, ignore_eos=True, fast=fast, share_prefill=share
+            )
             outs[share] = backend.generate(reqs)
     finally:
         hook.remove()
@@ -322,8 +383,12 @@ def test_projections_are_prepacked_where_onednn_is_available(monkeypatch):
     (x86 / arm64 builds), and compute what F.linear computes, for the batch size they were packed for and any
     other; smaller ones use F.linear."""
     model = MODELS["qwen2-bias"]  # hidden 64: every weight under the default threshold
-    assert all(p.packed is None for layer in fast_qwen3.FastDecoder(model, rows=6).layers for p in layer
-               if isinstance(p, fast_qwen3._Linear))
+    assert all(
+        p.packed is None
+        for layer in fast_qwen3.FastDecoder(model, rows=6).layers
+        for p in layer
+        if isinstance(p, fast_qwen3._Linear)
+    )
     monkeypatch.setattr(fast_qwen3, "PACK_MIN_ELEMENTS", 0)
     fast = fast_qwen3.FastDecoder(model, rows=6)
     linears = [fast.lm_head] + [p for layer in fast.layers for p in layer if isinstance(p, fast_qwen3._Linear)]
@@ -334,8 +399,9 @@ def test_projections_are_prepacked_where_onednn_is_available(monkeypatch):
     for lin in linears:
         for rows in (6, 1, 7):
             x = torch.randn(rows, lin.weight.shape[1], generator=g)
-            torch.testing.assert_close(lin(x), torch.nn.functional.linear(x, lin.weight, lin.bias), rtol=1e-5,
-                                       atol=1e-5)
+            torch.testing.assert_close(
+                lin(x), torch.nn.functional.linear(x, lin.weight, lin.bias), rtol=1e-5, atol=1e-5
+            )
     bf16 = fast_qwen3._Linear(linears[1].weight.bfloat16(), None, rows=6)
     assert bf16.packed is None  # only fp32 is packed
 
@@ -344,12 +410,18 @@ def test_projections_are_prepacked_where_onednn_is_available(monkeypatch):
 def test_lora_adapters_decode_fast_with_the_stock_outputs(testbed_shape_dir, temperature):
     """Two LoRA policies generated one adapter at a time (set_adapter): the fast path on merged weights gives the
     stock PEFT forward's tokens and log-probs for each, and the adapters really differ."""
-    ps, tok = PolicySet(testbed_shape_dir, ["gen", "agg"], mode="lora", lora={"r": 8, "alpha": 16}, seed=0,
-                        mixed_adapters=False), load_tokenizer(testbed_shape_dir)
+    ps, tok = (
+        PolicySet(
+            testbed_shape_dir, ["gen", "agg"], mode="lora", lora={"r": 8, "alpha": 16}, seed=0, mixed_adapters=False
+        ),
+        load_tokenizer(testbed_shape_dir),
+    )
     _random_lora(ps, seed=1)
     reqs = [GenRequest(pid, r.messages) for r in _requests() for pid in ("gen", "agg")]
-    outs = {fast: _generate(ps, tok, fast=fast, temperature=temperature, requests=reqs, max_new_tokens=10,
-                            ignore_eos=True) for fast in (True, False)}
+    outs = {
+        fast: _generate(ps, tok, fast=fast, temperature=temperature, requests=reqs, max_new_tokens=10, ignore_eos=True)
+        for fast in (True, False)
+    }
     for a, b in zip(outs[True], outs[False], strict=True):
         assert a.completion_ids == b.completion_ids
         # x (W + s B A)^T rounds differently from x W^T + s (x A^T) B^T: relative 1e-5 on log-probs of ~-4

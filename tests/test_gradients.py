@@ -63,8 +63,10 @@ def test_shares_sum_to_one_and_can_be_negative():
 
 
 def test_one_role_holding_all_the_loss_captures_the_policy():
-    st = gradient_statistics({"gen/0": torch.tensor([1.0, 2.0]), "gen/1": torch.tensor([0.5, 0.0]),
-                              "agg": torch.zeros(2)}, {"gen/0": "gen", "gen/1": "gen", "agg": "agg"})
+    st = gradient_statistics(
+        {"gen/0": torch.tensor([1.0, 2.0]), "gen/1": torch.tensor([0.5, 0.0]), "agg": torch.zeros(2)},
+        {"gen/0": "gen", "gen/1": "gen", "agg": "agg"},
+    )
     assert st.capture_role == "gen" and st.capture_index == pytest.approx(1.0)
     assert st.share["agg"] == 0.0 and math.isnan(st.cos[("agg", "gen")])
 
@@ -76,7 +78,10 @@ def test_gradient_mass_counts_tokens_sequences_and_abs_advantage():
         return t
 
     mass = gradient_mass([turn("a", 3, -0.5), turn("a", 2, 2.0), turn("b", 4, 0.25)])
-    assert mass == {"a": {"tokens": 5, "seqs": 2, "abs_adv": 3 * 0.5 + 2 * 2.0}, "b": {"tokens": 4, "seqs": 1, "abs_adv": 1.0}}
+    assert mass == {
+        "a": {"tokens": 5, "seqs": 2, "abs_adv": 3 * 0.5 + 2 * 2.0},
+        "b": {"tokens": 4, "seqs": 1, "abs_adv": 1.0},
+    }
 
 
 def test_direction_ema_persistence():
@@ -153,8 +158,10 @@ def test_per_instance_gradients_equal_separate_autograd_and_sum_to_the_policy_gr
     # a small token budget splits an instance over several micro-batches: the capture must sum them
     cfg = config(tiny_model_dir, **{"train.loss_agg": loss_agg, "train.micro_batch_tokens": 24})
     turns = on_policy(voting_turns(tok), policies, "shared", tok.pad_token_id)
-    expected = {inst: reference_grad(policies, "shared", [t for t in turns if t.instance == inst], turns, cfg,
-                                     tok.pad_token_id) for inst in sorted({t.instance for t in turns})}
+    expected = {
+        inst: reference_grad(policies, "shared", [t for t in turns if t.instance == inst], turns, cfg, tok.pad_token_id)
+        for inst in sorted({t.instance for t in turns})
+    }
     whole = reference_grad(policies, "shared", turns, turns, cfg, tok.pad_token_id)  # one plain backward
     monitor = RecordingMonitor(1, {"shared": policies.parameters("shared")})
     applied, stats = sgd_update(policies, "shared", turns, cfg, tok.pad_token_id, monitor=monitor)
@@ -189,8 +196,15 @@ def test_per_instance_gradients_equal_separate_autograd_and_sum_to_the_policy_gr
 
 def test_minibatch_schedule_counts_role_steps_and_sums_the_first_pass(tiny_model_dir):
     tok, policies = setup(tiny_model_dir, pids=("shared",), mode="full")
-    cfg = config(tiny_model_dir, **{"train.update_schedule": "per_minibatch", "train.mini_batch_size": 4,
-                                    "train.epochs": 2, "model.trainable": "full"})
+    cfg = config(
+        tiny_model_dir,
+        **{
+            "train.update_schedule": "per_minibatch",
+            "train.mini_batch_size": 4,
+            "train.epochs": 2,
+            "model.trainable": "full",
+        },
+    )
     turns = on_policy(voting_turns(tok, problems=1, samples=2), policies, "shared", tok.pad_token_id)
     monitor = GradientMonitor(1, {"shared": policies.parameters("shared")})
     params = policies.parameters("shared")
@@ -198,9 +212,19 @@ def test_minibatch_schedule_counts_role_steps_and_sums_the_first_pass(tiny_model
     import random as _random
 
     from rolecast.train.grpo import update_policy
+
     rng = _random.Random(5)
-    stats, _ = update_policy("shared", turns, cfg=cfg, policies=policies, optimizer=opt, pad_id=tok.pad_token_id,
-                             rng=rng, check_logprobs=False, monitor=monitor)
+    stats, _ = update_policy(
+        "shared",
+        turns,
+        cfg=cfg,
+        policies=policies,
+        optimizer=opt,
+        pad_id=tok.pad_token_id,
+        rng=rng,
+        check_logprobs=False,
+        monitor=monitor,
+    )
     m = monitor.pop_metrics()
     # 8 turns in mini-batches of 4, two epochs: 4 optimizer steps; the same shuffles say which held each role
     order_rng = _random.Random(5)
@@ -209,7 +233,7 @@ def test_minibatch_schedule_counts_role_steps_and_sums_the_first_pass(tiny_model
         order = turns[:]
         order_rng.shuffle(order)
         for i in range(0, 8, 4):
-            for r in {t.role for t in order[i:i + 4]}:
+            for r in {t.role for t in order[i : i + 4]}:
                 expect[r] += 1
     assert stats["optimizer_steps"] == m["update/shared/optimizer_steps"] == 4
     assert m["update/shared/generator/optimizer_steps"] == expect["generator"]
@@ -232,7 +256,9 @@ def test_sketched_statistics_track_the_exact_ones(tiny_model_dir):
     torch.testing.assert_close(sk_step, exact_step)  # the sketch only observes; the update is the same
     assert sk["grad/shared/generator/share"] == pytest.approx(exact["grad/shared/generator/share"], abs=0.1)
     assert sk["grad/shared/generator/norm"] == pytest.approx(exact["grad/shared/generator/norm"], rel=0.1)
-    assert sk["grad/shared/generator/instance_cos"] == pytest.approx(exact["grad/shared/generator/instance_cos"], abs=0.1)
+    assert sk["grad/shared/generator/instance_cos"] == pytest.approx(
+        exact["grad/shared/generator/instance_cos"], abs=0.1
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -244,13 +270,24 @@ def _run(run_dir, stop_after=None, resume=False, **over):
     from rolecast.train.grpo import train
 
     # the trained testbed model (a random one never scores, so every advantage and gradient would be 0)
-    base = {"model.path": "testbed", "run_dir": str(run_dir), "train.steps": 2, "train.problems_per_step": 2,
-            "train.group_size": 4, "rollout.max_new_tokens": 6, "eval.at_start": False, "eval.at_end": False,
-            "logging.progress": False, "logging.episodes_every": 0, "checkpoint.every": 1,
-            # one thread: with two, the update of the testbed model is not bit-reproducible run to run on a
-            # loaded machine (already so before diagnostics existed), and these tests compare bits
-            "threads": 1,
-            "workflow.name": "voting", "routing.sharing": "shared"}
+    base = {
+        "model.path": "testbed",
+        "run_dir": str(run_dir),
+        "train.steps": 2,
+        "train.problems_per_step": 2,
+        "train.group_size": 4,
+        "rollout.max_new_tokens": 6,
+        "eval.at_start": False,
+        "eval.at_end": False,
+        "logging.progress": False,
+        "logging.episodes_every": 0,
+        "checkpoint.every": 1,
+        # one thread: with two, the update of the testbed model is not bit-reproducible run to run on a
+        # loaded machine (already so before diagnostics existed), and these tests compare bits
+        "threads": 1,
+        "workflow.name": "voting",
+        "routing.sharing": "shared",
+    }
     train(load_config(None, {**base, **over}), stop_after=stop_after, resume=run_dir if resume else None)
     rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert all(r["policy/shared/grad_norm"] > 0 for r in rows)  # a case with something to learn

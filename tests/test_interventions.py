@@ -32,8 +32,10 @@ def test_interventions_damping_state_per_policy_and_role():
     assert iv is not None and iv.rescales
     g = {"generator": torch.tensor([1.0, 0.0]), "aggregator": torch.tensor([0.0, 1.0])}
     assert iv.role_coefficients("shared", g) == {"generator": 1.0, "aggregator": 1.0}
-    assert iv.role_coefficients("shared", {"generator": g["generator"], "aggregator": -g["aggregator"]}) == \
-        {"generator": pytest.approx(0.5), "aggregator": 1.0}
+    assert iv.role_coefficients("shared", {"generator": g["generator"], "aggregator": -g["aggregator"]}) == {
+        "generator": pytest.approx(0.5),
+        "aggregator": 1.0,
+    }
     assert iv.role_coefficients("other", g) == {"generator": 1.0, "aggregator": 1.0}  # its own history
     assert iv.pop_metrics()["intervention/shared/generator/damping"] == pytest.approx(0.75)
 
@@ -68,12 +70,21 @@ def test_balance_shares_needs_every_role_of_the_policy():
 
 
 def test_loss_side_coefficients():
-    cfg = load_config(None, {"workflow.name": "voting", "train.kl_coef": 0.01,
-                             "interventions.kl_coef_by_role": {"aggregator": 0.5}, "interventions.multiplicity_norm": True})
+    cfg = load_config(
+        None,
+        {
+            "workflow.name": "voting",
+            "train.kl_coef": 0.01,
+            "interventions.kl_coef_by_role": {"aggregator": 0.5},
+            "interventions.multiplicity_norm": True,
+        },
+    )
     iv = Interventions.from_config(cfg)
     assert not iv.rescales
     assert iv.kl_coefs(["generator", "aggregator"]).tolist() == pytest.approx([0.01, 0.5])
-    assert iv.row_weights(["generator", "aggregator"], {"generator": 3, "aggregator": 1}).tolist() == pytest.approx([1 / 3, 1])
+    assert iv.row_weights(["generator", "aggregator"], {"generator": 3, "aggregator": 1}).tolist() == pytest.approx(
+        [1 / 3, 1]
+    )
 
 
 def test_all_off_builds_nothing_and_config_errors_name_the_field():
@@ -98,8 +109,10 @@ def _case(model_dir, **over):
 
 
 def _role_grads(policies, cfg, turns, pad, **kw):
-    return {r: reference_grad(policies, "shared", [t for t in turns if t.role == r], turns, cfg, pad, **kw.get(r, {}))
-            for r in ("generator", "aggregator")}
+    return {
+        r: reference_grad(policies, "shared", [t for t in turns if t.role == r], turns, cfg, pad, **kw.get(r, {}))
+        for r in ("generator", "aggregator")
+    }
 
 
 def _close(a, b):
@@ -117,8 +130,9 @@ def test_kl_coef_by_role_anchors_each_role_with_its_coefficient(tiny_model_dir):
     over = {"train.kl_coef": 0.0, "interventions.kl_coef_by_role": {"generator": 0.0, "aggregator": 2.0}}
     tok, policies, cfg, turns = _case(tiny_model_dir, **over)
     g = _role_grads(policies, cfg, turns, tok.pad_token_id, aggregator={"kl_coef": 2.0})
-    g_no_kl = reference_grad(policies, "shared", [t for t in turns if t.role == "aggregator"], turns, cfg,
-                             tok.pad_token_id)
+    g_no_kl = reference_grad(
+        policies, "shared", [t for t in turns if t.role == "aggregator"], turns, cfg, tok.pad_token_id
+    )
     assert float((g["aggregator"] - g_no_kl).norm()) > 1e-3 * float(g_no_kl.norm())  # the KL term is there
     applied, stats = sgd_update(policies, "shared", turns, cfg, tok.pad_token_id)
     _close(applied, g["generator"] + g["aggregator"])
@@ -130,12 +144,18 @@ def test_coherence_damping_on_the_real_update(tiny_model_dir):
     g = _role_grads(policies, cfg, turns, tok.pad_token_id)
     iv = Interventions.from_config(cfg)
     # history: the generator's EMA points where its gradient does (cos 1: halved), the aggregator's opposite (kept)
-    iv.ema = {"shared": {"generator": DirectionEMA(0.9, g["generator"].clone()),
-                         "aggregator": DirectionEMA(0.9, -g["aggregator"].clone())}}
+    iv.ema = {
+        "shared": {
+            "generator": DirectionEMA(0.9, g["generator"].clone()),
+            "aggregator": DirectionEMA(0.9, -g["aggregator"].clone()),
+        }
+    }
     applied, _ = sgd_update(policies, "shared", turns, cfg, tok.pad_token_id, interventions=iv)
     _close(applied, 0.5 * g["generator"] + g["aggregator"])
-    assert iv.pop_metrics() == {"intervention/shared/generator/damping": pytest.approx(0.5, abs=1e-5),
-                                "intervention/shared/aggregator/damping": 1.0}
+    assert iv.pop_metrics() == {
+        "intervention/shared/generator/damping": pytest.approx(0.5, abs=1e-5),
+        "intervention/shared/aggregator/damping": 1.0,
+    }
 
 
 def test_balance_shares_on_the_real_update(tiny_model_dir):
@@ -150,12 +170,21 @@ def test_balance_shares_on_the_real_update(tiny_model_dir):
     assert float(applied.norm()) == pytest.approx(float((g["generator"] + g["aggregator"]).norm()), rel=1e-4)
 
 
-@pytest.mark.parametrize(("over", "one_instance_per_role"), [
-    ({"interventions.kl_coef_by_role": {"generator": 0.0, "aggregator": 0.0}}, False),  # coefficients of 0
-    ({"interventions.coherence_damping": 0.0, "interventions.balance_shares": False,
-      "interventions.multiplicity_norm": False}, False),  # every switch at its off value
-    ({"interventions.multiplicity_norm": True}, True),  # no role has 2 instances: every weight is 1
-])
+@pytest.mark.parametrize(
+    ("over", "one_instance_per_role"),
+    [
+        ({"interventions.kl_coef_by_role": {"generator": 0.0, "aggregator": 0.0}}, False),  # coefficients of 0
+        (
+            {
+                "interventions.coherence_damping": 0.0,
+                "interventions.balance_shares": False,
+                "interventions.multiplicity_norm": False,
+            },
+            False,
+        ),  # every switch at its off value
+        ({"interventions.multiplicity_norm": True}, True),  # no role has 2 instances: every weight is 1
+    ],
+)
 def test_interventions_that_change_nothing_leave_the_update_bit_identical(tiny_model_dir, over, one_instance_per_role):
     import random
 
@@ -170,8 +199,16 @@ def test_interventions_that_change_nothing_leave_the_update_bit_identical(tiny_m
             turns = [t for t in turns if t.instance in ("generator/0", "aggregator")]
         params = policies.parameters("shared")
         opt = torch.optim.AdamW(params, lr=1e-2)
-        stats, tally = update_policy("shared", turns, cfg=cfg, policies=policies, optimizer=opt,
-                                     pad_id=tok.pad_token_id, rng=random.Random(0), check_logprobs=False)
+        stats, tally = update_policy(
+            "shared",
+            turns,
+            cfg=cfg,
+            policies=policies,
+            optimizer=opt,
+            pad_id=tok.pad_token_id,
+            rng=random.Random(0),
+            check_logprobs=False,
+        )
         results.append((policies.state_dict("shared"), stats, tally))
     (w_a, s_a, t_a), (w_b, s_b, t_b) = results
     assert s_a == s_b and t_a == t_b

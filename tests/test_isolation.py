@@ -34,10 +34,21 @@ def _turns(policies, tok, pid: str, n: int = 4) -> list[Turn]:
 
 @pytest.mark.parametrize("generator_id,aggregator_id", [("model", "layers"), ("mlp", "self_attn")])
 def test_policy_ids_that_are_module_names_stay_isolated(tiny_model_dir, generator_id, aggregator_id):
-    cfg = load_config(None, {"model.path": tiny_model_dir, "model.trainable": "lora", "model.lora.r": 4,
-                             "model.lora.alpha": 8, "workflow.name": "voting", "routing.sharing": "map",
-                             "routing.map": {"generator": generator_id, "aggregator": aggregator_id},
-                             "rollout.temperature": 1.0, "train.epochs": 1, "threads": 2})
+    cfg = load_config(
+        None,
+        {
+            "model.path": tiny_model_dir,
+            "model.trainable": "lora",
+            "model.lora.r": 4,
+            "model.lora.alpha": 8,
+            "workflow.name": "voting",
+            "routing.sharing": "map",
+            "routing.map": {"generator": generator_id, "aggregator": aggregator_id},
+            "rollout.temperature": 1.0,
+            "train.epochs": 1,
+            "threads": 2,
+        },
+    )
     policies = build_runtime(cfg).policies
     assert sorted(policies.policy_ids) == sorted([generator_id, aggregator_id])
     model = policies.models[generator_id]
@@ -53,8 +64,16 @@ def test_policy_ids_that_are_module_names_stay_isolated(tiny_model_dir, generato
     for trained, other in ((generator_id, aggregator_id), (aggregator_id, generator_id)):
         before = {pid: policies.state_dict(pid) for pid in policies.policy_ids}
         opt = torch.optim.AdamW(policies.parameters(trained), lr=1e-2)
-        stats, _ = update_policy(trained, _turns(policies, tok, trained), cfg=cfg, policies=policies, optimizer=opt,
-                                 pad_id=tok.pad_token_id, rng=random.Random(0), check_logprobs=True)
+        stats, _ = update_policy(
+            trained,
+            _turns(policies, tok, trained),
+            cfg=cfg,
+            policies=policies,
+            optimizer=opt,
+            pad_id=tok.pad_token_id,
+            rng=random.Random(0),
+            check_logprobs=True,
+        )
         assert stats["optimizer_steps"] == 1
         after = {pid: policies.state_dict(pid) for pid in policies.policy_ids}
         assert any(not torch.equal(before[trained][k], after[trained][k]) for k in before[trained])
@@ -72,5 +91,11 @@ def test_policy_ids_that_torch_module_dicts_reserve_are_refused():
         with pytest.raises(ValueError, match=f"{pid!r}.*reserved"):
             build_routing(["generator", "aggregator"], "map", {"generator": pid, "aggregator": "agg"})
     with pytest.raises(ConfigError, match="reserved"):
-        load_config(None, {"workflow.name": "voting", "routing.sharing": "map",
-                           "routing.map": {"generator": "values", "aggregator": "agg"}})
+        load_config(
+            None,
+            {
+                "workflow.name": "voting",
+                "routing.sharing": "map",
+                "routing.map": {"generator": "values", "aggregator": "agg"},
+            },
+        )

@@ -117,8 +117,9 @@ def test_micro_batches_accumulate_to_full_batch(mode: str) -> None:
         width = max(max(lengths[rows]), 1)  # micro-batches are re-padded to their own longest sequence
         f, tg, m = feats[rows, :width], targets[rows, :width], mask[rows, :width]
         logp = token_logprobs(model(f), tg)
-        loss, _ = clipped_surrogate(logp, old[rows, :width], adv[rows], m, agg=mode, ref_logp=ref[rows, :width],
-                                    kl_coef=0.05, max_len=T, **norm)
+        loss, _ = clipped_surrogate(
+            logp, old[rows, :width], adv[rows], m, agg=mode, ref_logp=ref[rows, :width], kl_coef=0.05, max_len=T, **norm
+        )
         return loss
 
     full = loss_on(slice(0, B), {})
@@ -151,8 +152,17 @@ def test_token_logprobs_matches_log_softmax_and_chunks() -> None:
 
 def test_entropy_hand_values() -> None:
     # row 0: uniform over 4 -> ln 4; row 1: p = [.25, .5, .25, 0] -> 1.5 ln 2; row 2: one-hot -> 0; row 3 masked
-    logits = torch.tensor([[[0.0, 0.0, 0.0, 0.0], [0.0, math.log(2), 0.0, -math.inf],
-                            [5.0, -math.inf, -math.inf, -math.inf], [9.0, 0.0, 0.0, 0.0]]], requires_grad=True)
+    logits = torch.tensor(
+        [
+            [
+                [0.0, 0.0, 0.0, 0.0],
+                [0.0, math.log(2), 0.0, -math.inf],
+                [5.0, -math.inf, -math.inf, -math.inf],
+                [9.0, 0.0, 0.0, 0.0],
+            ]
+        ],
+        requires_grad=True,
+    )
     mask = torch.tensor([[1, 1, 1, 0]])
     h = entropy_from_logits(logits, mask, chunk_tokens=3)
     assert h.item() == pytest.approx((math.log(4) + 1.5 * math.log(2) + 0.0) / 3, abs=1e-6)

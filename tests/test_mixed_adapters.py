@@ -27,8 +27,7 @@ def _requests() -> list[GenRequest]:
     # interleaved policies and prompts of different lengths (left padding), several rows per adapter; every
     # prompt goes to both adapters twice (a shared prefill must never cross adapters)
     texts = ["solve: 1 + 2", "solve: 3 + 4 - 5 check", "plan 2: 4 + 4 - 1 work"]
-    return [GenRequest(["gen", "agg"][i % 2], [{"role": "user", "content": texts[i % len(texts)]}])
-            for i in range(12)]
+    return [GenRequest(["gen", "agg"][i % 2], [{"role": "user", "content": texts[i % len(texts)]}]) for i in range(12)]
 
 
 def _generate(ps, tok, requests, *, mixed: bool, **kw):
@@ -93,9 +92,17 @@ def test_config_chooses_mixed_batches_or_one_pass_per_adapter(tiny_model_dir, mi
     from rolecast.config import load_config
     from rolecast.runtime import build_runtime
 
-    cfg = load_config(None, {"model.path": tiny_model_dir, "model.trainable": "lora", "model.lora.r": 4,
-                             "routing.sharing": "isolated", "workflow.name": "voting",
-                             "rollout.mixed_adapters": mixed})
+    cfg = load_config(
+        None,
+        {
+            "model.path": tiny_model_dir,
+            "model.trainable": "lora",
+            "model.lora.r": 4,
+            "routing.sharing": "isolated",
+            "workflow.name": "voting",
+            "rollout.mixed_adapters": mixed,
+        },
+    )
     rt = build_runtime(cfg)
     assert rt.policies.mixed_adapters is mixed
     groups = rt.policies.generation_groups(["generator", "aggregator", "generator"])

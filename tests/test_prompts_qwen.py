@@ -10,7 +10,10 @@ import pytest
 from rolecast.prompts import PromptBook
 
 NAMES = {"solve", "refine", "evaluate", "aggregate", "orchestrate", "work", "synthesize"}
-HISTORY = [{"solution": "first try", "critique": "step 2 is wrong"}, {"solution": "second try", "critique": "check the sign"}]
+HISTORY = [
+    {"solution": "first try", "critique": "step 2 is wrong"},
+    {"solution": "second try", "critique": "check the sign"},
+]
 VARS = {
     "solve": {"problem": "PROBLEM"},
     "refine": {"problem": "PROBLEM", "history": HISTORY},

@@ -24,10 +24,21 @@ from rolecast.train.run_dir import RunDirError, prepare_new_run_dir, read_jsonl
 def tiny(run_dir: Path, **overrides):
     """The embedded testbed model (it solves about half the problems, so groups have advantages and the
     weights move) with tiny settings."""
-    base = {"run_dir": str(run_dir), "train.steps": 2, "train.problems_per_step": 2, "train.group_size": 4,
-            "train.epochs": 1, "train.lr": 1e-4, "train.lr_schedule": "constant", "rollout.max_new_tokens": 8,
-            "eval.size": 2, "eval.every": 1, "logging.progress": False, "checkpoint.every": 1,
-            "checkpoint.keep_last": 3}
+    base = {
+        "run_dir": str(run_dir),
+        "train.steps": 2,
+        "train.problems_per_step": 2,
+        "train.group_size": 4,
+        "train.epochs": 1,
+        "train.lr": 1e-4,
+        "train.lr_schedule": "constant",
+        "rollout.max_new_tokens": 8,
+        "eval.size": 2,
+        "eval.every": 1,
+        "logging.progress": False,
+        "checkpoint.every": 1,
+        "checkpoint.keep_last": 3,
+    }
     return load_config(None, {**base, **overrides})
 
 
@@ -49,8 +60,11 @@ def run_copy(finished_run, tmp_path) -> Path:
 
 
 def test_the_finished_run_logs_each_evaluation_once(finished_run):
-    assert [(r["tag"], r["step"]) for r in rows(finished_run / "eval.jsonl")] == [("base", 0), ("periodic", 1),
-                                                                                 ("final", 2)]
+    assert [(r["tag"], r["step"]) for r in rows(finished_run / "eval.jsonl")] == [
+        ("base", 0),
+        ("periodic", 1),
+        ("final", 2),
+    ]
     assert [r["step"] for r in rows(finished_run / "metrics.jsonl")] == [1, 2]
 
 
@@ -64,8 +78,11 @@ def test_resume_finishes_a_final_evaluation_that_was_killed(run_copy, caplog):
     with caplog.at_level(logging.WARNING):
         summary = train(tiny(run_copy), resume=run_copy)
     assert "final_accuracy" in summary
-    assert [(r["tag"], r["step"]) for r in rows(run_copy / "eval.jsonl")] == [("base", 0), ("periodic", 1),
-                                                                              ("final", 2)]
+    assert [(r["tag"], r["step"]) for r in rows(run_copy / "eval.jsonl")] == [
+        ("base", 0),
+        ("periodic", 1),
+        ("final", 2),
+    ]
     assert [r["step"] for r in rows(run_copy / "metrics.jsonl")] == [1, 2]
     assert "eval.jsonl: dropped a half-written last line" in caplog.text
     assert "metrics.jsonl: dropped a half-written last line" in caplog.text
@@ -88,7 +105,11 @@ def test_resume_falls_back_from_a_damaged_checkpoint_and_logs_nothing_twice(run_
     # step 2 was redone from checkpoint 1: its metrics row and its evaluations are logged once
     assert [r["step"] for r in rows(run_copy / "metrics.jsonl")] == [1, 2]
     assert [(r["tag"], r["step"]) for r in rows(run_copy / "eval.jsonl")] == [
-        ("base", 0), ("periodic", 1), ("checkpoint", 2), ("final", 2)]
+        ("base", 0),
+        ("periodic", 1),
+        ("checkpoint", 2),
+        ("final", 2),
+    ]
     note = rows(run_copy / "resumes.jsonl")[-1]
     assert note["step"] == 1 and "has 100 bytes" in note["damaged_checkpoints"][0]
     assert load_checkpoint(run_copy)[0] == 2  # the redone step 2 was checkpointed intact
@@ -96,8 +117,13 @@ def test_resume_falls_back_from_a_damaged_checkpoint_and_logs_nothing_twice(run_
 
 def test_refused_resume_changes_name_the_field_and_touch_nothing(run_copy, capsys):
     before = {p.relative_to(run_copy): p.read_bytes() for p in run_copy.rglob("*") if p.is_file()}
-    for field, value in [("train.group_size", 2), ("routing.sharing", "isolated"), ("seed", 1),
-                         ("model.trainable", "lora"), ("train.lr_schedule", "cosine")]:
+    for field, value in [
+        ("train.group_size", 2),
+        ("routing.sharing", "isolated"),
+        ("seed", 1),
+        ("model.trainable", "lora"),
+        ("train.lr_schedule", "cosine"),
+    ]:
         with pytest.raises(ConfigError, match=rf"cannot resume with a changed {field}\b"):
             train(tiny(run_copy, **{field: value}), resume=run_copy)
     # the command line: the run's own config.yaml plus --set, refused in one line with exit status 2
@@ -126,8 +152,12 @@ def test_a_changed_lr_is_used_from_the_resume_on(run_copy, tmp_path):
     torch.testing.assert_close(moved_b, moved_a / 10, rtol=1e-3, atol=2e-7)
     assert rows(other / "metrics.jsonl")[-1]["policy/shared/lr"] == 1e-5
     assert rows(run_copy / "metrics.jsonl")[-1]["policy/shared/lr"] == 1e-4
-    assert rows(other / "resumes.jsonl")[-1]["changed"] == {"eval.at_end": [True, False], "eval.every": [1, 0],
-                                                            "train.lr": [1e-4, 1e-5], "train.steps": [2, 3]}
+    assert rows(other / "resumes.jsonl")[-1]["changed"] == {
+        "eval.at_end": [True, False],
+        "eval.every": [1, 0],
+        "train.lr": [1e-4, 1e-5],
+        "train.steps": [2, 3],
+    }
     assert load_config(other / "config.yaml").train.lr == 1e-5
 
 

@@ -22,13 +22,16 @@ def test_shared_isolated_and_map_routing():
     assert build_routing(roles, "map", {"*": "base", "aggregator": "agg"})("generator", "generator/0") == "base"
 
 
-@pytest.mark.parametrize("mapping,needle", [
-    ({"generator": "g"}, "aggregator"),  # a role missing from the map
-    ({"generator": "gen", "aggregator": "agg", "critic": "crit"}, "critic"),  # not a role of this workflow
-    ({"generator/0": "g0", "aggregator": "agg"}, "generator"),  # only an instance: other instances unrouted
-    ({"generator": "g.x", "aggregator": "agg"}, "g.x"),
-    ({"generator": "gen", "aggregator": "a"}, "lora_"),  # not an identifier
-])
+@pytest.mark.parametrize(
+    "mapping,needle",
+    [
+        ({"generator": "g"}, "aggregator"),  # a role missing from the map
+        ({"generator": "gen", "aggregator": "agg", "critic": "crit"}, "critic"),  # not a role of this workflow
+        ({"generator/0": "g0", "aggregator": "agg"}, "generator"),  # only an instance: other instances unrouted
+        ({"generator": "g.x", "aggregator": "agg"}, "g.x"),
+        ({"generator": "gen", "aggregator": "a"}, "lora_"),  # not an identifier
+    ],
+)
 def test_bad_routing_maps_name_the_entry(mapping, needle):
     with pytest.raises(ValueError, match=needle):
         build_routing(["generator", "aggregator"], "map", mapping)
@@ -36,8 +39,12 @@ def test_bad_routing_maps_name_the_entry(mapping, needle):
 
 def test_a_policy_id_that_does_not_exist_is_named():
     with pytest.raises(ValueError, match="'gen'.*does not exist"):
-        build_routing(["generator", "aggregator"], "map", {"generator": "gen", "aggregator": "agg"},
-                      policies=["generator_policy", "agg"])
+        build_routing(
+            ["generator", "aggregator"],
+            "map",
+            {"generator": "gen", "aggregator": "agg"},
+            policies=["generator_policy", "agg"],
+        )
 
 
 def turn(role, instance=None, index=0, claim=None):
@@ -45,14 +52,19 @@ def turn(role, instance=None, index=0, claim=None):
 
 
 def test_group_keys():
-    e1 = Episode("q1", 0, [turn("generator", "generator/0", 0), turn("generator", "generator/1", 1),
-                           turn("aggregator", index=2)])
-    e2 = Episode("q1", 1, [turn("generator", "generator/0", 0), turn("generator", "generator/1", 1),
-                           turn("aggregator", index=2)])
+    e1 = Episode(
+        "q1", 0, [turn("generator", "generator/0", 0), turn("generator", "generator/1", 1), turn("aggregator", index=2)]
+    )
+    e2 = Episode(
+        "q1", 1, [turn("generator", "generator/0", 0), turn("generator", "generator/1", 1), turn("aggregator", index=2)]
+    )
     e3 = Episode("q2", 0, [turn("generator", "generator/0", 0)])
     by_role = group_turns([e1, e2, e3], "role")
-    assert {k: len(v) for k, v in by_role.items()} == {("q1", "generator"): 4, ("q1", "aggregator"): 2,
-                                                       ("q2", "generator"): 1}
+    assert {k: len(v) for k, v in by_role.items()} == {
+        ("q1", "generator"): 4,
+        ("q1", "aggregator"): 2,
+        ("q2", "generator"): 1,
+    }
     by_inst = group_turns([e1, e2, e3], "instance")
     assert len(by_inst[("q1", "generator", "generator/1")]) == 2 and len(by_inst) == 4
     by_turn = group_turns([e1, e2], "turn")
@@ -72,8 +84,10 @@ class BoxTask(Task):
 
 
 def voting_episode():
-    gens = [turn("generator", f"generator/{i}", i, AnswerClaim(t))
-            for i, t in enumerate([r"\boxed{5}", r"\boxed{4}", r"\boxed{4}"])]
+    gens = [
+        turn("generator", f"generator/{i}", i, AnswerClaim(t))
+        for i, t in enumerate([r"\boxed{5}", r"\boxed{4}", r"\boxed{4}"])
+    ]
     agg = turn("aggregator", index=3, claim=PickClaim(1, [r"\boxed{5}", r"\boxed{4}", r"\boxed{4}"]))
     return Episode("q", 0, gens + [agg], final_text=r"\boxed{4}")
 

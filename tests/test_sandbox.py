@@ -73,7 +73,10 @@ def test_good_program_scores_one(pool):
 
 
 def test_runs_unprivileged_in_private_tmp(pool):
-    r = run_python("import os\nprint(os.getuid(), os.getgid(), os.getcwd())\nopen('x', 'w').write('1')\nprint(sorted(os.listdir('.')))", pool=pool)
+    r = run_python(
+        "import os\nprint(os.getuid(), os.getgid(), os.getcwd())\nopen('x', 'w').write('1')\nprint(sorted(os.listdir('.')))",
+        pool=pool,
+    )
     uid, gid, cwd = r.stdout.split("\n")[0].split()
     assert int(uid) != 0 and int(gid) != 0
     # a private, empty temp dir: only the file it wrote, and (bwrap, with the venv under /tmp) the read-only
@@ -81,12 +84,18 @@ def test_runs_unprivileged_in_private_tmp(pool):
     extra = []
     if sandbox_mode() == "bwrap":
         assert cwd == "/tmp"
-        extra = [d.split("/")[2] for d in sandbox._binds_under_hidden(sandbox._interpreter_dirs()) if d.startswith("/tmp/")]
+        extra = [
+            d.split("/")[2] for d in sandbox._binds_under_hidden(sandbox._interpreter_dirs()) if d.startswith("/tmp/")
+        ]
     assert r.returncode == 0 and r.stdout.split("\n")[1] == str(sorted({"x", *extra}))
 
 
 def test_run_python_stdin_exit_code_and_stderr(pool):
-    r = run_python("import sys\nx = int(input())\nprint(x * 2)\nprint('warn', file=sys.stderr)\nsys.exit(3)", stdin="21\n", pool=pool)
+    r = run_python(
+        "import sys\nx = int(input())\nprint(x * 2)\nprint('warn', file=sys.stderr)\nsys.exit(3)",
+        stdin="21\n",
+        pool=pool,
+    )
     assert (r.returncode, r.stdout, r.stderr, r.timed_out, r.reason) == (3, "42\n", "warn\n", False, None)
 
 
@@ -196,7 +205,9 @@ def test_huge_output_is_cut(pool):
     s, took = _timed(lambda: score_program(prog, ADD, timeout_s=20, pool=pool))
     assert (s.reward, s.reason) == (0.0, "output_limit")
     assert took < 10
-    r, took = _timed(lambda: run_python("for _ in range(1 << 10):\n    print('y' * (1 << 20))", timeout_s=20, pool=pool))
+    r, took = _timed(
+        lambda: run_python("for _ in range(1 << 10):\n    print('y' * (1 << 20))", timeout_s=20, pool=pool)
+    )
     assert r.reason == "output_limit" and len(r.stdout) <= Limits().output_bytes
     assert took < 15
     _machine_ok()
@@ -261,7 +272,12 @@ def test_monkey_patching_the_harness(pool):
     )
     assert rr(score_program(prog, ADD, partial=True, pool=pool)) == (0.0, None)
     # HumanEval: redefining check() does not help, the test's own check runs after the program
-    tests = CodeTests(kind="humaneval", prompt="def inc(x):\n    '''x + 1'''\n", test="def check(candidate):\n    assert candidate(1) == 2\n    assert candidate(5) == 6\n", entry_point="inc")
+    tests = CodeTests(
+        kind="humaneval",
+        prompt="def inc(x):\n    '''x + 1'''\n",
+        test="def check(candidate):\n    assert candidate(1) == 2\n    assert candidate(5) == 6\n",
+        entry_point="inc",
+    )
     prog = "def inc(x):\n    return x\ndef check(candidate):\n    return True\n"
     assert rr(score_program(prog, tests, partial=True, pool=pool)) == (0.0, None)
 
@@ -474,8 +490,13 @@ def test_fallback_imports_the_stdlib_from_an_unreadable_interpreter(tmp_path):
         "print(json.dumps([s.reward, s.reason, t.reward, t.reason]))\n"
     )
     src = os.path.dirname(os.path.dirname(os.path.dirname(sandbox.__file__)))
-    out = subprocess.run([py, "-c", script], capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "PYTHONPATH": os.pathsep.join([src, *sys.path[1:]])})
+    out = subprocess.run(
+        [py, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([src, *sys.path[1:]])},
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     # honest imports work; the interpreter's own directory stays unreadable for the program
     assert json.loads(out.stdout.strip().splitlines()[-1]) == [1.0, None, 0.0, "load_error: PermissionError"]
@@ -531,19 +552,31 @@ def test_all_humaneval_references_pass(pool, data_dir):
     tests = [CodeTests.humaneval(r) for r in rows]
     scores = score_code_many(texts, tests, pool=pool, timeout_s=REF_TIMEOUT_S)
     assert [r["task_id"] for r, s in zip(rows, scores, strict=True) if s.reward != 1.0] == []
-    scores = score_code_many([r["canonical_solution"] for r in rows], tests, pool=pool, extract=False, timeout_s=REF_TIMEOUT_S)
+    scores = score_code_many(
+        [r["canonical_solution"] for r in rows], tests, pool=pool, extract=False, timeout_s=REF_TIMEOUT_S
+    )
     assert [r["task_id"] for r, s in zip(rows, scores, strict=True) if s.reward != 1.0] == []
 
 
 def test_all_mbpp_references_pass(pool, data_dir):
     rows = _rows(data_dir / "mbpp/mbpp.jsonl")
     assert len(rows) == 974
-    scores = score_code_many(["```python\n" + r["code"] + "\n```" for r in rows], [CodeTests.mbpp(r) for r in rows], pool=pool, timeout_s=REF_TIMEOUT_S)
+    scores = score_code_many(
+        ["```python\n" + r["code"] + "\n```" for r in rows],
+        [CodeTests.mbpp(r) for r in rows],
+        pool=pool,
+        timeout_s=REF_TIMEOUT_S,
+    )
     assert [r["task_id"] for r, s in zip(rows, scores, strict=True) if s.reward != 1.0] == []
 
 
 def test_all_mbpp_sanitized_references_pass(pool, data_dir):
     rows = _rows(data_dir / "mbpp/sanitized-mbpp.jsonl")
     assert len(rows) == 427
-    scores = score_code_many(["```python\n" + r["code"] + "\n```" for r in rows], [CodeTests.mbpp(r) for r in rows], pool=pool, timeout_s=REF_TIMEOUT_S)
+    scores = score_code_many(
+        ["```python\n" + r["code"] + "\n```" for r in rows],
+        [CodeTests.mbpp(r) for r in rows],
+        pool=pool,
+        timeout_s=REF_TIMEOUT_S,
+    )
     assert [r["task_id"] for r, s in zip(rows, scores, strict=True) if s.reward != 1.0] == []

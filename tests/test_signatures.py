@@ -19,14 +19,32 @@ TH = sig.SignatureThresholds()
 
 def turn(role, text, instance=None, claim=None, finish="stop", tokens=None):
     n = tokens if tokens is not None else max(len(text.split()), 1)
-    return {"role": role, "instance": instance or role, "policy_id": "p", "prompt_ids": [1, 2], "completion_ids": [0] * n,
-            "logprobs": [0.0] * n, "text": text, "finish_reason": finish, "index": 0, "claim": claim, "reward": 0.0,
-            "advantage": 0.0}
+    return {
+        "role": role,
+        "instance": instance or role,
+        "policy_id": "p",
+        "prompt_ids": [1, 2],
+        "completion_ids": [0] * n,
+        "logprobs": [0.0] * n,
+        "text": text,
+        "finish_reason": finish,
+        "index": 0,
+        "claim": claim,
+        "reward": 0.0,
+        "advantage": 0.0,
+    }
 
 
 def ep(i, turns, sample=0):
-    return {"problem_id": f"p{i}", "sample": sample, "turns": turns, "final_answer": None, "reward": 0.0,
-            "metrics": {}, "metadata": {}}
+    return {
+        "problem_id": f"p{i}",
+        "sample": sample,
+        "turns": turns,
+        "final_answer": None,
+        "reward": 0.0,
+        "metrics": {},
+        "metadata": {},
+    }
 
 
 def names(findings):
@@ -34,6 +52,7 @@ def names(findings):
 
 
 # --- role leakage ---------------------------------------------------------------------------------------
+
 
 def test_planner_that_solves_is_caught_and_a_planning_one_is_not():
     bad = [ep(i, [turn("orchestrator", f"{i} + 3 = {i + 3} so \\boxed{{{i + 3}}}")]) for i in range(4)]
@@ -51,15 +70,35 @@ LONG = "First add the two numbers, then subtract the third one, carefully, and b
 
 
 def test_parallel_workers_that_echo_each_other():
-    echo = [ep(i, [turn("worker", LONG + "." * (k % 2), instance=f"worker/{k}", claim={"kind": "answer", "text": LONG})
-                   for k in range(3)]) for i in range(4)]
+    echo = [
+        ep(
+            i,
+            [
+                turn("worker", LONG + "." * (k % 2), instance=f"worker/{k}", claim={"kind": "answer", "text": LONG})
+                for k in range(3)
+            ],
+        )
+        for i in range(4)
+    ]
     found = [f for f in sig.episode_findings(3, echo) if f.name == "parallel_echo"]
     assert names(found) == [("parallel_echo", "worker")] and found[0].value == 1.0
     assert {e.instance for e in found[0].examples[:2]} == {"worker/0", "worker/1"}
-    varied = [ep(i, [turn("worker", t, instance=f"worker/{k}") for k, t in enumerate([
-        LONG, "Multiply everything out term by term and then simplify the result to \\boxed{5}",
-        "Work backwards from the candidate answers, checking each against the statement: \\boxed{5}"])])
-        for i in range(4)]
+    varied = [
+        ep(
+            i,
+            [
+                turn("worker", t, instance=f"worker/{k}")
+                for k, t in enumerate(
+                    [
+                        LONG,
+                        "Multiply everything out term by term and then simplify the result to \\boxed{5}",
+                        "Work backwards from the candidate answers, checking each against the statement: \\boxed{5}",
+                    ]
+                )
+            ],
+        )
+        for i in range(4)
+    ]
     assert [f for f in sig.episode_findings(3, varied) if f.name == "parallel_echo"] == []
     # a bare answer that all instances agree on is agreement, not echo
     short = [ep(i, [turn("worker", "\\boxed{5}", instance=f"worker/{k}") for k in range(3)]) for i in range(4)]
@@ -67,15 +106,20 @@ def test_parallel_workers_that_echo_each_other():
 
 
 def verdict(text, reviewed="\\boxed{5}", accept=True, reviewed_correct=True):
-    return turn("evaluator", text, claim={"kind": "verdict", "accept": accept, "reviewed": reviewed,
-                                          "reviewed_correct": reviewed_correct})
+    return turn(
+        "evaluator",
+        text,
+        claim={"kind": "verdict", "accept": accept, "reviewed": reviewed, "reviewed_correct": reviewed_correct},
+    )
 
 
 def test_evaluator_that_rewrites_the_solution():
-    bad = [ep(0, [verdict("The answer is wrong. Here is mine:\n```python\ndef f(x): return x*2\n```")]),
-           ep(1, [verdict("= 7 \\boxed{7}")]),
-           ep(2, [verdict("Let me redo it. " + "step " * 60 + "\\boxed{Correct}")]),
-           ep(3, [verdict("= 5 \\boxed{Correct}")])]
+    bad = [
+        ep(0, [verdict("The answer is wrong. Here is mine:\n```python\ndef f(x): return x*2\n```")]),
+        ep(1, [verdict("= 7 \\boxed{7}")]),
+        ep(2, [verdict("Let me redo it. " + "step " * 60 + "\\boxed{Correct}")]),
+        ep(3, [verdict("= 5 \\boxed{Correct}")]),
+    ]
     found = [f for f in sig.episode_findings(1, bad) if f.name == "evaluator_rewrites"]
     assert len(found) == 1 and found[0].value == pytest.approx(3 / 4)
     assert [e.problem_id for e in found[0].examples] == ["p0", "p1", "p2"]
@@ -134,8 +178,10 @@ def test_blind_majority():
 
 
 def test_format_failure_per_role():
-    bad = [ep(i, [turn("solver", "the answer is five", claim={"kind": "answer", "text": "the answer is five"})])
-           for i in range(3)] + [ep(3, [turn("solver", "\\boxed{5}", claim={"kind": "answer", "text": "\\boxed{5}"})])]
+    bad = [
+        ep(i, [turn("solver", "the answer is five", claim={"kind": "answer", "text": "the answer is five"})])
+        for i in range(3)
+    ] + [ep(3, [turn("solver", "\\boxed{5}", claim={"kind": "answer", "text": "\\boxed{5}"})])]
     found = sig.episode_findings(2, bad)
     assert names(found) == [("format_failure", "solver")] and found[0].value == pytest.approx(3 / 4)
     good = [ep(i, [turn("solver", "\\boxed{5}", claim={"kind": "answer", "text": "\\boxed{5}"})]) for i in range(4)]
@@ -145,6 +191,7 @@ def test_format_failure_per_role():
 
 
 # --- reading episodes defensively -----------------------------------------------------------------------
+
 
 @dataclass
 class TypedVerdict:  # a typed claim whose kind is a class constant, so asdict() drops it
@@ -157,8 +204,19 @@ def test_claims_as_typed_objects_or_dicts_without_kind():
     assert sig.claim_dict(TypedVerdict(True, "x"))["kind"] == "verdict"
     assert sig.claim_dict({"picked": 1, "candidates": []})["kind"] == "pick"
     assert sig.claim_dict({"text": "x"})["kind"] == "answer"
-    turns = [Turn("evaluator", "evaluator", "p", [1], [2], [0.0], "= 7 \\boxed{7}", "stop",
-                  claim=TypedVerdict(True, "\\boxed{5}"))]  # type: ignore[arg-type]
+    turns = [
+        Turn(
+            "evaluator",
+            "evaluator",
+            "p",
+            [1],
+            [2],
+            [0.0],
+            "= 7 \\boxed{7}",
+            "stop",
+            claim=TypedVerdict(True, "\\boxed{5}"),
+        )
+    ]  # type: ignore[arg-type]
     found = sig.episode_findings(1, [Episode("q", 0, turns)])
     assert names(found) == [("evaluator_rewrites", "evaluator")]
 
@@ -168,6 +226,7 @@ def test_malformed_episode_rows_are_skipped_not_fatal():
 
 
 # --- series signatures ----------------------------------------------------------------------------------
+
 
 def run_series(stream, th=None):
     s = sig.SeriesSignatures(th)
@@ -185,8 +244,10 @@ def test_length_collapse_fires_when_the_window_mean_halves():
 
 
 def test_length_blowup_entropy_collapse_truncation_surge():
-    stream = [{"role/g/length": a, "role/g/entropy": e, "role/g/truncated": t}
-              for a, e, t in [(10, 1.0, 0.0)] * 3 + [(30, 0.1, 0.6)] * 3]
+    stream = [
+        {"role/g/length": a, "role/g/entropy": e, "role/g/truncated": t}
+        for a, e, t in [(10, 1.0, 0.0)] * 3 + [(30, 0.1, 0.6)] * 3
+    ]
     fired = {(n, r) for _, n, r, _ in run_series(stream)}
     assert fired == {("length_blowup", "g"), ("entropy_collapse", "g"), ("truncation_surge", "g")}
     steady = [{"role/g/length": 10, "role/g/entropy": 1.0, "role/g/truncated": 0.05}] * 8
@@ -194,11 +255,13 @@ def test_length_blowup_entropy_collapse_truncation_surge():
 
 
 def test_rubber_stamping_needs_accepting_more_and_precision_falling():
-    stamping = [{"wf/evaluator_accept_rate": a, "wf/evaluator_precision": p}
-                for a, p in [(0.5, 0.9)] * 3 + [(1.0, 0.6)] * 3]
+    stamping = [
+        {"wf/evaluator_accept_rate": a, "wf/evaluator_precision": p} for a, p in [(0.5, 0.9)] * 3 + [(1.0, 0.6)] * 3
+    ]
     assert [(s, n) for s, n, _, _ in run_series(stamping)] == [(6, "rubber_stamping")]
-    good_generator = [{"wf/evaluator_accept_rate": a, "wf/evaluator_precision": 0.95}
-                      for a in [0.5, 0.5, 0.5, 1.0, 1.0, 1.0]]
+    good_generator = [
+        {"wf/evaluator_accept_rate": a, "wf/evaluator_precision": 0.95} for a in [0.5, 0.5, 0.5, 1.0, 1.0, 1.0]
+    ]
     assert run_series(good_generator) == []
 
 
@@ -213,6 +276,7 @@ def test_series_state_round_trips_through_json():
 
 
 # --- early warning: gradient signals -------------------------------------------------------------------
+
 
 def alerts_over(stream, cfg=None):
     w = EarlyWarning(cfg)
@@ -231,8 +295,12 @@ def test_amplification_threshold_depends_on_instance_count():
 
 
 def test_capture_index_only_on_a_policy_shared_by_several_roles():
-    shared = {"grad/shared/capture_index": 0.93, "grad/shared/capture_role": "worker",
-              "grad/shared/worker/share": 0.93, "grad/shared/orchestrator/share": 0.07}
+    shared = {
+        "grad/shared/capture_index": 0.93,
+        "grad/shared/capture_role": "worker",
+        "grad/shared/worker/share": 0.93,
+        "grad/shared/orchestrator/share": 0.07,
+    }
     assert alerts_over([shared]) == [(1, "capture", "shared/worker")]
     isolated = {"grad/worker/capture_index": 1.0, "grad/worker/capture_role": "worker", "grad/worker/worker/share": 1.0}
     assert alerts_over([isolated]) == []

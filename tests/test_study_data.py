@@ -103,18 +103,26 @@ def test_deepcoder_primeintellect_layout_split_and_function_calls(pool):
     assert score_code(right, vowels.answer, pool=pool).reward == 1.0  # scored 0 when run as a stdin program
     assert score_code(wrong, vowels.answer, pool=pool).reward == 0.0
     pair = by_index[2]  # a list return value, wrapped in a one-element list in the data
-    good = ("```python\ndef pair_sum(nums, target):\n    seen = {}\n    for i, x in enumerate(nums):\n"
-            "        if target - x in seen:\n            return [seen[target - x], i]\n        seen[x] = i\n```")
+    good = (
+        "```python\ndef pair_sum(nums, target):\n    seen = {}\n    for i, x in enumerate(nums):\n"
+        "        if target - x in seen:\n            return [seen[target - x], i]\n        seen[x] = i\n```"
+    )
     assert score_code(good, pair.answer, pool=pool).reward == 1.0
     add = by_index[0]
     assert add.answer.kind == "stdio"
-    assert score_code("```python\na, b = map(int, input().split())\nprint(a + b)\n```", add.answer, pool=pool).reward == 1.0
+    assert (
+        score_code("```python\na, b = map(int, input().split())\nprint(a + b)\n```", add.answer, pool=pool).reward
+        == 1.0
+    )
     assert by_index[5].answer.kind == "functional" and by_index[5].answer.entry_point == "maxOf"  # LCB style
 
 
 def test_deepcoder_runtime_results_filter_tests_before_the_split(tmp_path):
-    keep = {"0": {"0": {"status": "passed"}, "1": {"status": "failed"}}, "1": {"0": {"status": "failed"}},
-            **{str(i): {"0": {"status": "passed"}} for i in range(2, 6)}}
+    keep = {
+        "0": {"0": {"status": "passed"}, "1": {"status": "failed"}},
+        "1": {"0": {"status": "failed"}},
+        **{str(i): {"0": {"status": "passed"}} for i in range(2, 6)},
+    }
     f = tmp_path / "runtime_results.json"
     f.write_text(json.dumps(keep))
     t = make_task("deepcoder", path=str(DEEPCODER), test_size=1, runtime_results=str(f))

@@ -24,13 +24,16 @@ def test_an_unevaluated_expression_scores_for_rolecast_but_not_for_the_study(tex
     assert not study_equivalent(gold, study_extract(text))  # the study compares the boxed answer itself
 
 
-@pytest.mark.parametrize("text,rolecast,study", [
-    (r"\boxed 5", "5", None),  # brace-less box: rolecast reads the next token, the study nothing
-    (r"\fbox{5}", "5", None),  # \fbox: rolecast reads it; the study looks only for \boxed
-    (r"so \boxed{5", "5", None),  # unclosed (truncated): rolecast falls back to the last number; the study nothing
-    (r"\boxed{2} then \boxed{3}", "3", "3"),  # both take the last box
-    (r"<think>\boxed{1}</think> final \boxed{2}", "2", "2"),
-])
+@pytest.mark.parametrize(
+    "text,rolecast,study",
+    [
+        (r"\boxed 5", "5", None),  # brace-less box: rolecast reads the next token, the study nothing
+        (r"\fbox{5}", "5", None),  # \fbox: rolecast reads it; the study looks only for \boxed
+        (r"so \boxed{5", "5", None),  # unclosed (truncated): rolecast falls back to the last number; the study nothing
+        (r"\boxed{2} then \boxed{3}", "3", "3"),  # both take the last box
+        (r"<think>\boxed{1}</think> final \boxed{2}", "2", "2"),
+    ],
+)
 def test_extraction_rules(text, rolecast, study):
     assert extract_answer(text) == rolecast
     assert study_extract(text) == study
@@ -49,15 +52,18 @@ def test_study_grader_equivalences():
 # ------------------------------------------------------------------------------------------------ aggregator
 
 
-@pytest.mark.parametrize("text,rolecast,study", [
-    (r"= 24 \boxed{4}", 1, 0),  # rolecast: box 4 out of range, then any digit: the 2 of "24"; study: first
-    #                             standalone digit is the 4 (out of range) -> candidate 1
-    (r"\boxed{2} on reflection \boxed{3}", 2, 1),  # rolecast: last box; study: first box
-    ("I pick solution 3.", 2, 2),
-    (r"\boxed{Solution 2}", 1, 1),  # study: no \boxed{<digits>}; first standalone digit 2
-    ("candidate 12 or 3", 0, 2),  # rolecast: the first digit 1..n is the 1 of "12"; study: standalone 3
-    ("none", 0, 0),
-])
+@pytest.mark.parametrize(
+    "text,rolecast,study",
+    [
+        (r"= 24 \boxed{4}", 1, 0),  # rolecast: box 4 out of range, then any digit: the 2 of "24"; study: first
+        #                             standalone digit is the 4 (out of range) -> candidate 1
+        (r"\boxed{2} on reflection \boxed{3}", 2, 1),  # rolecast: last box; study: first box
+        ("I pick solution 3.", 2, 2),
+        (r"\boxed{Solution 2}", 1, 1),  # study: no \boxed{<digits>}; first standalone digit 2
+        ("candidate 12 or 3", 0, 2),  # rolecast: the first digit 1..n is the 1 of "12"; study: standalone 3
+        ("none", 0, 0),
+    ],
+)
 def test_aggregator_choice(text, rolecast, study):
     assert parse_choice(text, 3) == rolecast
     assert study_parse_choice(text, 3) == study
@@ -66,12 +72,15 @@ def test_aggregator_choice(text, rolecast, study):
 # ------------------------------------------------------------------------------------------------ verdict
 
 
-@pytest.mark.parametrize("text,rolecast,study", [
-    (r"\boxed{Correct}", True, "correct"),
-    (r"\boxed{incorrect}", False, "incorrect"),
-    ("Looks fine to me.", False, "unknown"),  # rolecast: Incorrect; study: its own outcome
-    (r"\boxed{Incorrect} ... actually \boxed{Correct}", True, "incorrect"),  # rolecast: last box; study: first
-])
+@pytest.mark.parametrize(
+    "text,rolecast,study",
+    [
+        (r"\boxed{Correct}", True, "correct"),
+        (r"\boxed{incorrect}", False, "incorrect"),
+        ("Looks fine to me.", False, "unknown"),  # rolecast: Incorrect; study: its own outcome
+        (r"\boxed{Incorrect} ... actually \boxed{Correct}", True, "incorrect"),  # rolecast: last box; study: first
+    ],
+)
 def test_evaluator_verdict(text, rolecast, study):
     assert parse_verdict(text) is rolecast
     assert study_parse_verdict(text) == study
@@ -122,8 +131,16 @@ PROBLEM = Problem("p0", "2 + 3", "5")
 def _run(name, respond, prompts=None, **options):
     spec = get_workflow(name)
     backend = ScriptedBackend(respond)
-    eps = run_episodes(spec, [PROBLEM], 1, task=EchoTask(), prompts=prompts or PromptBook("testbed"),
-                       router=build_routing(spec.roles, "isolated"), backend=backend, options=options)
+    eps = run_episodes(
+        spec,
+        [PROBLEM],
+        1,
+        task=EchoTask(),
+        prompts=prompts or PromptBook("testbed"),
+        router=build_routing(spec.roles, "isolated"),
+        backend=backend,
+        options=options,
+    )
     return eps, backend
 
 
@@ -151,13 +168,26 @@ def test_eval_opt_multi_turn_is_one_conversation(tmp_path):
     override.write_text("evaluate_turn:\n  user: Review the solution above.\nrefine_turn:\n  user: Improve it.\n")
     verdicts = iter([r"\boxed{Incorrect}", r"\boxed{Correct}"])
     respond = lambda pid, m: next(verdicts) if pid == "evaluator" else f"try {len(m)}"  # noqa: E731
-    eps, backend = _run("eval_opt", respond, prompts=PromptBook("testbed", override), max_rounds=3,
-                        parsers="study", conversation="multi_turn")
+    eps, backend = _run(
+        "eval_opt",
+        respond,
+        prompts=PromptBook("testbed", override),
+        max_rounds=3,
+        parsers="study",
+        conversation="multi_turn",
+    )
     calls = [r for batch in backend.batches for r in batch]
     assert [r.role for r in calls] == ["generator", "evaluator", "generator", "evaluator"]
     last = calls[-1].messages  # the second evaluation sees the whole exchange
-    assert [m["role"] for m in last if m["role"] != "system"] == ["user", "assistant", "user", "assistant", "user",
-                                                                   "assistant", "user"]
+    assert [m["role"] for m in last if m["role"] != "system"] == [
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+        "user",
+    ]
     assistant = [m["content"] for m in last if m["role"] == "assistant"]
     assert assistant == [eps[0].turns[0].text, r"\boxed{Incorrect}", eps[0].turns[2].text]
     assert last[-1]["content"] == "Review the solution above."

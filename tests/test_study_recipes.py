@@ -37,8 +37,14 @@ def doc_table() -> list[dict[str, Any]]:
         row = dict(zip(header, cells, strict=True))
         field, value = re.fullmatch(r"`(.*)`", row["config field"]), re.fullmatch(r"`(.*)`", row["value"])
         if field and value:
-            rows.append({"field": field.group(1), "value": yaml.safe_load(value.group(1)),
-                         "applies": row["applies to"].split("+"), "line": n})
+            rows.append(
+                {
+                    "field": field.group(1),
+                    "value": yaml.safe_load(value.group(1)),
+                    "applies": row["applies to"].split("+"),
+                    "line": n,
+                }
+            )
     return rows
 
 
@@ -79,16 +85,30 @@ def mismatches(config: Path, overrides: dict[str, Any], attrs: set[str], rows: l
     out = []
     for r in rows:
         if all(t in attrs for t in r["applies"]) and _get(cfg, r["field"]) != r["value"]:
-            out.append(f"{config.name} {sorted(attrs)}: {r['field']} is {_get(cfg, r['field'])!r}, "
-                       f"docs/study_recipe.md line {r['line']} says {r['value']!r}")
+            out.append(
+                f"{config.name} {sorted(attrs)}: {r['field']} is {_get(cfg, r['field'])!r}, "
+                f"docs/study_recipe.md line {r['line']} says {r['value']!r}"
+            )
     return out
 
 
 def test_doc_table_matches_every_recipe_cell():
     rows = doc_table()
     assert len(rows) > 60
-    tokens = {"all", "math", "code", "single", "voting", "eval_opt", "orch_workers", "0.6B", "1.7B", "4B",
-              "shared", "isolated"}
+    tokens = {
+        "all",
+        "math",
+        "code",
+        "single",
+        "voting",
+        "eval_opt",
+        "orch_workers",
+        "0.6B",
+        "1.7B",
+        "4B",
+        "shared",
+        "isolated",
+    }
     unknown = [(r["line"], t) for r in rows for t in r["applies"] if t not in tokens]
     assert not unknown, f"docs/study_recipe.md: unknown 'applies to' token(s) {unknown}"
     used: set[int] = set()
@@ -131,13 +151,27 @@ def test_every_study_recipe_runs_one_step_on_a_random_qwen3_0_6b(recipe, qwen3_0
     from rolecast.train.grpo import train
 
     task = recipe.split("_")[0]
-    data = {"math": {"task.options.path": str(FIX / "dapo_math_processed_en.jsonl")},
-            "code": {"task.options.path": str(FIX / "deepcoder_primeintellect.jsonl"), "task.options.test_size": 2}}
-    overrides = {"model.path": qwen3_0_6b, "model.dtype": "float32", "run_dir": str(tmp_path / "run"),
-                 "train.steps": 1, "train.warmup_steps": 0, "train.problems_per_step": 1, "train.group_size": 2,
-                 "train.mini_batch_size": 4,
-                 "rollout.max_new_tokens": 4, "eval.at_start": False, "eval.at_end": False, "checkpoint.every": 0,
-                 "logging.progress": False, "threads": 2, **data[task]}
+    data = {
+        "math": {"task.options.path": str(FIX / "dapo_math_processed_en.jsonl")},
+        "code": {"task.options.path": str(FIX / "deepcoder_primeintellect.jsonl"), "task.options.test_size": 2},
+    }
+    overrides = {
+        "model.path": qwen3_0_6b,
+        "model.dtype": "float32",
+        "run_dir": str(tmp_path / "run"),
+        "train.steps": 1,
+        "train.warmup_steps": 0,
+        "train.problems_per_step": 1,
+        "train.group_size": 2,
+        "train.mini_batch_size": 4,
+        "rollout.max_new_tokens": 4,
+        "eval.at_start": False,
+        "eval.at_end": False,
+        "checkpoint.every": 0,
+        "logging.progress": False,
+        "threads": 2,
+        **data[task],
+    }
     t0 = time.perf_counter()
     summary = train(load_config(CONFIG_DIR / "study" / recipe, overrides))
     rows = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()

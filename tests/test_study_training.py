@@ -21,11 +21,25 @@ from rolecast.train.sampling import step_problems
 
 def _cfg(model_dir, run_dir, **overrides):
     base = {
-        "model.path": model_dir, "model.trainable": "lora", "model.lora.r": 4, "model.lora.alpha": 8,
-        "run_dir": str(run_dir), "train.steps": 1, "train.problems_per_step": 2, "train.group_size": 4,
-        "train.lr": 1e-3, "rollout.max_new_tokens": 6, "rollout.temperature": 1.0, "eval.at_start": False,
-        "eval.at_end": False, "logging.progress": False, "checkpoint.every": 0, "threads": 2,
-        "workflow.name": "voting", "routing.sharing": "isolated", "train.epochs": 1,
+        "model.path": model_dir,
+        "model.trainable": "lora",
+        "model.lora.r": 4,
+        "model.lora.alpha": 8,
+        "run_dir": str(run_dir),
+        "train.steps": 1,
+        "train.problems_per_step": 2,
+        "train.group_size": 4,
+        "train.lr": 1e-3,
+        "rollout.max_new_tokens": 6,
+        "rollout.temperature": 1.0,
+        "eval.at_start": False,
+        "eval.at_end": False,
+        "logging.progress": False,
+        "checkpoint.every": 0,
+        "threads": 2,
+        "workflow.name": "voting",
+        "routing.sharing": "isolated",
+        "train.epochs": 1,
     }
     return load_config(None, {**base, **overrides})
 
@@ -43,16 +57,28 @@ def test_three_copies_get_three_times_the_optimizer_steps(tiny_model_dir, tmp_pa
 def test_per_role_caps_stop_each_row_at_its_roles_cap_with_exact_logprobs(tiny_model_dir):
     tok = load_tokenizer(tiny_model_dir)
     policies = PolicySet(tiny_model_dir, ["p"], mode="lora", lora={"r": 4, "alpha": 8})
-    backend = HFBackend(policies, tok, max_new_tokens=9, temperature=1.0, seed=1, ignore_eos=True,
-                        max_new_tokens_by_role={"aggregator": 3})
-    reqs = [GenRequest("p", [{"role": "user", "content": f"solve: {i} + 1"}], role=role)
-            for i in range(3) for role in ("generator", "aggregator")]
+    backend = HFBackend(
+        policies,
+        tok,
+        max_new_tokens=9,
+        temperature=1.0,
+        seed=1,
+        ignore_eos=True,
+        max_new_tokens_by_role={"aggregator": 3},
+    )
+    reqs = [
+        GenRequest("p", [{"role": "user", "content": f"solve: {i} + 1"}], role=role)
+        for i in range(3)
+        for role in ("generator", "aggregator")
+    ]
     reqs.append(GenRequest("p", [{"role": "user", "content": "pick"}], role="aggregator", max_new_tokens=5))
     gens = backend.generate(reqs)  # one mixed request list: the backend decodes one batch per cap
     assert [len(g.completion_ids) for g in gens] == [9, 3, 9, 3, 9, 3, 5]
     assert all(g.finish_reason == "length" for g in gens)
-    turns = [Turn(r.role, r.role, "p", g.prompt_ids, g.completion_ids, g.logprobs, g.text, g.finish_reason)
-             for r, g in zip(reqs, gens, strict=True)]
+    turns = [
+        Turn(r.role, r.role, "p", g.prompt_ids, g.completion_ids, g.logprobs, g.text, g.finish_reason)
+        for r, g in zip(reqs, gens, strict=True)
+    ]
     batch = collate(turns, tok.pad_token_id)
     with torch.no_grad(), policies.training("p") as model:
         logp, _ = completion_logprobs(model, batch, 1.0)
@@ -66,14 +92,22 @@ def test_engine_sends_the_calling_role_with_each_request():
 
     task = make_task("testbed")
     backend = ScriptedBackend(lambda pid, msgs: "\\boxed{1}")
-    run_episodes(get_workflow("voting"), list(task.problems("train"))[:1], 1, task=task,
-                 prompts=PromptBook(task.family), router=lambda role, inst: role, backend=backend)
+    run_episodes(
+        get_workflow("voting"),
+        list(task.problems("train"))[:1],
+        1,
+        task=task,
+        prompts=PromptBook(task.family),
+        router=lambda role, inst: role,
+        backend=backend,
+    )
     assert [[r.role for r in b] for b in backend.batches] == [["generator"] * 3, ["aggregator"]]
 
 
 def test_length_normaliser_uses_each_rows_role_cap(tiny_model_dir, tmp_path):
-    cfg = _cfg(tiny_model_dir, tmp_path, **{"rollout.max_new_tokens": 8,
-                                            "rollout.max_new_tokens_by_role": {"aggregator": 2}})
+    cfg = _cfg(
+        tiny_model_dir, tmp_path, **{"rollout.max_new_tokens": 8, "rollout.max_new_tokens_by_role": {"aggregator": 2}}
+    )
     turns = [Turn(role, role, "p", [1], [2, 3], [0.0, 0.0], "", "stop") for role in ("generator", "aggregator")]
     caps = generation_caps(cfg, turns)
     assert caps.tolist() == [8.0, 2.0]

@@ -49,7 +49,9 @@ def write(tmp_path: Path, text: str, name: str = "matrix.yaml") -> Path:
 
 
 def test_cartesian_product_names_overrides_and_base_evaluations(tmp_path):
-    p = write(tmp_path, """\
+    p = write(
+        tmp_path,
+        """\
         axes:
           workflow: [single, voting]
           sharing: [shared, isolated]
@@ -60,21 +62,32 @@ def test_cartesian_product_names_overrides_and_base_evaluations(tmp_path):
           sharing:
             isolated: {train.lr: 0.001}
         set: {train.steps: 7, train.group_size: 5}
-        """)
+        """,
+    )
     m = load_matrix(p, out=tmp_path / "out")
     train = [c.name for c in m.train_cells]
     assert train == [
-        "testbed-single-testbed-shared-s0", "testbed-single-testbed-shared-s1",
-        "testbed-single-testbed-isolated-s0", "testbed-single-testbed-isolated-s1",
-        "testbed-voting-testbed-shared-s0", "testbed-voting-testbed-shared-s1",
-        "testbed-voting-testbed-isolated-s0", "testbed-voting-testbed-isolated-s1",
+        "testbed-single-testbed-shared-s0",
+        "testbed-single-testbed-shared-s1",
+        "testbed-single-testbed-isolated-s0",
+        "testbed-single-testbed-isolated-s1",
+        "testbed-voting-testbed-shared-s0",
+        "testbed-voting-testbed-shared-s1",
+        "testbed-voting-testbed-isolated-s0",
+        "testbed-voting-testbed-isolated-s1",
     ]
-    assert [c.name for c in m.cells if c.kind == "base_eval"] == ["base-testbed-single-testbed",
-                                                                 "base-testbed-voting-testbed"]
+    assert [c.name for c in m.cells if c.kind == "base_eval"] == [
+        "base-testbed-single-testbed",
+        "base-testbed-voting-testbed",
+    ]
     for c in m.train_cells:
         cfg = c.config
         assert cfg.run_dir == str(tmp_path / "out" / c.name)
-        assert (cfg.workflow.name, cfg.routing.sharing, cfg.seed) == (c.axes["workflow"], c.axes["sharing"], c.axes["seed"])
+        assert (cfg.workflow.name, cfg.routing.sharing, cfg.seed) == (
+            c.axes["workflow"],
+            c.axes["sharing"],
+            c.axes["seed"],
+        )
         assert cfg.train.steps == 7  # set
         # the per-value override beats `set`; other values keep `set` / the base config
         assert cfg.train.group_size == (3 if c.axes["workflow"] == "voting" else 5)
@@ -88,7 +101,9 @@ def test_cartesian_product_names_overrides_and_base_evaluations(tmp_path):
 
 
 def test_explicit_cells_labels_and_no_base_eval(tmp_path):
-    p = write(tmp_path, """\
+    p = write(
+        tmp_path,
+        """\
         cells:
           - {workflow: eval_opt, sharing: isolated, seed: 3, set: {train.steps: 2}}
           - {task: arith}
@@ -97,11 +112,18 @@ def test_explicit_cells_labels_and_no_base_eval(tmp_path):
             arith: {task.name: testbed, eval.size: 9}
         base_eval: false
         out: OUTDIR
-        """.replace("OUTDIR", str(tmp_path / "o")))
+        """.replace("OUTDIR", str(tmp_path / "o")),
+    )
     m = load_matrix(p)
     assert [c.name for c in m.cells] == ["testbed-eval_opt-testbed-isolated-s3", "arith-single-testbed-shared-s0"]
     a, b = (c.config for c in m.cells)
-    assert (a.workflow.name, a.routing.sharing, a.seed, a.train.steps, a.eval.at_start) == ("eval_opt", "isolated", 3, 2, True)
+    assert (a.workflow.name, a.routing.sharing, a.seed, a.train.steps, a.eval.at_start) == (
+        "eval_opt",
+        "isolated",
+        3,
+        2,
+        True,
+    )
     assert (b.task.name, b.eval.size, b.train.steps) == ("testbed", 9, 60)  # a label mapped to a task
     assert m.out == tmp_path / "o" and all(c.base_cell is None for c in m.cells)
 
@@ -110,23 +132,32 @@ def test_explicit_cells_labels_and_no_base_eval(tmp_path):
 # Bad input: one clear error at load, naming the file, the axis or field, and the value
 
 
-@pytest.mark.parametrize("body,needles", [
-    ("axes: {workflow: [single, debate_club]}\n", ["axes.workflow", "debate_club", "unknown workflow"]),
-    ("axes: {task: [testbed, gsm9k]}\n", ["axes.task", "gsm9k", "unknown task"]),
-    ("axes: {model: [testbed, ./no/such/model]}\n", ["axes.model", "./no/such/model", "does not exist"]),
-    ("axes: {sharing: [shared, pooled]}\n", ["axes.sharing", "pooled"]),
-    ("axes: {workflow: []}\n", ["axes.workflow", "empty"]),
-    ("axes: {workflow: [voting]}\noverrides: {workflow: {voting: {train.lernrate: 0.1}}}\n",
-     ["train.lernrate", "unknown field", "overrides.workflow.voting"]),
-    ("axes: {workflow: [voting]}\noverrides: {workflow: {voting: {workflow.options.voters: 3}}}\n",
-     ["voters", "overrides.workflow.voting", "workflow=voting"]),
-    ("set: {train.steps: many}\n", ["train.steps", "many"]),
-    ("axes: {workflow: [single]}\noverrides: {workflow: {votin: {train.steps: 1}}}\n",
-     ["overrides.workflow.votin", "not a value of axis workflow"]),
-    ("set: {workflow.name: voting}\n", ["set", "workflow.name", "axes.workflow"]),
-    ("axes: {seed: [0]}\ncells: [{seed: 1}]\n", ["either `axes`", "not both"]),
-    ("axes: {colour: [red]}\n", ["axes.colour", "unknown field"]),
-])
+@pytest.mark.parametrize(
+    "body,needles",
+    [
+        ("axes: {workflow: [single, debate_club]}\n", ["axes.workflow", "debate_club", "unknown workflow"]),
+        ("axes: {task: [testbed, gsm9k]}\n", ["axes.task", "gsm9k", "unknown task"]),
+        ("axes: {model: [testbed, ./no/such/model]}\n", ["axes.model", "./no/such/model", "does not exist"]),
+        ("axes: {sharing: [shared, pooled]}\n", ["axes.sharing", "pooled"]),
+        ("axes: {workflow: []}\n", ["axes.workflow", "empty"]),
+        (
+            "axes: {workflow: [voting]}\noverrides: {workflow: {voting: {train.lernrate: 0.1}}}\n",
+            ["train.lernrate", "unknown field", "overrides.workflow.voting"],
+        ),
+        (
+            "axes: {workflow: [voting]}\noverrides: {workflow: {voting: {workflow.options.voters: 3}}}\n",
+            ["voters", "overrides.workflow.voting", "workflow=voting"],
+        ),
+        ("set: {train.steps: many}\n", ["train.steps", "many"]),
+        (
+            "axes: {workflow: [single]}\noverrides: {workflow: {votin: {train.steps: 1}}}\n",
+            ["overrides.workflow.votin", "not a value of axis workflow"],
+        ),
+        ("set: {workflow.name: voting}\n", ["set", "workflow.name", "axes.workflow"]),
+        ("axes: {seed: [0]}\ncells: [{seed: 1}]\n", ["either `axes`", "not both"]),
+        ("axes: {colour: [red]}\n", ["axes.colour", "unknown field"]),
+    ],
+)
 def test_bad_matrix_is_rejected_at_load(tmp_path, body, needles):
     p = write(tmp_path, body)
     with pytest.raises(MatrixError) as e:
@@ -155,8 +186,9 @@ def test_a_cell_directory_from_other_settings_is_refused_not_skipped(tmp_path):
     (cell.run_dir / "DONE.json").write_text("{}")  # finished, under 5 steps rather than the matrix's 2
     (cell.run_dir / "config.yaml").write_text(dump_config(cell.config.model_copy(update={"threads": 2})))
     assert run_sweep(m, LocalExecutor(), progress=False).skipped == [cell.name]  # threads alone do not matter
-    (cell.run_dir / "config.yaml").write_text(dump_config(load_matrix(p, out=tmp_path / "out", extra_set={
-        "train.steps": 5}).cells[0].config))
+    (cell.run_dir / "config.yaml").write_text(
+        dump_config(load_matrix(p, out=tmp_path / "out", extra_set={"train.steps": 5}).cells[0].config)
+    )
     with pytest.raises(MatrixError, match=cell.name):
         run_sweep(m, LocalExecutor(), progress=False)
 
@@ -179,8 +211,9 @@ def test_two_sweeps_cannot_share_a_directory(tmp_path):
 
 
 def _files(root: Path) -> dict[str, tuple[int, bytes]]:
-    return {str(f.relative_to(root)): (f.stat().st_mtime_ns, f.read_bytes()) for f in sorted(root.rglob("*"))
-            if f.is_file()}
+    return {
+        str(f.relative_to(root)): (f.stat().st_mtime_ns, f.read_bytes()) for f in sorted(root.rglob("*")) if f.is_file()
+    }
 
 
 def _jsonl(path: Path, drop: tuple[str, ...]) -> list[dict]:
@@ -229,7 +262,7 @@ def test_process_pool_runs_cells_in_their_own_processes(tmp_path, monkeypatch):
     # the same cell in this process gives the same run (one thread each)
     local = load_matrix(p, out=tmp_path / "local")
     run_sweep(local, LocalExecutor(), progress=False)
-    assert (_jsonl(local.out / good / "metrics.jsonl", ("time/",)) == _jsonl(m.out / good / "metrics.jsonl", ("time/",)))
+    assert _jsonl(local.out / good / "metrics.jsonl", ("time/",)) == _jsonl(m.out / good / "metrics.jsonl", ("time/",))
 
 
 KILLER = """\
@@ -253,11 +286,16 @@ run_sweep(load_matrix(matrix, out=out), LocalExecutor(), progress=False)
 
 def test_killed_sweep_resumes_and_ends_as_an_uninterrupted_one(tmp_path):
     p = write(tmp_path, TINY.format(steps=3) + "  eval.every: 2\naxes: {seed: [0, 1]}\n")
-    first, second, base = "testbed-single-testbed-shared-s0", "testbed-single-testbed-shared-s1", "base-testbed-single-testbed"
+    first, second, base = (
+        "testbed-single-testbed-shared-s0",
+        "testbed-single-testbed-shared-s1",
+        "base-testbed-single-testbed",
+    )
     killed = tmp_path / "killed"
     env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    proc = subprocess.run([sys.executable, "-c", KILLER, str(p), str(killed)], env=env, capture_output=True,
-                          text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-c", KILLER, str(p), str(killed)], env=env, capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == -9, proc.stderr[-3000:]
     assert (killed / base / "DONE.json").exists() and (killed / first / "DONE.json").exists()
     assert not (killed / second / "DONE.json").exists() and latest_step(killed / second) == 1
@@ -280,11 +318,16 @@ def test_killed_sweep_resumes_and_ends_as_an_uninterrupted_one(tmp_path):
         # the map's numbers (evaluations) exactly; every logged statistic to float rounding (see below)
         assert _jsonl(killed / cell / "eval.jsonl", ("run",)) == _jsonl(clean.out / cell / "eval.jsonl", ("run",))
         if cell != base:
-            got, want = _jsonl(killed / cell / "metrics.jsonl", ("time/",)), _jsonl(clean.out / cell / "metrics.jsonl", ("time/",))
+            got, want = (
+                _jsonl(killed / cell / "metrics.jsonl", ("time/",)),
+                _jsonl(clean.out / cell / "metrics.jsonl", ("time/",)),
+            )
             assert [r.keys() for r in got] == [r.keys() for r in want]
             for r, w in zip(got, want, strict=True):
                 for k in r:
-                    assert r[k] == w[k] or (isinstance(w[k], float) and math.isclose(r[k], w[k], rel_tol=1e-6, abs_tol=1e-9)), (cell, r["step"], k, r[k], w[k])
+                    assert r[k] == w[k] or (
+                        isinstance(w[k], float) and math.isclose(r[k], w[k], rel_tol=1e-6, abs_tol=1e-9)
+                    ), (cell, r["step"], k, r[k], w[k])
         assert cell_summary(m, m.cell(cell)) == cell_summary(clean, clean.cell(cell))
     # the weight comparison is not vacuous: the resumed cell learned (non-zero updates) after the kill
     assert any(r["policy/shared/grad_norm"] for r in _jsonl(killed / second / "metrics.jsonl", ())[1:])
@@ -330,8 +373,9 @@ def test_shipped_testbed_matrix_is_every_workflow_and_sharing_mode():
 
     m = load_matrix(CONFIG_DIR / "testbed_matrix.yaml")
     workflows = ["single", "voting", "eval_opt", "orch_workers"]
-    assert [c.name for c in m.train_cells] == [f"testbed-{w}-testbed-{s}-s0" for w in workflows
-                                               for s in ("shared", "isolated")]
+    assert [c.name for c in m.train_cells] == [
+        f"testbed-{w}-testbed-{s}-s0" for w in workflows for s in ("shared", "isolated")
+    ]
     assert [c.name for c in m.cells if c.kind == "base_eval"] == [f"base-testbed-{w}-testbed" for w in workflows]
     cfg = m.train_cells[0].config
     assert cfg.eval.every > 0 and cfg.eval.every < cfg.train.steps  # periodic evaluations: peaks are visible

@@ -38,6 +38,7 @@ def shipped():
 
 # --- tasks -------------------------------------------------------------------------------------------
 
+
 def test_held_out_questions_never_in_train_pool(arith, code):
     test, train = arith.problems("test"), arith.problems("train")
     assert len(test) == 400 and len(train) > 4000
@@ -102,13 +103,16 @@ def test_code_scoring_through_sandbox(code):
 
 # --- prompts and transcripts -------------------------------------------------------------------------
 
+
 def test_every_role_renders_with_the_workflow_variables(arith):
     book = PromptBook("testbed")
     prob = arith.problems("test")[0].text
     sol = "\\boxed{5}"
     rendered = {
         "solve": book.render("solve", problem=prob),
-        "refine": book.render("refine", problem=prob, history=[{"solution": sol, "critique": "= 4 \\boxed{Incorrect}"}]),
+        "refine": book.render(
+            "refine", problem=prob, history=[{"solution": sol, "critique": "= 4 \\boxed{Incorrect}"}]
+        ),
         "evaluate": book.render("evaluate", problem=prob, solution=sol, history=[]),
         "aggregate": book.render("aggregate", problem=prob, solutions=[sol, "\\boxed{4}", sol]),
         "orchestrate": book.render("orchestrate", problem=prob, k=3),
@@ -154,6 +158,7 @@ def test_strategies_are_distinct_and_parse_like_the_workflow():
 
 # --- tokenizer and model ------------------------------------------------------------------------------
 
+
 def test_tokenizer_splits_digits_and_has_qwen_specials(shipped):
     model, tok = shipped
     ids = tok.encode("12 + 3045", add_special_tokens=False)
@@ -171,14 +176,19 @@ def test_chat_template_renders_qwen_layout(shipped):
     msgs = [{"role": "user", "content": "solve: 4 + 3"}]
     text = tok.apply_chat_template(msgs, add_generation_prompt=True, enable_thinking=False, tokenize=False)
     assert text == "<|im_start|>user\nsolve: 4 + 3<|im_end|>\n<|im_start|>assistant\n"
-    assert tok.apply_chat_template(msgs, add_generation_prompt=False, tokenize=False) == "<|im_start|>user\nsolve: 4 + 3<|im_end|>\n"
+    assert (
+        tok.apply_chat_template(msgs, add_generation_prompt=False, tokenize=False)
+        == "<|im_start|>user\nsolve: 4 + 3<|im_end|>\n"
+    )
 
 
 def test_training_sequences_match_what_a_rollout_sees(shipped):
     _, tok = shipped
     ex = Curriculum(0).sample(random.Random(0), 1)[0]
     prompt_ids, completion_ids = encode(tok, ex)
-    via_template = tok.apply_chat_template(ex.messages, add_generation_prompt=True, enable_thinking=False, tokenize=True)
+    via_template = tok.apply_chat_template(
+        ex.messages, add_generation_prompt=True, enable_thinking=False, tokenize=True
+    )
     via_template = via_template["input_ids"] if hasattr(via_template, "keys") else via_template
     assert prompt_ids == list(via_template)
     assert completion_ids[-1] == tok.eos_token_id
@@ -211,8 +221,9 @@ def test_shipped_solver_accuracy_leaves_room_for_rl(shipped, arith):
     probs = arith.problems("test")[:100]
     book = PromptBook("testbed")
     prompts = [
-        tok.apply_chat_template(book.render("solve", problem=p.text), add_generation_prompt=True,
-                                enable_thinking=False, tokenize=False)
+        tok.apply_chat_template(
+            book.render("solve", problem=p.text), add_generation_prompt=True, enable_thinking=False, tokenize=False
+        )
         for p in probs
     ]
     outs = greedy(model, tok, [tok.encode(s, add_special_tokens=False) for s in prompts], 8)
@@ -227,8 +238,16 @@ def test_build_is_deterministic(tmp_path):
     from rolecast.testbed import build
 
     # A tiny budget: same seed twice must give the same tokenizer and bit-identical weights.
-    kw = dict(seed=3, steps=20, solver_steps=10, batch_size=16, evaluate=False, corpus_transcripts=300, filler_per_generator=10,
-              log=lambda _: None)
+    kw = dict(
+        seed=3,
+        steps=20,
+        solver_steps=10,
+        batch_size=16,
+        evaluate=False,
+        corpus_transcripts=300,
+        filler_per_generator=10,
+        log=lambda _: None,
+    )
     a = build(tmp_path / "a", **kw)
     b = build(tmp_path / "b", **kw)
     assert (a / "tokenizer.json").read_text() == (b / "tokenizer.json").read_text()

@@ -16,10 +16,21 @@ from rolecast.train.grpo import batching_order, collate, completion_logprobs, mi
 
 def tiny_config(model_dir, run_dir, **overrides):
     base = {
-        "model.path": model_dir, "model.trainable": "lora", "model.lora.r": 4, "model.lora.alpha": 8,
-        "run_dir": str(run_dir), "train.steps": 2, "train.problems_per_step": 2, "train.group_size": 4,
-        "train.lr": 1e-3, "rollout.max_new_tokens": 6, "rollout.temperature": 1.0, "eval.size": 4,
-        "logging.progress": False, "checkpoint.every": 1, "threads": 2,
+        "model.path": model_dir,
+        "model.trainable": "lora",
+        "model.lora.r": 4,
+        "model.lora.alpha": 8,
+        "run_dir": str(run_dir),
+        "train.steps": 2,
+        "train.problems_per_step": 2,
+        "train.group_size": 4,
+        "train.lr": 1e-3,
+        "rollout.max_new_tokens": 6,
+        "rollout.temperature": 1.0,
+        "eval.size": 4,
+        "logging.progress": False,
+        "checkpoint.every": 1,
+        "threads": 2,
     }
     return load_config(None, {**base, **overrides})
 
@@ -34,10 +45,21 @@ def test_voting_isolated_lora_writes_per_role_metrics(tiny_model_dir, tmp_path):
     rows = read_metrics(tmp_path / "run")
     assert [r["step"] for r in rows] == [1, 2]
     r = rows[0]
-    for key in ["reward", "role/generator/reward", "role/aggregator/adv_std", "policy/generator/grad_norm",
-                "role/generator/entropy", "role/aggregator/clip_fraction", "role/generator/kl",
-                "policy/aggregator/entropy", "policy/generator/clip_fraction", "wf/agree_majority",
-                "time/rollout", "time/update", "role/generator/truncated"]:
+    for key in [
+        "reward",
+        "role/generator/reward",
+        "role/aggregator/adv_std",
+        "policy/generator/grad_norm",
+        "role/generator/entropy",
+        "role/aggregator/clip_fraction",
+        "role/generator/kl",
+        "policy/aggregator/entropy",
+        "policy/generator/clip_fraction",
+        "wf/agree_majority",
+        "time/rollout",
+        "time/update",
+        "role/generator/truncated",
+    ]:
         assert key in r, key
     assert r["role/generator/turns"] == 3 * r["role/aggregator/turns"] == 3 * 2 * 4
     assert r["rollout/backend_calls"] == 2  # all generators in one wave, all aggregators in the next
@@ -47,23 +69,45 @@ def test_voting_isolated_lora_writes_per_role_metrics(tiny_model_dir, tmp_path):
     assert [e["tag"] for e in evals] == ["base", "final"]
 
 
-@pytest.mark.parametrize("cell", [
-    {},  # single agent, one shared policy (full fine-tune, the testbed recipe)
-    # several policies, each with its own optimizer: full copies, and LoRA adapters on one base
-    {"workflow.name": "voting", "routing.sharing": "isolated"},
-    {"workflow.name": "voting", "routing.sharing": "isolated", "model.trainable": "lora", "model.lora.r": 4,
-     "train.lr": 1e-3},
-], ids=["single-shared", "voting-isolated-full", "voting-isolated-lora"])
+@pytest.mark.parametrize(
+    "cell",
+    [
+        {},  # single agent, one shared policy (full fine-tune, the testbed recipe)
+        # several policies, each with its own optimizer: full copies, and LoRA adapters on one base
+        {"workflow.name": "voting", "routing.sharing": "isolated"},
+        {
+            "workflow.name": "voting",
+            "routing.sharing": "isolated",
+            "model.trainable": "lora",
+            "model.lora.r": 4,
+            "train.lr": 1e-3,
+        },
+    ],
+    ids=["single-shared", "voting-isolated-full", "voting-isolated-lora"],
+)
 def test_resumed_run_equals_uninterrupted(tmp_path, cell):
     """The embedded testbed model solves about half the problems, so groups carry advantages and the weights
     really move (a random model's rewards are all 0: nothing would move, and nothing could differ)."""
     from rolecast.train.checkpoint import load_checkpoint
 
     def config(run_dir):
-        return load_config(None, {"run_dir": str(run_dir), "train.steps": 4, "train.problems_per_step": 2,
-                                  "train.group_size": 4, "train.lr_schedule": "cosine", "rollout.max_new_tokens": 12,
-                                  "eval.at_start": False, "eval.at_end": False, "logging.progress": False,
-                                  "checkpoint.every": 1, "checkpoint.keep_last": 4, **cell})
+        return load_config(
+            None,
+            {
+                "run_dir": str(run_dir),
+                "train.steps": 4,
+                "train.problems_per_step": 2,
+                "train.group_size": 4,
+                "train.lr_schedule": "cosine",
+                "rollout.max_new_tokens": 12,
+                "eval.at_start": False,
+                "eval.at_end": False,
+                "logging.progress": False,
+                "checkpoint.every": 1,
+                "checkpoint.keep_last": 4,
+                **cell,
+            },
+        )
 
     train(config(tmp_path / "full"))
     # the interrupted run: same config, stopped after 2 steps (like a pre-empted job), then resumed
@@ -102,8 +146,11 @@ def test_sampling_does_not_depend_on_whether_training_ran_before(mode):
     tok = load_tokenizer("testbed")
     policies = PolicySet("testbed", ["aggregator", "generator"], mode=mode, lora={"r": 4, "alpha": 8})
     backend = HFBackend(policies, tok, max_new_tokens=12, temperature=1.0, seed=0)
-    reqs = [GenRequest(pid, [{"role": "user", "content": f"{i % 7} + {i % 5} = ?"}])
-            for i in range(8) for pid in ("generator", "aggregator")]
+    reqs = [
+        GenRequest(pid, [{"role": "user", "content": f"{i % 7} + {i % 5} = ?"}])
+        for i in range(8)
+        for pid in ("generator", "aggregator")
+    ]
 
     def sample():
         backend.reseed(1)
@@ -133,7 +180,7 @@ def _with_sampler_logprobs(turns, policies, pid, pad_id):
     with torch.no_grad(), policies.training(pid) as model:
         logp, _ = completion_logprobs(model, batch, 1.0)
     for i, t in enumerate(turns):
-        t.logprobs = logp[i, :len(t.completion_ids)].tolist()
+        t.logprobs = logp[i, : len(t.completion_ids)].tolist()
     return turns
 
 
@@ -147,8 +194,16 @@ def test_isolated_update_changes_no_other_policy(tiny_model_dir, mode):
     cfg = load_config(None, {"model.path": tiny_model_dir, "train.lr": 1e-2, "rollout.temperature": 1.0})
     opt = torch.optim.AdamW(policies.parameters("generator"), lr=1e-2)
     turns = _with_sampler_logprobs(_turns(policies, tok), policies, "generator", tok.pad_token_id)
-    stats, tally = update_policy("generator", turns, cfg=cfg, policies=policies, optimizer=opt,
-                                 pad_id=tok.pad_token_id, rng=random.Random(0), check_logprobs=True)
+    stats, tally = update_policy(
+        "generator",
+        turns,
+        cfg=cfg,
+        policies=policies,
+        optimizer=opt,
+        pad_id=tok.pad_token_id,
+        rng=random.Random(0),
+        check_logprobs=True,
+    )
     # both epochs' tokens are tallied under the turns' role
     assert tally["generator"]["tokens"] == 2 * sum(len(t.completion_ids) for t in turns)
     assert stats["optimizer_steps"] == 2  # testbed recipe: 2 epochs, one step per epoch
@@ -169,8 +224,16 @@ def test_nan_step_is_skipped_and_logged(tiny_model_dir, caplog):
     before = policies.state_dict("generator")
     opt = torch.optim.AdamW(policies.parameters("generator"), lr=1e-2)
     with caplog.at_level("WARNING"):
-        stats, _ = update_policy("generator", turns, cfg=cfg, policies=policies, optimizer=opt,
-                                 pad_id=tok.pad_token_id, rng=random.Random(0), check_logprobs=False)
+        stats, _ = update_policy(
+            "generator",
+            turns,
+            cfg=cfg,
+            policies=policies,
+            optimizer=opt,
+            pad_id=tok.pad_token_id,
+            rng=random.Random(0),
+            check_logprobs=False,
+        )
     assert stats["skipped_nan"] == 2 and stats["optimizer_steps"] == 0
     assert "non-finite" in caplog.text
     after = policies.state_dict("generator")
@@ -186,8 +249,16 @@ def test_logprob_mismatch_is_caught_on_the_first_step(tiny_model_dir):
     turns = _turns(policies, tok)  # sampler log-probs left at 0.0: far from the model's
     opt = torch.optim.AdamW(policies.parameters("generator"), lr=1e-2)
     with pytest.raises(RuntimeError, match="differ from the sampler"):
-        update_policy("generator", turns, cfg=cfg, policies=policies, optimizer=opt, pad_id=tok.pad_token_id,
-                      rng=random.Random(0), check_logprobs=True)
+        update_policy(
+            "generator",
+            turns,
+            cfg=cfg,
+            policies=policies,
+            optimizer=opt,
+            pad_id=tok.pad_token_id,
+            rng=random.Random(0),
+            check_logprobs=True,
+        )
 
 
 def test_sampler_logprobs_match_trainer_logprobs(tiny_model_dir):
@@ -199,11 +270,18 @@ def test_sampler_logprobs_match_trainer_logprobs(tiny_model_dir):
     tok = load_tokenizer(tiny_model_dir)
     policies = PolicySet(tiny_model_dir, ["alpha", "beta"], mode="lora", lora={"r": 4, "alpha": 8})
     backend = HFBackend(policies, tok, max_new_tokens=8, temperature=0.7, seed=3)
-    reqs = [GenRequest(pid, [{"role": "user", "content": f"solve: {i} + {i}"}]) for i in range(3) for pid in ("alpha", "beta")]
+    reqs = [
+        GenRequest(pid, [{"role": "user", "content": f"solve: {i} + {i}"}])
+        for i in range(3)
+        for pid in ("alpha", "beta")
+    ]
     gens = backend.generate(reqs)
     for pid in ("alpha", "beta"):
-        turns = [Turn("r", "r", pid, g.prompt_ids, g.completion_ids, g.logprobs, g.text, g.finish_reason)
-                 for r, g in zip(reqs, gens, strict=True) if r.policy_id == pid]
+        turns = [
+            Turn("r", "r", pid, g.prompt_ids, g.completion_ids, g.logprobs, g.text, g.finish_reason)
+            for r, g in zip(reqs, gens, strict=True)
+            if r.policy_id == pid
+        ]
         batch = collate(turns, tok.pad_token_id)
         with torch.no_grad(), policies.training(pid) as model:
             logp, _ = completion_logprobs(model, batch, 0.7)
@@ -277,13 +355,29 @@ def test_empty_completions_train_without_error(tiny_model_dir):
     empty = Turn("generator", "generator", "generator", [5, 6, 7], [], [], "", "stop")
     empty.advantage = 1.0
     opt = torch.optim.AdamW(policies.parameters("generator"), lr=1e-2)
-    stats, tally = update_policy("generator", turns + [empty], cfg=cfg, policies=policies, optimizer=opt,
-                                 pad_id=tok.pad_token_id, rng=random.Random(0), check_logprobs=True)
+    stats, tally = update_policy(
+        "generator",
+        turns + [empty],
+        cfg=cfg,
+        policies=policies,
+        optimizer=opt,
+        pad_id=tok.pad_token_id,
+        rng=random.Random(0),
+        check_logprobs=True,
+    )
     assert stats["skipped_nan"] == 0 and stats["optimizer_steps"] == 2
     assert tally["generator"]["tokens"] == 2 * sum(len(t.completion_ids) for t in turns)
     # only empty completions: nothing to learn from, still no error
-    stats, _ = update_policy("generator", [empty], cfg=cfg, policies=policies, optimizer=opt,
-                             pad_id=tok.pad_token_id, rng=random.Random(0), check_logprobs=False)
+    stats, _ = update_policy(
+        "generator",
+        [empty],
+        cfg=cfg,
+        policies=policies,
+        optimizer=opt,
+        pad_id=tok.pad_token_id,
+        rng=random.Random(0),
+        check_logprobs=False,
+    )
     assert stats["skipped_nan"] == 0
 
 
@@ -317,7 +411,9 @@ def test_fused_head_equals_the_head_module_path(tiny_model_dir):
 def test_training_at_temperature_zero_is_refused_at_load():
     from rolecast.config import ConfigError
 
-    with pytest.raises(ConfigError, match=r"rollout.temperature: 0 .*every completion of a GRPO group would be the same"):
+    with pytest.raises(
+        ConfigError, match=r"rollout.temperature: 0 .*every completion of a GRPO group would be the same"
+    ):
         load_config(None, {"rollout.temperature": 0})
     assert load_config(None, {"eval.temperature": 0}).eval.temperature == 0  # greedy evaluation is fine
     assert load_config(None, {"rollout.temperature": 0, "train.steps": 0}).train.steps == 0  # nothing to train
@@ -326,8 +422,9 @@ def test_training_at_temperature_zero_is_refused_at_load():
 def test_divergence_guard_counts_streaks_per_policy():
     from rolecast.train.grpo import DivergenceGuard
 
-    settings = load_config(None, {"train.max_skipped_updates": 3, "train.max_entropy_steps": 2,
-                                  "train.max_entropy_tol": 0.01}).train
+    settings = load_config(
+        None, {"train.max_skipped_updates": 3, "train.max_entropy_steps": 2, "train.max_entropy_tol": 0.01}
+    ).train
     guard = DivergenceGuard(settings, vocab_size=100)  # max entropy log(100) = 4.605; at max from 4.559
     ok = {"optimizer_steps": 2.0, "entropy": 2.0}
     guard.update("a", ok, 0.0, outputs_finite=True)
@@ -361,10 +458,21 @@ def one_good_testbed_step(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("diverge") / "run"
     # 4 problems x 4 samples: the testbed solves about half, so groups carry advantages and gradients are
     # non-zero (Adam does not move weights whose gradients were always 0, whatever the lr)
-    cfg = load_config(None, {"run_dir": str(run_dir), "train.steps": 1, "train.problems_per_step": 4,
-                             "train.group_size": 4, "train.epochs": 1, "rollout.max_new_tokens": 8,
-                             "eval.at_start": False, "eval.at_end": False, "logging.progress": False,
-                             "checkpoint.every": 1})
+    cfg = load_config(
+        None,
+        {
+            "run_dir": str(run_dir),
+            "train.steps": 1,
+            "train.problems_per_step": 4,
+            "train.group_size": 4,
+            "train.epochs": 1,
+            "rollout.max_new_tokens": 8,
+            "eval.at_start": False,
+            "eval.at_end": False,
+            "logging.progress": False,
+            "checkpoint.every": 1,
+        },
+    )
     train(cfg)
     return run_dir
 
@@ -384,7 +492,9 @@ def test_a_diverging_run_stops_and_keeps_its_last_good_checkpoint(one_good_testb
     stderr = capsys.readouterr().err
     err = [line for line in stderr.splitlines() if line.startswith("rolecast:")]  # not the model-loading bar
     assert "Traceback" not in stderr
-    assert len(err) == 1 and err[0].startswith("rolecast: error: training diverged and stopped at step 2: policy 'shared'")
+    assert len(err) == 1 and err[0].startswith(
+        "rolecast: error: training diverged and stopped at step 2: policy 'shared'"
+    )
     assert f"last good checkpoint, {run_dir}/checkpoints/step_1, is kept" in err[0]
     assert list_checkpoints(run_dir) == [1] and latest_step(run_dir) == 1
     after = load_checkpoint_weights(run_dir)

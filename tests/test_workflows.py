@@ -33,8 +33,17 @@ def run(name, respond, problems=(PROBLEM,), samples=1, sharing="isolated", **opt
     spec = get_workflow(name)
     backend = ScriptedBackend(respond)
     stats = RolloutStats()
-    eps = run_episodes(spec, list(problems), samples, task=EchoTask(), prompts=PromptBook("testbed"),
-                       router=build_routing(spec.roles, sharing), backend=backend, options=options, stats=stats)
+    eps = run_episodes(
+        spec,
+        list(problems),
+        samples,
+        task=EchoTask(),
+        prompts=PromptBook("testbed"),
+        router=build_routing(spec.roles, sharing),
+        backend=backend,
+        options=options,
+        stats=stats,
+    )
     return eps, backend, stats
 
 
@@ -109,9 +118,15 @@ def test_eval_opt_defaults_to_two_rounds_for_code():
 
     spec = get_workflow("eval_opt")
     # code-family prompts are rendered from the math/code prompt files; the testbed book serves here
-    eps = run_episodes(spec, [PROBLEM], 1, task=CodeEcho(), prompts=PromptBook("testbed"),
-                       router=build_routing(spec.roles, "shared"),
-                       backend=ScriptedBackend(lambda pid, m: "no verdict"))
+    eps = run_episodes(
+        spec,
+        [PROBLEM],
+        1,
+        task=CodeEcho(),
+        prompts=PromptBook("testbed"),
+        router=build_routing(spec.roles, "shared"),
+        backend=ScriptedBackend(lambda pid, m: "no verdict"),
+    )
     assert eps[0].metrics["rounds"] == 2
 
 
@@ -157,8 +172,15 @@ def test_custom_workflow_example_debate():
         return r"\boxed{5}" if text.startswith("fix:") else r"\boxed{4}"
 
     backend = ScriptedBackend(respond)
-    eps = run_episodes(spec, [PROBLEM], 2, task=EchoTask(), prompts=PromptBook("testbed"),
-                       router=build_routing(spec.roles, "isolated"), backend=backend)
+    eps = run_episodes(
+        spec,
+        [PROBLEM],
+        2,
+        task=EchoTask(),
+        prompts=PromptBook("testbed"),
+        router=build_routing(spec.roles, "isolated"),
+        backend=backend,
+    )
     assert [len(b) for b in backend.batches] == [4, 4, 2]  # 2 samples x 2 debaters, twice, then 2 judges
     assert [t.instance for t in eps[0].turns] == ["debater/0", "debater/1", "debater/0", "debater/1", "judge"]
     assert eps[0].final_text == r"\boxed{5}"

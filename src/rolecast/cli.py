@@ -34,8 +34,13 @@ def _add_run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trainable", help="lora | full")
     p.add_argument("--seed", type=int)
     p.add_argument("--run-dir", dest="run_dir", help="where to write the run (default runs/<task>-<workflow>-...)")
-    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                   help="override any config field, e.g. --set train.lr=1e-4 (repeatable)")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="override any config field, e.g. --set train.lr=1e-4 (repeatable)",
+    )
 
 
 def _overrides(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, str]]:
@@ -68,8 +73,10 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     summary = train(cfg, resume=args.resume, stop_after=args.stop_after, overwrite=args.overwrite)
     if "base_accuracy" in summary and "final_accuracy" in summary:
-        print(f"accuracy: base {summary['base_accuracy']:.3f} -> final {summary['final_accuracy']:.3f} "
-              f"(run dir: {summary['run_dir']})")
+        print(
+            f"accuracy: base {summary['base_accuracy']:.3f} -> final {summary['final_accuracy']:.3f} "
+            f"(run dir: {summary['run_dir']})"
+        )
     return 0
 
 
@@ -77,16 +84,18 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from .evaluate_cli import run_eval_command
 
     cfg = load_config(args.config, *_overrides(args))
-    return run_eval_command(cfg, checkpoint=args.checkpoint, every=args.every, n_samples=args.n,
-                            size=args.size, out=args.out)
+    return run_eval_command(
+        cfg, checkpoint=args.checkpoint, every=args.every, n_samples=args.n, size=args.size, out=args.out
+    )
 
 
 def cmd_testbed(args: argparse.Namespace) -> int:
     from . import testbed
 
     if args.action == "build":
-        path = testbed.build(args.out, seed=args.seed, evaluate=not args.no_eval,
-                             **({"steps": args.steps} if args.steps else {}))
+        path = testbed.build(
+            args.out, seed=args.seed, evaluate=not args.no_eval, **({"steps": args.steps} if args.steps else {})
+        )
         print(f"testbed built in {path}")
     else:
         path = Path(args.dir) if args.dir else testbed.default_path()
@@ -125,8 +134,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print(f"{len(matrix.cells)} cells -> {matrix.out}")
         return 0
     res = matrix.settings.resources
-    executor = make_executor(args.executor, workers=args.workers, num_cpus=res.num_cpus, num_gpus=res.num_gpus,
-                             ray_address=args.ray_address)
+    executor = make_executor(
+        args.executor, workers=args.workers, num_cpus=res.num_cpus, num_gpus=res.num_gpus, ray_address=args.ray_address
+    )
     try:
         outcome = run_sweep(matrix, executor, progress=not args.no_progress)
     except ImportError as e:  # an executor's optional package (ray) is missing
@@ -136,8 +146,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     Console().print(summary_table(matrix))
     if outcome.failed:
-        print(f"{len(outcome.failed)} cell(s) failed (errors in {matrix.out / 'sweep.json'} and each cell's "
-              f"ERROR.txt); rerun the same command to retry them", file=sys.stderr)
+        print(
+            f"{len(outcome.failed)} cell(s) failed (errors in {matrix.out / 'sweep.json'} and each cell's "
+            f"ERROR.txt); rerun the same command to retry them",
+            file=sys.stderr,
+        )
         return 1
     return 0
 
@@ -145,19 +158,33 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rolecast", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true")
-    parser.add_argument("--debug", action="store_true",
-                        help="show the full traceback of expected errors (bad config, data, missing package)")
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        help="show the full traceback of expected errors (bad config, data, missing package)",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("train", help="train a workflow with GRPO")
     _add_run_flags(p)
-    p.add_argument("--resume", metavar="RUN_DIR",
-                   help="continue a run from its latest intact checkpoint; --set may change only steps, lr, "
-                        "eval, logging and checkpoint settings (docs/training.md)")
-    p.add_argument("--overwrite", action="store_true",
-                   help="replace the run already in --run-dir (its metrics, evals, episodes and checkpoints)")
-    p.add_argument("--stop-after", type=int, dest="stop_after", metavar="N",
-                   help="stop after N steps of this session (checkpointed; continue with --resume)")
+    p.add_argument(
+        "--resume",
+        metavar="RUN_DIR",
+        help="continue a run from its latest intact checkpoint; --set may change only steps, lr, "
+        "eval, logging and checkpoint settings (docs/training.md)",
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the run already in --run-dir (its metrics, evals, episodes and checkpoints)",
+    )
+    p.add_argument(
+        "--stop-after",
+        type=int,
+        dest="stop_after",
+        metavar="N",
+        help="stop after N steps of this session (checkpointed; continue with --resume)",
+    )
     p.set_defaults(fn=cmd_train)
 
     p = sub.add_parser("eval", help="evaluate a workflow with the base model or a run's checkpoints")
@@ -174,16 +201,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-plots", action="store_true", dest="no_plots", help="numbers and summary.json only")
     p.set_defaults(fn=cmd_analyze)
 
-    p = sub.add_parser("sweep", help="run a matrix of cells (workflow x task x model x sharing x seed); rerun to resume")
+    p = sub.add_parser(
+        "sweep", help="run a matrix of cells (workflow x task x model x sharing x seed); rerun to resume"
+    )
     p.add_argument("matrix", help="matrix YAML (see docs/sweep.md), e.g. configs/testbed_matrix.yaml")
     p.add_argument("--out", help="directory of the cells (default: the matrix's `out`, else runs/<matrix name>)")
-    p.add_argument("--executor", choices=["local", "pool", "ray"], default="local",
-                   help="local: one cell at a time in this process; pool: cells in parallel processes sized to "
-                        "this machine; ray: one Ray task per cell")
+    p.add_argument(
+        "--executor",
+        choices=["local", "pool", "ray"],
+        default="local",
+        help="local: one cell at a time in this process; pool: cells in parallel processes sized to "
+        "this machine; ray: one Ray task per cell",
+    )
     p.add_argument("--workers", type=int, help="pool: cells at once (default: cores // resources.num_cpus)")
     p.add_argument("--ray-address", dest="ray_address", help="ray: cluster address (default: start a local Ray)")
-    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                   help="override a config field in every cell (after the matrix's `set`)")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="override a config field in every cell (after the matrix's `set`)",
+    )
     p.add_argument("--dry-run", action="store_true", help="list the cells and exit")
     p.add_argument("--no-progress", action="store_true", help="plain lines instead of a live progress display")
     p.set_defaults(fn=cmd_sweep)
@@ -193,8 +231,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("dir", nargs="?", default=None, help="info: a testbed build directory (default: the shipped one)")
     p.add_argument("--out", default="testbed-build", help="output directory for build")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--steps", type=int, default=None,
-                   help="warm-start optimizer steps (batch 64; the first 500 train the solver only)")
+    p.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="warm-start optimizer steps (batch 64; the first 500 train the solver only)",
+    )
     p.add_argument("--no-eval", action="store_true", dest="no_eval", help="build: skip the per-role evaluation")
     p.set_defaults(fn=cmd_testbed)
 
@@ -209,8 +251,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
     try:
         return args.fn(args)
     except UserError as e:

@@ -141,8 +141,10 @@ class EvalSettings(_Strict):
     @model_validator(mode="after")
     def _protocol_consistent(self) -> EvalSettings:
         if self.protocol == "greedy" and (self.temperature != 0 or self.n_samples != 1):
-            raise ValueError(f"eval.protocol greedy decodes once at temperature 0 (got temperature "
-                             f"{self.temperature}, n_samples {self.n_samples}); use protocol: study to sample")
+            raise ValueError(
+                f"eval.protocol greedy decodes once at temperature 0 (got temperature "
+                f"{self.temperature}, n_samples {self.n_samples}); use protocol: study to sample"
+            )
         if self.protocol == "study" and self.temperature != 0.7:
             raise ValueError(f"eval.protocol study samples at temperature 0.7 (got {self.temperature})")
         return self
@@ -279,9 +281,12 @@ def check_run_config(cfg: RunConfig) -> None:
     """Everything that can be checked without loading a model. Problems with one field raise `FieldError`,
     so the message names the file or the command-line override the field came from."""
     if cfg.rollout.temperature == 0 and cfg.train.steps > 0:
-        raise FieldError("rollout.temperature", "0 (greedy) cannot train: every completion of a GRPO group would be "
-                         "the same, so every advantage is 0 and nothing is learned. Sample with a temperature > 0 "
-                         "(e.g. 0.7 or 1.0); greedy evaluation is eval.temperature: 0")
+        raise FieldError(
+            "rollout.temperature",
+            "0 (greedy) cannot train: every completion of a GRPO group would be "
+            "the same, so every advantage is 0 and nothing is learned. Sample with a temperature > 0 "
+            "(e.g. 0.7 or 1.0); greedy evaluation is eval.temperature: 0",
+        )
     from .policies.router import build_routing
     from .prompts import PromptBook
     from .tasks import make_task, task_names
@@ -304,8 +309,10 @@ def check_run_config(cfg: RunConfig) -> None:
         raise FieldError("routing", str(e)) from None
     unknown_roles = set(cfg.rollout.max_new_tokens_by_role) - set(spec.roles)
     if unknown_roles:
-        raise FieldError("rollout.max_new_tokens_by_role", f"workflow {spec.name!r} has no role(s) "
-                         f"{sorted(unknown_roles)}; its roles are {spec.roles}")
+        raise FieldError(
+            "rollout.max_new_tokens_by_role",
+            f"workflow {spec.name!r} has no role(s) {sorted(unknown_roles)}; its roles are {spec.roles}",
+        )
     bad_caps = {r: n for r, n in cfg.rollout.max_new_tokens_by_role.items() if not isinstance(n, int) or n <= 0}
     if bad_caps:
         raise FieldError("rollout.max_new_tokens_by_role", f"caps must be positive integers, got {bad_caps}")
@@ -321,8 +328,10 @@ def check_run_config(cfg: RunConfig) -> None:
     for role, names in spec.prompts.items():
         missing = [n for n in names if not book.has(n)]
         if missing:
-            raise ValueError(f"workflow {spec.name!r} role {role!r} needs prompt(s) {missing}, which the "
-                             f"{task.family!r} prompt family lacks (task {cfg.task.name!r})")
+            raise ValueError(
+                f"workflow {spec.name!r} role {role!r} needs prompt(s) {missing}, which the "
+                f"{task.family!r} prompt family lacks (task {cfg.task.name!r})"
+            )
     if cfg.train.advantage not in ADVANTAGES:
         raise FieldError("train.advantage", f"unknown estimator {cfg.train.advantage!r}; known: {sorted(ADVANTAGES)}")
     if cfg.train.loss_agg not in AGGREGATIONS:
@@ -330,8 +339,10 @@ def check_run_config(cfg: RunConfig) -> None:
     _check_model_path(cfg.model.path)
     _check_interventions(cfg.interventions, spec.roles)
     if cfg.train.attribution not in ATTRIBUTIONS and ":" not in cfg.train.attribution:
-        raise FieldError("train.attribution", f"unknown mode {cfg.train.attribution!r}; known: "
-                         f"{sorted(ATTRIBUTIONS)} or 'package.module:function'")
+        raise FieldError(
+            "train.attribution",
+            f"unknown mode {cfg.train.attribution!r}; known: {sorted(ATTRIBUTIONS)} or 'package.module:function'",
+        )
     _check_optional_packages(cfg)
 
 
@@ -350,19 +361,24 @@ def _check_optional_packages(cfg: RunConfig) -> None:
             try:
                 require(package, extra, load=False)
             except MissingPackageError:
-                raise FieldError(field, f"needs the {package} package, which is not installed: "
-                                        f"pip install 'rolecast[{extra}]'") from None
+                raise FieldError(
+                    field, f"needs the {package} package, which is not installed: pip install 'rolecast[{extra}]'"
+                ) from None
 
 
 def _check_interventions(iv: InterventionSettings, roles: list[str]) -> None:
-    for field, table in (("kl_coef_by_role", iv.kl_coef_by_role),
-                         ("balance_shares", iv.balance_shares if isinstance(iv.balance_shares, dict) else {})):
+    for field, table in (
+        ("kl_coef_by_role", iv.kl_coef_by_role),
+        ("balance_shares", iv.balance_shares if isinstance(iv.balance_shares, dict) else {}),
+    ):
         for role, value in table.items():
             if role not in roles:
                 raise FieldError(f"interventions.{field}", f"{role!r} is not a role of this workflow; roles: {roles}")
             if not value >= 0 or (field == "balance_shares" and not value > 0):
-                raise FieldError(f"interventions.{field}.{role}",
-                                 f"must be {'> 0' if field == 'balance_shares' else '>= 0'}, got {value}")
+                raise FieldError(
+                    f"interventions.{field}.{role}",
+                    f"must be {'> 0' if field == 'balance_shares' else '>= 0'}, got {value}",
+                )
 
 
 def _check_model_path(path: str) -> None:
@@ -374,8 +390,9 @@ def _check_model_path(path: str) -> None:
         return
     looks_local = path.startswith(("/", "./", "../", "~")) or path.endswith(".gguf") or path.count("/") != 1
     if looks_local and not Path(path).expanduser().exists():
-        raise FieldError("model.path", f"{path!r} does not exist (a local path), and it is not a hub id of the "
-                                       f"form 'org/name'")
+        raise FieldError(
+            "model.path", f"{path!r} does not exist (a local path), and it is not a hub id of the form 'org/name'"
+        )
     if not looks_local and not Path(path).exists():
         problem = offline_hub_problem(path)
         if problem:
@@ -390,8 +407,10 @@ def _set_path(data: dict, dotted: str, value: Any, origin: str) -> None:
     for i, k in enumerate(keys[:-1]):
         node = node.setdefault(k, {})
         if not isinstance(node, dict):
-            raise ConfigError(f"{origin}: {'.'.join(keys[:i + 1])} is a value ({node!r}), not a section, so it "
-                              f"has no field {keys[i + 1]!r}")
+            raise ConfigError(
+                f"{origin}: {'.'.join(keys[: i + 1])} is a value ({node!r}), not a section, so it "
+                f"has no field {keys[i + 1]!r}"
+            )
     node[keys[-1]] = value
 
 
@@ -407,8 +426,9 @@ def parse_override(item: str) -> tuple[str, Any]:
     return key.strip(), value
 
 
-def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None,
-                origins: dict[str, str] | None = None) -> RunConfig:
+def load_config(
+    path: str | Path | None = None, overrides: dict[str, Any] | None = None, origins: dict[str, str] | None = None
+) -> RunConfig:
     """Load a YAML config (default: the embedded testbed recipe), apply dotted overrides, validate.
 
     `origins` names where each override came from (the CLI passes "--set train.lr=abc" or "--steps 5"), so an
@@ -438,8 +458,9 @@ def _origin(field: str, source: str | Path, labels: dict[str, str]) -> str:
     return labels[best] if best else str(source)
 
 
-def validate_config(data: dict[str, Any], source: str | Path = "<config>",
-                    labels: dict[str, str] | None = None) -> RunConfig:
+def validate_config(
+    data: dict[str, Any], source: str | Path = "<config>", labels: dict[str, str] | None = None
+) -> RunConfig:
     labels = labels or {}
     try:
         return RunConfig.model_validate(data)
@@ -483,10 +504,20 @@ def dump_config(cfg: RunConfig) -> str:
 # resumes.jsonl. Every other field defines the run (task, workflow, routing, model, seed, sampling, the
 # loss and its batches) and must match the run's config.yaml. Documented in docs/training.md.
 RESUME_CHANGEABLE = (
-    "train.steps", "train.lr", "train.logprob_check_tol", "train.micro_batch_tokens", "train.max_skipped_updates",
+    "train.steps",
+    "train.lr",
+    "train.logprob_check_tol",
+    "train.micro_batch_tokens",
+    "train.max_skipped_updates",
     "train.max_weight_growth",
-    "train.max_entropy_steps", "train.max_entropy_tol", "eval.", "logging.", "checkpoint.", "threads",
-    "rollout.decode_threads", "run_dir",
+    "train.max_entropy_steps",
+    "train.max_entropy_tol",
+    "eval.",
+    "logging.",
+    "checkpoint.",
+    "threads",
+    "rollout.decode_threads",
+    "run_dir",
 )
 
 
@@ -508,10 +539,14 @@ def config_changes(old: RunConfig, new: RunConfig) -> dict[str, tuple[Any, Any]]
 def resume_changes(old: RunConfig, new: RunConfig, source: str | Path = "config.yaml") -> dict[str, tuple[Any, Any]]:
     """The changes a resume applies; ConfigError naming every field that defines the run and differs."""
     changes = config_changes(old, new)
-    refused = [k for k in changes if not any(k == f or (f.endswith(".") and k.startswith(f)) for f in RESUME_CHANGEABLE)]
+    refused = [
+        k for k in changes if not any(k == f or (f.endswith(".") and k.startswith(f)) for f in RESUME_CHANGEABLE)
+    ]
     if refused:
         lines = [f"{k}: {changes[k][0]!r} -> {changes[k][1]!r}" for k in refused]
-        raise ConfigError(f"cannot resume with a changed {', '.join(refused)}: it defines the run in {source} "
-                          f"({'; '.join(lines)}). Only these may change on resume: "
-                          f"{', '.join(k.rstrip('.') + ('.*' if k.endswith('.') else '') for k in RESUME_CHANGEABLE)}")
+        raise ConfigError(
+            f"cannot resume with a changed {', '.join(refused)}: it defines the run in {source} "
+            f"({'; '.join(lines)}). Only these may change on resume: "
+            f"{', '.join(k.rstrip('.') + ('.*' if k.endswith('.') else '') for k in RESUME_CHANGEABLE)}"
+        )
     return {k: v for k, v in changes.items() if k != "run_dir"}

@@ -56,7 +56,10 @@ class PickClaim:
 
 Claim = AnswerClaim | VerdictClaim | PickClaim
 CLAIM_KINDS: dict[str, type[AnswerClaim] | type[VerdictClaim] | type[PickClaim]] = {
-    "answer": AnswerClaim, "verdict": VerdictClaim, "pick": PickClaim}
+    "answer": AnswerClaim,
+    "verdict": VerdictClaim,
+    "pick": PickClaim,
+}
 
 
 def claim_from_dict(d: dict[str, Any]) -> Claim:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-from types import ModuleType
+from typing import Any
 
 
 class UserError(Exception):
@@ -49,8 +49,9 @@ def install_hint(extra: str) -> str:
     return f"pip install 'rolecast[{extra}]'"
 
 
-def require(package: str, extra: str, *, purpose: str | None = None, module: str | None = None,
-            load: bool = True) -> ModuleType | None:
+def require(
+    package: str, extra: str, *, purpose: str | None = None, module: str | None = None, load: bool = True
+) -> Any:  # the module (None when load=False)
     """Import the optional `package` (its import name), or `module` that needs it, or fail with one line
     naming the install command.
 

@@ -14,11 +14,18 @@ from .runtime import build_runtime
 from .train.checkpoint import list_checkpoints, load_checkpoint, restore_policies
 
 
-def run_eval_command(cfg: RunConfig, *, checkpoint: str | None = None, every: int = 0, n_samples: int | None = None,
-                     size: int | None = None, out: str | None = None) -> int:
+def run_eval_command(
+    cfg: RunConfig,
+    *,
+    checkpoint: str | None = None,
+    every: int = 0,
+    n_samples: int | None = None,
+    size: int | None = None,
+    out: str | None = None,
+) -> int:
     n = n_samples or cfg.eval.n_samples
     rt = build_runtime(cfg, data_splits=[cfg.task.eval_split])
-    problems = list(rt.task.problems(cfg.task.eval_split))[:size or cfg.eval.size]
+    problems = list(rt.task.problems(cfg.task.eval_split))[: size or cfg.eval.size]
     if not problems:
         raise ValueError(f"task {cfg.task.name!r} has no problems in split {cfg.task.eval_split!r}")
     rt.backend.temperature = cfg.eval.temperature if n == 1 else (cfg.eval.temperature or cfg.rollout.temperature)
@@ -41,12 +48,23 @@ def run_eval_command(cfg: RunConfig, *, checkpoint: str | None = None, every: in
             _, state = load_checkpoint(src, step)
             restore_policies(state, rt.policies)
         rt.backend.reseed(cfg.seed)
-        res = evaluate(rt.spec, problems, task=rt.task, prompts=rt.prompts, router=rt.routing, backend=rt.backend,
-                       n_samples=n, options=cfg.workflow.options, ks=ks)
-        key = eval_key(cfg, run=str(src) if src else "base", step=step, tag="checkpoint" if src else "base",
-                       workflow=rt.spec.name)
+        res = evaluate(
+            rt.spec,
+            problems,
+            task=rt.task,
+            prompts=rt.prompts,
+            router=rt.routing,
+            backend=rt.backend,
+            n_samples=n,
+            options=cfg.workflow.options,
+            ks=ks,
+        )
+        key = eval_key(
+            cfg, run=str(src) if src else "base", step=step, tag="checkpoint" if src else "base", workflow=rt.spec.name
+        )
         append_eval_row(out_path, key, res)
-        print(f"{step:>6} {res.pass1:>8.3f} {res.stderr:>7.3f} "
-              + " ".join(f"{res.pass_k[k]:<8.3f}" for k in ks if k > 1))
+        print(
+            f"{step:>6} {res.pass1:>8.3f} {res.stderr:>7.3f} " + " ".join(f"{res.pass_k[k]:<8.3f}" for k in ks if k > 1)
+        )
     print(f"rows appended to {out_path}")
     return 0

@@ -34,20 +34,35 @@ class EvalResult:
     episodes: list[Episode]
 
     def row(self) -> dict[str, Any]:
-        return {"pass@1": self.pass1, "stderr": self.stderr, **{f"pass@{k}": v for k, v in self.pass_k.items()},
-                "n_problems": self.n_problems, "n_samples": self.n_samples}
+        return {
+            "pass@1": self.pass1,
+            "stderr": self.stderr,
+            **{f"pass@{k}": v for k, v in self.pass_k.items()},
+            "n_problems": self.n_problems,
+            "n_samples": self.n_samples,
+        }
 
 
-def evaluate(spec: WorkflowSpec, problems: Sequence[Problem], *, task: Task, prompts: PromptBook, router: Router,
-             backend: Backend, n_samples: int = 1, options: dict[str, Any] | None = None,
-             ks: Sequence[int] = (1,)) -> EvalResult:
-    episodes = run_episodes(spec, problems, n_samples, task=task, prompts=prompts, router=router, backend=backend,
-                            options=options)
+def evaluate(
+    spec: WorkflowSpec,
+    problems: Sequence[Problem],
+    *,
+    task: Task,
+    prompts: PromptBook,
+    router: Router,
+    backend: Backend,
+    n_samples: int = 1,
+    options: dict[str, Any] | None = None,
+    ks: Sequence[int] = (1,),
+) -> EvalResult:
+    episodes = run_episodes(
+        spec, problems, n_samples, task=task, prompts=prompts, router=router, backend=backend, options=options
+    )
     score_episodes(episodes, {p.id: p for p in problems}, task)
     per_problem: list[float] = []
     correct: list[int] = []
     for i in range(len(problems)):
-        eps = episodes[i * n_samples:(i + 1) * n_samples]
+        eps = episodes[i * n_samples : (i + 1) * n_samples]
         c = sum(ep.reward >= 1.0 for ep in eps)
         correct.append(c)
         per_problem.append(c / n_samples)
@@ -60,9 +75,17 @@ def evaluate(spec: WorkflowSpec, problems: Sequence[Problem], *, task: Task, pro
 
 def eval_key(cfg: Any, *, run: str, step: int, tag: str, workflow: str) -> dict[str, Any]:
     """The key of an eval.jsonl row: (run, step, workflow, task, split, sharing, model), plus a tag."""
-    return {"run": run, "step": step, "tag": tag, "workflow": workflow, "task": cfg.task.name,
-            "split": cfg.task.eval_split, "sharing": cfg.routing.sharing, "model": cfg.model.path,
-            "protocol": cfg.eval.protocol}
+    return {
+        "run": run,
+        "step": step,
+        "tag": tag,
+        "workflow": workflow,
+        "task": cfg.task.name,
+        "split": cfg.task.eval_split,
+        "sharing": cfg.routing.sharing,
+        "model": cfg.model.path,
+        "protocol": cfg.eval.protocol,
+    }
 
 
 def append_eval_row(path: Path, key: dict[str, Any], result: EvalResult) -> dict[str, Any]:

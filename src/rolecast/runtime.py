@@ -32,10 +32,17 @@ class Runtime:
 def make_backend(cfg: RunConfig, policies: PolicySet, tokenizer: Any) -> Backend:
     from .rollout.hf import HFBackend
 
-    return HFBackend(policies, tokenizer, max_new_tokens=cfg.rollout.max_new_tokens,
-                     temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
-                     max_batch=cfg.rollout.max_batch, seed=cfg.seed, decode_threads=cfg.rollout.decode_threads,
-                     max_new_tokens_by_role=cfg.rollout.max_new_tokens_by_role)
+    return HFBackend(
+        policies,
+        tokenizer,
+        max_new_tokens=cfg.rollout.max_new_tokens,
+        temperature=cfg.rollout.temperature,
+        top_p=cfg.rollout.top_p,
+        max_batch=cfg.rollout.max_batch,
+        seed=cfg.seed,
+        decode_threads=cfg.rollout.decode_threads,
+        max_new_tokens_by_role=cfg.rollout.max_new_tokens_by_role,
+    )
 
 
 class SandboxUnavailable(ConfigError):
@@ -52,11 +59,16 @@ def check_code_isolation(cfg: RunConfig, task: Task) -> None:
     if mode == "bwrap":
         return
     if cfg.sandbox.allow_unisolated:
-        log.warning("task %r runs model-written code WITHOUT isolation (%s; sandbox.allow_unisolated is set)",
-                    cfg.task.name, why)
+        log.warning(
+            "task %r runs model-written code WITHOUT isolation (%s; sandbox.allow_unisolated is set)",
+            cfg.task.name,
+            why,
+        )
         return
-    raise SandboxUnavailable(f"task {cfg.task.name!r} runs model-written code, but the sandbox cannot isolate it: "
-                             f"{why}.\n  To fix: {UNISOLATED_HELP}.")
+    raise SandboxUnavailable(
+        f"task {cfg.task.name!r} runs model-written code, but the sandbox cannot isolate it: "
+        f"{why}.\n  To fix: {UNISOLATED_HELP}."
+    )
 
 
 def build_runtime(cfg: RunConfig, data_splits: Sequence[str] | None = None) -> Runtime:
@@ -80,7 +92,13 @@ def build_runtime(cfg: RunConfig, data_splits: Sequence[str] | None = None) -> R
             field = "task.train_split" if split == cfg.task.train_split else "task.eval_split"
             raise DatasetError(f"{field} {split!r}: {e}") from e
     tokenizer = load_tokenizer(cfg.model.path)
-    policies = PolicySet(cfg.model.path, routing.policy_ids, mode=cfg.model.trainable,
-                         lora=cfg.model.lora.model_dump(), dtype=cfg.model.dtype, seed=cfg.seed,
-                         mixed_adapters=cfg.rollout.mixed_adapters)
+    policies = PolicySet(
+        cfg.model.path,
+        routing.policy_ids,
+        mode=cfg.model.trainable,
+        lora=cfg.model.lora.model_dump(),
+        dtype=cfg.model.dtype,
+        seed=cfg.seed,
+        mixed_adapters=cfg.rollout.mixed_adapters,
+    )
     return Runtime(spec, routing, task, prompts, tokenizer, policies, make_backend(cfg, policies, tokenizer))

@@ -105,7 +105,7 @@ def difference(a: CurvePoint, b: CurvePoint, z: float = Z_95) -> Difference:
         se = max(math.sqrt(var / len(d)), 0.5 / len(d))
         return Difference(mean, se, mean - z * se, mean + z * se, True)
     value = b.value - a.value
-    se = math.sqrt(a.se ** 2 + b.se ** 2)
+    se = math.sqrt(a.se**2 + b.se**2)
     return Difference(value, se, value - z * se, value + z * se, False)
 
 
@@ -116,8 +116,11 @@ def eval_points(rows: Iterable[dict[str, Any]], notes: list[str] | None = None) 
     `rolecast eval --workflow ...` appended to the same file); when a step was evaluated more than once the
     evaluation with the most samples (n_problems * n_samples) wins, the later one on ties."""
     notes = notes if notes is not None else []
-    rows = [r for r in rows if isinstance(r, dict) and isinstance(r.get("pass@1"), (int, float))
-            and isinstance(r.get("step"), int)]
+    rows = [
+        r
+        for r in rows
+        if isinstance(r, dict) and isinstance(r.get("pass@1"), (int, float)) and isinstance(r.get("step"), int)
+    ]
     if not rows:
         return []
     keys = Counter((r.get("task"), r.get("split"), r.get("workflow")) for r in rows)
@@ -139,8 +142,16 @@ def eval_points(rows: Iterable[dict[str, Any]], notes: list[str] | None = None) 
         n = int(r.get("n_problems") or 0)
         per = r.get("per_problem")
         per_t = tuple(float(x) for x in per) if isinstance(per, list) and len(per) == n and n else None
-        out.append(CurvePoint(step, float(r["pass@1"]), floored_se(float(r["pass@1"]), n, r.get("stderr")), n,
-                              str(r.get("tag", "")), per_t))
+        out.append(
+            CurvePoint(
+                step,
+                float(r["pass@1"]),
+                floored_se(float(r["pass@1"]), n, r.get("stderr")),
+                n,
+                str(r.get("tag", "")),
+                per_t,
+            )
+        )
     return out
 
 
@@ -151,7 +162,7 @@ def training_points(metrics: Sequence[dict[str, Any]], key: str = "accuracy", wi
     rows = [m for m in metrics if isinstance(m.get(key), (int, float)) and isinstance(m.get("step"), int)]
     out = []
     for i in range(0, len(rows), max(window, 1)):
-        chunk = rows[i:i + window]
+        chunk = rows[i : i + window]
         n = int(sum(float(m.get("episodes") or 1) for m in chunk))
         v = sum(float(m[key]) for m in chunk) / len(chunk)
         out.append(CurvePoint(int(chunk[-1]["step"]), v, floored_se(v, n), n, "train"))
@@ -164,8 +175,14 @@ def cliff_z(n_points: int, alpha: float = 0.05) -> float:
     return NormalDist().inv_cdf(1 - alpha / (2 * max(n_points, 1)))
 
 
-def detect_cliff(points: Sequence[CurvePoint], *, min_points: int = 2, alpha: float = 0.05, z: float | None = None,
-                 min_drop: float = 0.02) -> Cliff | None:
+def detect_cliff(
+    points: Sequence[CurvePoint],
+    *,
+    min_points: int = 2,
+    alpha: float = 0.05,
+    z: float | None = None,
+    min_drop: float = 0.02,
+) -> Cliff | None:
     """The terminal-cliff rule. Let the peak be the highest point (the earliest on ties). A cliff starts at the
     first point after the peak from which *every* later point, to the end of the curve, is below the peak by more
     than z standard errors of the difference (unpaired, or paired where per-problem results exist) and by at
@@ -194,9 +211,16 @@ def detect_cliff(points: Sequence[CurvePoint], *, min_points: int = 2, alpha: fl
     return Cliff(points[start].step, peak.step, difference(peak, points[-1], z), len(points) - start, z)
 
 
-def summarize_curve(points: Sequence[CurvePoint], *, source: str = "eval.jsonl", min_points: int = 2,
-                    alpha: float = 0.05, min_drop: float = 0.02, z: float = Z_95,
-                    notes: list[str] | None = None) -> CurveSummary | None:
+def summarize_curve(
+    points: Sequence[CurvePoint],
+    *,
+    source: str = "eval.jsonl",
+    min_points: int = 2,
+    alpha: float = 0.05,
+    min_drop: float = 0.02,
+    z: float = Z_95,
+    notes: list[str] | None = None,
+) -> CurveSummary | None:
     """Base (the step-0 point, if evaluated), peak (highest, earliest on ties), final (last point), gain = final -
     base and peak gain = peak - base with z-intervals (95% by default), and the cliff per `detect_cliff` (its own
     corrected z from alpha). None for an empty curve."""
@@ -207,10 +231,21 @@ def summarize_curve(points: Sequence[CurvePoint], *, source: str = "eval.jsonl",
     peak = max(points, key=lambda p: (p.value, -p.step))
     final = points[-1]
     return CurveSummary(
-        source=source, points=list(points), base=base, peak=peak, final=final,
+        source=source,
+        points=list(points),
+        base=base,
+        peak=peak,
+        final=final,
         gain=difference(base, final, z) if base is not None and final is not base else None,
         peak_gain=difference(base, peak, z) if base is not None and peak is not base else None,
         final_vs_peak=difference(peak, final, z),
         cliff=detect_cliff(points, min_points=min_points, alpha=alpha, min_drop=min_drop),
-        rule={"min_points": min_points, "alpha": alpha, "cliff_z": cliff_z(len(points), alpha), "min_drop": min_drop,
-              "interval_z": z}, notes=list(notes or []))
+        rule={
+            "min_points": min_points,
+            "alpha": alpha,
+            "cliff_z": cliff_z(len(points), alpha),
+            "min_drop": min_drop,
+            "interval_z": z,
+        },
+        notes=list(notes or []),
+    )

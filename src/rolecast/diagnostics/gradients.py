@@ -38,8 +38,13 @@ Vector = torch.Tensor
 def flat_grad(params: Sequence[torch.nn.Parameter]) -> Vector:
     """All gradients as one float32 (float64 for float64 parameters) vector; a missing grad counts as zeros."""
     dtype = _flat_dtype(params)
-    return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).detach().reshape(-1).to(dtype)
-                      for p in params]) if params else torch.zeros(0)
+    return (
+        torch.cat(
+            [(p.grad if p.grad is not None else torch.zeros_like(p)).detach().reshape(-1).to(dtype) for p in params]
+        )
+        if params
+        else torch.zeros(0)
+    )
 
 
 def flat_params(params: Sequence[torch.nn.Parameter]) -> Vector:
@@ -71,7 +76,7 @@ class CountSketch:
         x = x.reshape(-1)
         out = torch.zeros(self.dim, dtype=x.dtype, device=x.device)
         for start in range(0, x.numel(), self.CHUNK):
-            part = x[start:start + self.CHUNK]
+            part = x[start : start + self.CHUNK]
             gen = torch.Generator().manual_seed(self.seed * 1_000_003 + start // self.CHUNK)
             buckets = torch.randint(self.dim, (part.numel(),), generator=gen)
             signs = torch.randint(2, (part.numel(),), generator=gen).to(x.dtype).mul_(2).sub_(1)
@@ -94,8 +99,9 @@ class InstanceGradients:
     Exact mode keeps one flat vector per instance. With a `sketch`, it keeps the instance's sketch plus the
     running sum (and one exact vector per role only when `keep_roles`, for interventions that rescale roles)."""
 
-    def __init__(self, params: Sequence[torch.nn.Parameter], sketch: CountSketch | None = None,
-                 keep_roles: bool = False):
+    def __init__(
+        self, params: Sequence[torch.nn.Parameter], sketch: CountSketch | None = None, keep_roles: bool = False
+    ):
         self.params = list(params)
         self.sketch, self.keep_roles = sketch, keep_roles
         self.vectors: dict[str, Vector] = {}  # instance -> exact gradient (or its sketch)
@@ -143,7 +149,7 @@ class InstanceGradients:
         for p, has in zip(self.params, self._has_grad, strict=True):
             n = p.numel()
             if has:
-                p.grad = total[offset:offset + n].view_as(p).to(p.dtype)  # a view of a buffer no one else holds
+                p.grad = total[offset : offset + n].view_as(p).to(p.dtype)  # a view of a buffer no one else holds
             offset += n
 
 
@@ -221,8 +227,12 @@ def gradient_statistics(instance_vectors: dict[str, Vector], role_of: dict[str, 
             inst_norms = sub.diagonal().clamp(min=0).sqrt()
             mean_norm = float(inst_norms.mean())
             st.amplification[ra] = float(norms[a]) / mean_norm if mean_norm > 0 else float("nan")
-            cosines = [float(sub[i, j] / (inst_norms[i] * inst_norms[j])) for i in range(len(idx))
-                       for j in range(i + 1, len(idx)) if inst_norms[i] > 0 and inst_norms[j] > 0]
+            cosines = [
+                float(sub[i, j] / (inst_norms[i] * inst_norms[j]))
+                for i in range(len(idx))
+                for j in range(i + 1, len(idx))
+                if inst_norms[i] > 0 and inst_norms[j] > 0
+            ]
             st.instance_cos[ra] = sum(cosines) / len(cosines) if cosines else float("nan")
     finite = {r: s for r, s in st.share.items() if math.isfinite(s)}
     if finite:
@@ -279,8 +289,15 @@ class GradientMonitor:
     monitor is built, before a checkpoint is loaded: policy initialisation is a function of the run seed, so a
     resumed run measures drift from the same point without storing them."""
 
-    def __init__(self, every: int, policy_params: dict[str, Sequence[torch.nn.Parameter]], *, sketch_dim: int = 0,
-                 ema_decay: float = 0.9, seed: int = 0):
+    def __init__(
+        self,
+        every: int,
+        policy_params: dict[str, Sequence[torch.nn.Parameter]],
+        *,
+        sketch_dim: int = 0,
+        ema_decay: float = 0.9,
+        seed: int = 0,
+    ):
         self.every = every
         self.sketch = CountSketch(sketch_dim, seed) if sketch_dim else None
         self.ema_decay = ema_decay
@@ -294,8 +311,13 @@ class GradientMonitor:
         gc = cfg.diagnostics.gradients
         if not gc.every:
             return None
-        return cls(gc.every, {pid: policies.parameters(pid) for pid in policy_ids}, sketch_dim=gc.sketch_dim,
-                   ema_decay=gc.ema_decay, seed=cfg.seed)
+        return cls(
+            gc.every,
+            {pid: policies.parameters(pid) for pid in policy_ids},
+            sketch_dim=gc.sketch_dim,
+            ema_decay=gc.ema_decay,
+            seed=cfg.seed,
+        )
 
     def due(self, step: int) -> bool:
         """`step` is 0-based; diagnostics run on 1-based steps every, 2 * every, ..."""
@@ -364,8 +386,12 @@ class GradientMonitor:
     # --- checkpoints ---
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        return {f"ema/{pid}/{role}": e.state for pid, roles in self.ema.items() for role, e in roles.items()
-                if e.state is not None}
+        return {
+            f"ema/{pid}/{role}": e.state
+            for pid, roles in self.ema.items()
+            for role, e in roles.items()
+            if e.state is not None
+        }
 
     def load_state_dict(self, state: dict[str, torch.Tensor] | None) -> None:
         self.ema = {}

@@ -55,8 +55,12 @@ def episode_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
 def _claim_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
     """Evaluator precision/recall against ground truth and aggregator agreement with a correct candidate."""
     out: dict[str, float] = {}
-    verdicts = [c for ep in episodes for t in ep.turns
-                if isinstance(c := t.claim, VerdictClaim) and c.reviewed_correct is not None]
+    verdicts = [
+        c
+        for ep in episodes
+        for t in ep.turns
+        if isinstance(c := t.claim, VerdictClaim) and c.reviewed_correct is not None
+    ]
     if verdicts:
         accepted = [v for v in verdicts if v.accept]
         truly = [v for v in verdicts if v.reviewed_correct]
@@ -64,8 +68,12 @@ def _claim_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
         out["wf/evaluator_precision"] = _mean(float(bool(v.reviewed_correct)) for v in accepted)
         out["wf/evaluator_recall"] = _mean(float(v.accept) for v in truly)
         out["wf/evaluator_accuracy"] = _mean(float(bool(v.correct)) for v in verdicts)
-    picks = [c for ep in episodes for t in ep.turns
-             if isinstance(c := t.claim, PickClaim) and c.candidates_correct is not None]
+    picks = [
+        c
+        for ep in episodes
+        for t in ep.turns
+        if isinstance(c := t.claim, PickClaim) and c.candidates_correct is not None
+    ]
     if picks:
         solvable = [p for p in picks if any(p.candidates_correct or ())]
         out["wf/aggregator_solvable"] = len(solvable) / len(picks)

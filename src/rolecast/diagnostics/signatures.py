@@ -132,7 +132,7 @@ def claim_dict(claim: Any) -> dict[str, Any] | None:
         return None
     kind = d.get("kind") or getattr(claim, "kind", None)
     if not isinstance(kind, str):
-        kind = ("verdict" if "accept" in d else "pick" if "picked" in d else "answer" if "text" in d else None)
+        kind = "verdict" if "accept" in d else "pick" if "picked" in d else "answer" if "text" in d else None
     d["kind"] = kind
     return d
 
@@ -145,17 +145,23 @@ def view_episodes(episodes: Iterable[Any]) -> list[EpisodeView]:
         for t in _get(ep, "turns", None) or []:
             text = _get(t, "text", "") or ""
             role = str(_get(t, "role", "?"))
-            turns.append(TurnView(role=role, instance=str(_get(t, "instance", role)), text=str(text),
-                                  finish_reason=str(_get(t, "finish_reason", "stop")),
-                                  n_completion=len(_get(t, "completion_ids", None) or []),
-                                  claim=claim_dict(_get(t, "claim", None))))
+            turns.append(
+                TurnView(
+                    role=role,
+                    instance=str(_get(t, "instance", role)),
+                    text=str(text),
+                    finish_reason=str(_get(t, "finish_reason", "stop")),
+                    n_completion=len(_get(t, "completion_ids", None) or []),
+                    claim=claim_dict(_get(t, "claim", None)),
+                )
+            )
         out.append(EpisodeView(str(_get(ep, "problem_id", "?")), int(_get(ep, "sample", 0) or 0), turns))
     return out
 
 
 def excerpt(text: str, limit: int = 160) -> str:
     text = " ".join(text.split())
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _example(step: int, ep: EpisodeView, t: TurnView) -> Example:
@@ -178,9 +184,17 @@ def planner_solves(step: int, episodes: Sequence[EpisodeView], th: SignatureThre
         bad = [(ep, t) for ep, t in turns if last_boxed(t.text) is not None or not parse_strategies(t.text, 99)]
         rate = len(bad) / len(turns)
         if rate >= th.planner_solves_rate:
-            out.append(Finding("planner_solves", step, role, rate, th.planner_solves_rate,
-                               f"{len(bad)}/{len(turns)} {role} turns answer (\\boxed{{}}) or plan no STRATEGY",
-                               [_example(step, ep, t) for ep, t in bad[:th.examples]]))
+            out.append(
+                Finding(
+                    "planner_solves",
+                    step,
+                    role,
+                    rate,
+                    th.planner_solves_rate,
+                    f"{len(bad)}/{len(turns)} {role} turns answer (\\boxed{{}}) or plan no STRATEGY",
+                    [_example(step, ep, t) for ep, t in bad[: th.examples]],
+                )
+            )
     return out
 
 
@@ -204,17 +218,28 @@ def parallel_echo(step: int, episodes: Sequence[EpisodeView], th: SignatureThres
                 continue
             eligible[role] += 1
             texts = [_norm(t.text) for t in ts]
-            if all(difflib.SequenceMatcher(None, a, b).ratio() >= th.echo_similarity
-                   for i, a in enumerate(texts) for b in texts[i + 1:]):
+            if all(
+                difflib.SequenceMatcher(None, a, b).ratio() >= th.echo_similarity
+                for i, a in enumerate(texts)
+                for b in texts[i + 1 :]
+            ):
                 echoes[role].append((ep, ts[0]))
                 echoes[role].append((ep, ts[1]))
     out = []
     for role, n in eligible.items():
         rate = len(echoes[role]) / 2 / n
         if rate >= th.echo_rate:
-            out.append(Finding("parallel_echo", step, role, rate, th.echo_rate,
-                               f"{len(echoes[role]) // 2}/{n} episodes: all {role} instances near-identical",
-                               [_example(step, ep, t) for ep, t in echoes[role][:2 * th.examples]]))
+            out.append(
+                Finding(
+                    "parallel_echo",
+                    step,
+                    role,
+                    rate,
+                    th.echo_rate,
+                    f"{len(echoes[role]) // 2}/{n} episodes: all {role} instances near-identical",
+                    [_example(step, ep, t) for ep, t in echoes[role][: 2 * th.examples]],
+                )
+            )
     return out
 
 
@@ -235,17 +260,26 @@ def evaluator_rewrites(step: int, episodes: Sequence[EpisodeView], th: Signature
                 continue
             boxed = last_boxed(t.text)
             answer_box = boxed is not None and boxed.strip().strip(".").lower() not in ("correct", "incorrect")
-            long = (len(t.text) >= th.evaluator_rewrite_chars
-                    and len(t.text) >= th.evaluator_rewrite_ratio * len(_reviewed_text(t.claim)))
+            long = len(t.text) >= th.evaluator_rewrite_chars and len(t.text) >= th.evaluator_rewrite_ratio * len(
+                _reviewed_text(t.claim)
+            )
             by_role[t.role].append((ep, t, "```" in t.text or answer_box or long))
     out = []
     for role, rows in by_role.items():
         bad = [(ep, t) for ep, t, b in rows if b]
         rate = len(bad) / len(rows)
         if rate >= th.evaluator_rewrite_rate:
-            out.append(Finding("evaluator_rewrites", step, role, rate, th.evaluator_rewrite_rate,
-                               f"{len(bad)}/{len(rows)} {role} verdicts contain code, an answer box or a rewrite",
-                               [_example(step, ep, t) for ep, t in bad[:th.examples]]))
+            out.append(
+                Finding(
+                    "evaluator_rewrites",
+                    step,
+                    role,
+                    rate,
+                    th.evaluator_rewrite_rate,
+                    f"{len(bad)}/{len(rows)} {role} verdicts contain code, an answer box or a rewrite",
+                    [_example(step, ep, t) for ep, t in bad[: th.examples]],
+                )
+            )
     return out
 
 
@@ -274,14 +308,30 @@ def aggregator_answers(step: int, episodes: Sequence[EpisodeView], th: Signature
     pick turns is >= aggregator_answers_rate. (A pick with no box at all is a format failure.)"""
     out = []
     for role, rows in _picks(episodes).items():
-        bad = [(ep, t) for ep, t in rows if last_boxed(t.text) is not None
-               and _box_index(t.text, len(t.claim["candidates"])) is None]  # type: ignore[index]
+        bad = [
+            (ep, t)
+            for ep, t in rows
+            if last_boxed(t.text) is not None and _box_index(t.text, len(_claim(t)["candidates"])) is None
+        ]
         rate = len(bad) / len(rows)
         if rate >= th.aggregator_answers_rate:
-            out.append(Finding("aggregator_answers", step, role, rate, th.aggregator_answers_rate,
-                               f"{len(bad)}/{len(rows)} {role} turns box something other than a candidate index",
-                               [_example(step, ep, t) for ep, t in bad[:th.examples]]))
+            out.append(
+                Finding(
+                    "aggregator_answers",
+                    step,
+                    role,
+                    rate,
+                    th.aggregator_answers_rate,
+                    f"{len(bad)}/{len(rows)} {role} turns box something other than a candidate index",
+                    [_example(step, ep, t) for ep, t in bad[: th.examples]],
+                )
+            )
     return out
+
+
+def _claim(t: Any) -> dict[str, Any]:
+    """A turn view's claim as a dict (the pick turns `_picks` returns always have one)."""
+    return t.claim or {}
 
 
 def _contested(claim: dict[str, Any], extract: AnswerExtractor) -> bool:
@@ -293,31 +343,42 @@ def _contested(claim: dict[str, Any], extract: AnswerExtractor) -> bool:
     return len(set(answers)) > 1
 
 
-def position_bias(step: int, episodes: Sequence[EpisodeView], th: SignatureThresholds,
-                  extract: AnswerExtractor = last_boxed) -> list[Finding]:
+def position_bias(
+    step: int, episodes: Sequence[EpisodeView], th: SignatureThresholds, extract: AnswerExtractor = last_boxed
+) -> list[Finding]:
     """Aggregator position bias: among contested picks (candidates differ in correctness, or in answers when
     unscored), the share going to the most-picked index. Fires when that share is >= position_bias_rate with at
     least position_bias_min contested picks (chance is 1/n)."""
     out = []
     for role, rows in _picks(episodes).items():
-        rows = [(ep, t) for ep, t in rows if isinstance(t.claim.get("picked"), int)  # type: ignore[union-attr]
-                and _contested(t.claim, extract)]  # type: ignore[arg-type]
+        rows = [
+            (ep, t) for ep, t in rows if isinstance(_claim(t).get("picked"), int) and _contested(_claim(t), extract)
+        ]
         if len(rows) < th.position_bias_min:
             continue
-        counts = Counter(t.claim["picked"] for _, t in rows)  # type: ignore[index]
+        counts = Counter(_claim(t)["picked"] for _, t in rows)
         index, top = counts.most_common(1)[0]
         rate = top / len(rows)
         if rate >= th.position_bias_rate:
-            n = max(len(t.claim["candidates"]) for _, t in rows)  # type: ignore[index]
-            ex = [(ep, t) for ep, t in rows if t.claim["picked"] == index]  # type: ignore[index]
-            out.append(Finding("position_bias", step, role, rate, th.position_bias_rate,
-                               f"{top}/{len(rows)} contested picks chose candidate {index + 1} (chance 1/{n})",
-                               [_example(step, ep, t) for ep, t in ex[:th.examples]]))
+            n = max(len(_claim(t)["candidates"]) for _, t in rows)
+            ex = [(ep, t) for ep, t in rows if _claim(t)["picked"] == index]
+            out.append(
+                Finding(
+                    "position_bias",
+                    step,
+                    role,
+                    rate,
+                    th.position_bias_rate,
+                    f"{top}/{len(rows)} contested picks chose candidate {index + 1} (chance 1/{n})",
+                    [_example(step, ep, t) for ep, t in ex[: th.examples]],
+                )
+            )
     return out
 
 
-def blind_majority(step: int, episodes: Sequence[EpisodeView], th: SignatureThresholds,
-                   extract: AnswerExtractor = last_boxed) -> list[Finding]:
+def blind_majority(
+    step: int, episodes: Sequence[EpisodeView], th: SignatureThresholds, extract: AnswerExtractor = last_boxed
+) -> list[Finding]:
     """Aggregator blind majority: picks where a strict majority of candidates share a wrong answer and some
     other candidate is correct (needs scored claims: candidates_correct). Fires when the share of such picks
     that went to the majority is >= blind_majority_rate, with at least blind_majority_min such picks."""
@@ -342,14 +403,23 @@ def blind_majority(step: int, episodes: Sequence[EpisodeView], th: SignatureThre
         followed = [(ep, t) for ep, t, m in cases if m]
         rate = len(followed) / len(cases)
         if rate >= th.blind_majority_rate:
-            out.append(Finding("blind_majority", step, role, rate, th.blind_majority_rate,
-                               f"{len(followed)}/{len(cases)} picks followed a wrong majority over a correct minority",
-                               [_example(step, ep, t) for ep, t in followed[:th.examples]]))
+            out.append(
+                Finding(
+                    "blind_majority",
+                    step,
+                    role,
+                    rate,
+                    th.blind_majority_rate,
+                    f"{len(followed)}/{len(cases)} picks followed a wrong majority over a correct minority",
+                    [_example(step, ep, t) for ep, t in followed[: th.examples]],
+                )
+            )
     return out
 
 
-def format_failure(step: int, episodes: Sequence[EpisodeView], th: SignatureThresholds,
-                   extract: AnswerExtractor = last_boxed) -> list[Finding]:
+def format_failure(
+    step: int, episodes: Sequence[EpisodeView], th: SignatureThresholds, extract: AnswerExtractor = last_boxed
+) -> list[Finding]:
     """Format failure: claiming turns with no parseable answer or decision: an answer claim whose text has no
     extractable answer (the task's extractor; \\boxed{} by default), a verdict with no \\boxed{} at all, a pick
     with neither a \\boxed{} nor a digit 1..n. Per role; fires when the share is >= format_failure_rate over at
@@ -376,22 +446,37 @@ def format_failure(step: int, episodes: Sequence[EpisodeView], th: SignatureThre
         failed = [(ep, t) for ep, t, b in rs if b]
         rate = len(failed) / len(rs)
         if rate >= th.format_failure_rate:
-            out.append(Finding("format_failure", step, role, rate, th.format_failure_rate,
-                               f"{len(failed)}/{len(rs)} {role} turns have no parseable answer or decision",
-                               [_example(step, ep, t) for ep, t in failed[:th.examples]]))
+            out.append(
+                Finding(
+                    "format_failure",
+                    step,
+                    role,
+                    rate,
+                    th.format_failure_rate,
+                    f"{len(failed)}/{len(rs)} {role} turns have no parseable answer or decision",
+                    [_example(step, ep, t) for ep, t in failed[: th.examples]],
+                )
+            )
     return out
 
 
-def episode_findings(step: int, episodes: Iterable[Any], th: SignatureThresholds | None = None,
-                     extract: AnswerExtractor = last_boxed) -> list[Finding]:
+def episode_findings(
+    step: int, episodes: Iterable[Any], th: SignatureThresholds | None = None, extract: AnswerExtractor = last_boxed
+) -> list[Finding]:
     """Every episode detector on one step's episodes (objects or dicts)."""
     th = th or SignatureThresholds()
     views = view_episodes(episodes)
     if not views:
         return []
-    return [*planner_solves(step, views, th), *parallel_echo(step, views, th), *evaluator_rewrites(step, views, th),
-            *aggregator_answers(step, views, th), *position_bias(step, views, th, extract),
-            *blind_majority(step, views, th, extract), *format_failure(step, views, th, extract)]
+    return [
+        *planner_solves(step, views, th),
+        *parallel_echo(step, views, th),
+        *evaluator_rewrites(step, views, th),
+        *aggregator_answers(step, views, th),
+        *position_bias(step, views, th, extract),
+        *blind_majority(step, views, th, extract),
+        *format_failure(step, views, th, extract),
+    ]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -399,8 +484,11 @@ def episode_findings(step: int, episodes: Iterable[Any], th: SignatureThresholds
 
 
 def _finite(x: Any) -> float | None:
-    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and x == x and abs(x) != float("inf") \
+    return (
+        float(x)
+        if isinstance(x, (int, float)) and not isinstance(x, bool) and x == x and abs(x) != float("inf")
         else None
+    )
 
 
 class _Tracked:
@@ -458,15 +546,14 @@ class SeriesSignatures:
         th = self.th
         views: list[EpisodeView] | None = None
 
-        def examples(pred: Callable[[TurnView], bool], key: Callable[[TurnView], float] | None = None
-                     ) -> list[Example]:
+        def examples(pred: Callable[[TurnView], bool], key: Callable[[TurnView], float] | None = None) -> list[Example]:
             nonlocal views
             if views is None:
                 views = view_episodes(episodes)
             rows = [(ep, t) for ep in views for t in ep.turns if pred(t)]
             if key is not None:
                 rows.sort(key=lambda r: key(r[1]))
-            return [_example(step, ep, t) for ep, t in rows[:th.examples]]
+            return [_example(step, ep, t) for ep, t in rows[: th.examples]]
 
         def of_role(role: str, truncated: bool = False) -> Callable[[TurnView], bool]:
             return lambda t: t.role == role and (not truncated or t.finish_reason == "length")
@@ -483,32 +570,81 @@ class SeriesSignatures:
                 continue
             base, cur = tr.baseline, tr.current
             if stat == "length" and base > 0 and cur <= th.length_collapse_ratio * base:
-                out.append(Finding("length_collapse", step, role, cur / base, th.length_collapse_ratio,
-                                   f"{role} mean length {cur:.1f} tokens vs {base:.1f} at the start",
-                                   examples(of_role(role), lambda t: len(t.text))))
+                out.append(
+                    Finding(
+                        "length_collapse",
+                        step,
+                        role,
+                        cur / base,
+                        th.length_collapse_ratio,
+                        f"{role} mean length {cur:.1f} tokens vs {base:.1f} at the start",
+                        examples(of_role(role), lambda t: len(t.text)),
+                    )
+                )
             elif stat == "length" and base > 0 and cur >= th.length_blowup_ratio * base:
-                out.append(Finding("length_blowup", step, role, cur / base, th.length_blowup_ratio,
-                                   f"{role} mean length {cur:.1f} tokens vs {base:.1f} at the start",
-                                   examples(of_role(role), lambda t: -len(t.text))))
+                out.append(
+                    Finding(
+                        "length_blowup",
+                        step,
+                        role,
+                        cur / base,
+                        th.length_blowup_ratio,
+                        f"{role} mean length {cur:.1f} tokens vs {base:.1f} at the start",
+                        examples(of_role(role), lambda t: -len(t.text)),
+                    )
+                )
             elif stat == "entropy" and base > 0 and cur <= th.entropy_collapse_ratio * base:
-                out.append(Finding("entropy_collapse", step, role, cur / base, th.entropy_collapse_ratio,
-                                   f"{role} token entropy {cur:.3f} vs {base:.3f} at the start",
-                                   examples(of_role(role))))
+                out.append(
+                    Finding(
+                        "entropy_collapse",
+                        step,
+                        role,
+                        cur / base,
+                        th.entropy_collapse_ratio,
+                        f"{role} token entropy {cur:.3f} vs {base:.3f} at the start",
+                        examples(of_role(role)),
+                    )
+                )
             elif stat == "truncated" and cur >= th.truncation_surge_min and cur - base >= th.truncation_surge_delta:
-                out.append(Finding("truncation_surge", step, role, cur, th.truncation_surge_min,
-                                   f"{role} truncated share {cur:.2f} vs {base:.2f} at the start",
-                                   examples(of_role(role, truncated=True))))
+                out.append(
+                    Finding(
+                        "truncation_surge",
+                        step,
+                        role,
+                        cur,
+                        th.truncation_surge_min,
+                        f"{role} truncated share {cur:.2f} vs {base:.2f} at the start",
+                        examples(of_role(role, truncated=True)),
+                    )
+                )
         acc, prec = _finite(metrics.get("wf/evaluator_accept_rate")), _finite(metrics.get("wf/evaluator_precision"))
         if acc is not None and prec is not None:
             ta, tp = self._track("wf/evaluator_accept_rate", acc), self._track("wf/evaluator_precision", prec)
-            if ta.ready and tp.ready and ta.current >= th.rubber_stamp_accept \
-                    and tp.current <= tp.baseline - th.rubber_stamp_precision_drop:
-                out.append(Finding(
-                    "rubber_stamping", step, "evaluator", ta.current, th.rubber_stamp_accept,
-                    f"evaluator accepts {ta.current:.2f} of solutions; precision {tp.current:.2f} vs "
-                    f"{tp.baseline:.2f} at the start",
-                    examples(lambda t: bool(t.claim and t.claim.get("kind") == "verdict" and t.claim.get("accept")
-                                            and t.claim.get("reviewed_correct") is False))))
+            if (
+                ta.ready
+                and tp.ready
+                and ta.current >= th.rubber_stamp_accept
+                and tp.current <= tp.baseline - th.rubber_stamp_precision_drop
+            ):
+                out.append(
+                    Finding(
+                        "rubber_stamping",
+                        step,
+                        "evaluator",
+                        ta.current,
+                        th.rubber_stamp_accept,
+                        f"evaluator accepts {ta.current:.2f} of solutions; precision {tp.current:.2f} vs "
+                        f"{tp.baseline:.2f} at the start",
+                        examples(
+                            lambda t: bool(
+                                t.claim
+                                and t.claim.get("kind") == "verdict"
+                                and t.claim.get("accept")
+                                and t.claim.get("reviewed_correct") is False
+                            )
+                        ),
+                    )
+                )
         return out
 
     def state_dict(self) -> dict[str, Any]:

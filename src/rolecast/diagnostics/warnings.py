@@ -101,8 +101,9 @@ class EarlyWarning:
         if episodes:
             findings += episode_findings(step, episodes, self.cfg.signatures, self.extract)
         findings += self.series.update(step, metrics, episodes)
-        alerts = [Alert(f.name, "signature", f.step, f.subject, f.value, f.threshold, f.message, f.examples)
-                  for f in findings]
+        alerts = [
+            Alert(f.name, "signature", f.step, f.subject, f.value, f.threshold, f.message, f.examples) for f in findings
+        ]
         alerts += self._gradient_alerts(step, metrics)
         return alerts
 
@@ -124,28 +125,57 @@ class EarlyWarning:
                 n = _num(metrics.get(f"grad/{pid}/{role}/instances"))
                 if n is not None and n < 2:
                     continue
-                thr = (math.sqrt(n) + c.amplification_coherence * (n - math.sqrt(n)) if n is not None
-                       else c.amplification_abs)
+                thr = (
+                    math.sqrt(n) + c.amplification_coherence * (n - math.sqrt(n))
+                    if n is not None
+                    else c.amplification_abs
+                )
                 if x >= thr:
-                    out.append(Alert("amplification", "gradient", step, f"{pid}/{role}", x, thr,
-                                     f"{role} on {pid}: amplification {x:.2f} with "
-                                     f"{int(n) if n is not None else '?'} instances (>= {thr:.2f})"))
+                    out.append(
+                        Alert(
+                            "amplification",
+                            "gradient",
+                            step,
+                            f"{pid}/{role}",
+                            x,
+                            thr,
+                            f"{role} on {pid}: amplification {x:.2f} with "
+                            f"{int(n) if n is not None else '?'} instances (>= {thr:.2f})",
+                        )
+                    )
             elif m and m.group("stat") == "persistence":
                 window = self.persist.setdefault(k, [])
                 window.append(x)
-                del window[:-c.signatures.window]
+                del window[: -c.signatures.window]
                 mean = sum(window) / len(window)
                 if len(window) == c.signatures.window and mean >= c.persistence:
-                    out.append(Alert("persistence", "gradient", step, f"{m.group('pid')}/{m.group('role')}", mean,
-                                     c.persistence, f"{m.group('role')} on {m.group('pid')}: gradient direction "
-                                     f"persistence {mean:.2f} over {len(window)} diagnosed steps"))
+                    out.append(
+                        Alert(
+                            "persistence",
+                            "gradient",
+                            step,
+                            f"{m.group('pid')}/{m.group('role')}",
+                            mean,
+                            c.persistence,
+                            f"{m.group('role')} on {m.group('pid')}: gradient direction "
+                            f"persistence {mean:.2f} over {len(window)} diagnosed steps",
+                        )
+                    )
             cap = re.fullmatch(r"grad/(?P<pid>[^/]+)/capture_index", k)
             if cap and len(roles_of.get(cap.group("pid"), ())) >= 2 and x >= c.capture_index:
                 pid = cap.group("pid")
                 holder = metrics.get(f"grad/{pid}/capture_role")
-                out.append(Alert("capture", "gradient", step, f"{pid}/{holder}", x, c.capture_index,
-                                 f"{holder} holds {x:.2f} of {pid}'s gradient "
-                                 f"({len(roles_of[pid])} roles share it)"))
+                out.append(
+                    Alert(
+                        "capture",
+                        "gradient",
+                        step,
+                        f"{pid}/{holder}",
+                        x,
+                        c.capture_index,
+                        f"{holder} holds {x:.2f} of {pid}'s gradient ({len(roles_of[pid])} roles share it)",
+                    )
+                )
             for pattern, name in _SPIKES:
                 sm = pattern.match(k)
                 if not sm:
@@ -156,16 +186,28 @@ class EarlyWarning:
                 if len(hist) >= c.spike_min_history:
                     med = statistics.median(hist)
                     if med > 0 and x > c.spike_ratio * med:
-                        out.append(Alert(name, "gradient", step, sm.group("subject"), x / med, c.spike_ratio,
-                                         f"{k} = {x:.4g}, {x / med:.1f}x its running median {med:.4g}"))
+                        out.append(
+                            Alert(
+                                name,
+                                "gradient",
+                                step,
+                                sm.group("subject"),
+                                x / med,
+                                c.spike_ratio,
+                                f"{k} = {x:.4g}, {x / med:.1f}x its running median {med:.4g}",
+                            )
+                        )
                 hist.append(x)
-                del hist[:-c.spike_history]
+                del hist[: -c.spike_history]
                 break
         return out
 
     def state_dict(self) -> dict[str, Any]:
-        return {"series": self.series.state_dict(), "history": {k: list(v) for k, v in self.history.items()},
-                "persist": {k: list(v) for k, v in self.persist.items()}}
+        return {
+            "series": self.series.state_dict(),
+            "history": {k: list(v) for k, v in self.history.items()},
+            "persist": {k: list(v) for k, v in self.persist.items()},
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.series.load_state_dict(state.get("series", {}))

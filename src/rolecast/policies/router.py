@@ -31,8 +31,9 @@ class Routing:
         return sorted(set(self.table.values()))
 
 
-def build_routing(roles: list[str], sharing: str, mapping: dict[str, str] | None = None,
-                  policies: list[str] | None = None) -> Routing:
+def build_routing(
+    roles: list[str], sharing: str, mapping: dict[str, str] | None = None, policies: list[str] | None = None
+) -> Routing:
     """Check everything a routing needs before a model is loaded; errors name the bad entry.
     `policies`, when given, declares the policy ids that exist: a map naming any other is a typo."""
     if policies is not None and sharing != "map":
@@ -56,17 +57,22 @@ def build_routing(roles: list[str], sharing: str, mapping: dict[str, str] | None
         if "/" in key and not key.split("/", 1)[1].isdigit():
             raise ValueError(f"routing.map: instance key {key!r} must look like role/<index>")
         if policies is not None and pid not in policies:
-            raise ValueError(f"routing.map: policy {pid!r} for {key!r} does not exist; routing.policies declares "
-                             f"{sorted(policies)}")
+            raise ValueError(
+                f"routing.map: policy {pid!r} for {key!r} does not exist; routing.policies declares {sorted(policies)}"
+            )
         if not _POLICY_ID.match(str(pid)) or str(pid) in "lora_":
             # PEFT stores adapters under "lora_A.<name>" and finds its own modules by the "lora_" prefix in
             # names: a name inside "lora_" collides with that prefix
-            raise ValueError(f"routing.map: policy id {pid!r} for {key!r} must be an identifier (letters, digits, _) "
-                             f"that is not part of 'lora_'")
+            raise ValueError(
+                f"routing.map: policy id {pid!r} for {key!r} must be an identifier (letters, digits, _) "
+                f"that is not part of 'lora_'"
+            )
         if str(pid) in _module_dict_attributes():
             # PEFT keeps each adapter as a key of torch ModuleDicts, which refuse keys that name their attributes
-            raise ValueError(f"routing.map: policy id {pid!r} for {key!r} is reserved (a torch ModuleDict attribute); "
-                             f"choose another name")
+            raise ValueError(
+                f"routing.map: policy id {pid!r} for {key!r} is reserved (a torch ModuleDict attribute); "
+                f"choose another name"
+            )
     # An instance entry alone is not enough: a workflow may run more instances than the map names.
     missing = [r for r in roles if r not in mapping and "*" not in mapping]
     if missing:

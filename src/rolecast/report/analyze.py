@@ -25,7 +25,7 @@ MAX_STEPS_LISTED = 40
 
 def _answer_extractor(run: RunFiles) -> tuple[AnswerExtractor, str]:
     """The run's task's own answer extractor when the task can be built offline, else \\boxed{}."""
-    task = ((run.config or {}).get("task") or {})
+    task = (run.config or {}).get("task") or {}
     name = task.get("name")
     if not name:
         return last_boxed, "\\boxed{} (task unknown)"
@@ -35,8 +35,9 @@ def _answer_extractor(run: RunFiles) -> tuple[AnswerExtractor, str]:
         t = make_task(name, **(task.get("options") or {}))
         return t.extract_answer, f"task {name!r}"
     except Exception as e:  # a task whose data is absent here: fall back, and say so
-        run.notes.append(f"task {name!r} could not be built here ({e.__class__.__name__}: {e}); answers are "
-                         f"read as \\boxed{{}}")
+        run.notes.append(
+            f"task {name!r} could not be built here ({e.__class__.__name__}: {e}); answers are read as \\boxed{{}}"
+        )
         return last_boxed, "\\boxed{} (fallback)"
 
 
@@ -59,13 +60,21 @@ def group_alerts(alerts: list[Alert], examples: int = 3) -> list[dict[str, Any]]
         g = groups.get((a.name, a.subject))
         if g is None:
             g = groups[(a.name, a.subject)] = {
-                "name": a.name, "kind": a.kind, "subject": a.subject, "first_step": a.step, "steps": [],
-                "first_value": a.value, "max_value": a.value, "threshold": a.threshold, "message": a.message,
-                "examples": []}
+                "name": a.name,
+                "kind": a.kind,
+                "subject": a.subject,
+                "first_step": a.step,
+                "steps": [],
+                "first_value": a.value,
+                "max_value": a.value,
+                "threshold": a.threshold,
+                "message": a.message,
+                "examples": [],
+            }
         g["steps"].append(a.step)
         g["max_value"] = max(g["max_value"], a.value)
         if len(g["examples"]) < examples:
-            g["examples"] += [dataclasses.asdict(e) for e in a.examples[:examples - len(g["examples"])]]
+            g["examples"] += [dataclasses.asdict(e) for e in a.examples[: examples - len(g["examples"])]]
     out = sorted(groups.values(), key=lambda g: (g["first_step"], g["name"], g["subject"]))
     for g in out:
         g["last_step"] = g["steps"][-1]
@@ -73,8 +82,9 @@ def group_alerts(alerts: list[Alert], examples: int = 3) -> list[dict[str, Any]]
     return out
 
 
-def replay_warnings(run: RunFiles, cfg: WarningConfig | None = None,
-                    extract: AnswerExtractor = last_boxed) -> list[Alert]:
+def replay_warnings(
+    run: RunFiles, cfg: WarningConfig | None = None, extract: AnswerExtractor = last_boxed
+) -> list[Alert]:
     """Every step's metrics (and its logged episodes, where written) through one EarlyWarning, in step order."""
     warn = EarlyWarning(cfg, extract=extract)
     episode_steps = set(run.episode_steps)
@@ -89,8 +99,9 @@ _GRAD_ROLE = re.compile(r"^grad/(?P<pid>[^/]+)/(?P<role>[^/]+)/(?P<stat>norm|sha
 _UPDATE = re.compile(r"^update/(?P<pid>[^/]+)/(?P<stat>size|drift)$")
 
 
-def collect_series(metrics: list[dict[str, Any]], pattern: re.Pattern[str], label: Callable[[re.Match[str]], str]
-                   ) -> dict[str, dict[str, tuple[list[int], list[float]]]]:
+def collect_series(
+    metrics: list[dict[str, Any]], pattern: re.Pattern[str], label: Callable[[re.Match[str]], str]
+) -> dict[str, dict[str, tuple[list[int], list[float]]]]:
     """stat -> label -> (steps, values) for every numeric metric matching `pattern` (with a `stat` group)."""
     out: dict[str, dict[str, tuple[list[int], list[float]]]] = {}
     for row in metrics:
@@ -121,16 +132,22 @@ def analyze(run_dir: str | Path, *, plots: bool = True, cfg: WarningConfig | Non
     out_dir = run.run_dir / "analysis"
     notes = run.notes
     config = run.config or {}
-    planned = ((config.get("train") or {}).get("steps"))
+    planned = (config.get("train") or {}).get("steps")
     last = run.metrics[-1]["step"] if run.metrics else 0
-    status = {"steps_logged": len(run.metrics), "last_step": last, "steps_planned": planned,
-              "complete": bool(planned is not None and last >= planned)}
+    status = {
+        "steps_logged": len(run.metrics),
+        "last_step": last,
+        "steps_planned": planned,
+        "complete": bool(planned is not None and last >= planned),
+    }
 
     curve_notes: list[str] = []
     points = eval_points(run.evals, curve_notes)
     if run.evals and all(not isinstance(r.get("per_problem"), list) for r in run.evals):
-        curve_notes.append("eval rows hold no per-problem results: differences use unpaired intervals "
-                           "(conservative for evaluations on the same problems)")
+        curve_notes.append(
+            "eval rows hold no per-problem results: differences use unpaired intervals "
+            "(conservative for evaluations on the same problems)"
+        )
     train_pts = training_points(run.metrics)
     curve: CurveSummary | None = summarize_curve(points, source="eval.jsonl", notes=curve_notes)
     train_curve = summarize_curve(train_pts, source="metrics.jsonl:accuracy (5-step means)")
@@ -153,9 +170,15 @@ def analyze(run_dir: str | Path, *, plots: bool = True, cfg: WarningConfig | Non
     summary = {
         "version": SUMMARY_VERSION,
         "run_dir": str(run.run_dir),
-        "run": {k: (config.get(s) or {}).get(f) for k, s, f in (
-            ("task", "task", "name"), ("workflow", "workflow", "name"), ("sharing", "routing", "sharing"),
-            ("model", "model", "path"))},
+        "run": {
+            k: (config.get(s) or {}).get(f)
+            for k, s, f in (
+                ("task", "task", "name"),
+                ("workflow", "workflow", "name"),
+                ("sharing", "routing", "sharing"),
+                ("model", "model", "path"),
+            )
+        },
         "status": status,
         "curve": curve.to_dict() if curve else None,
         "train_curve": train_curve.to_dict() if train_curve else None,
@@ -175,28 +198,60 @@ def analyze(run_dir: str | Path, *, plots: bool = True, cfg: WarningConfig | Non
     return summary
 
 
-def _draw(run: RunFiles, out_dir: Path, curve: CurveSummary | None, points: list, train_pts: list,
-          config: dict[str, Any], events: list[tuple[int, str]]) -> list[str]:
+def _draw(
+    run: RunFiles,
+    out_dir: Path,
+    curve: CurveSummary | None,
+    points: list,
+    train_pts: list,
+    config: dict[str, Any],
+    events: list[tuple[int, str]],
+) -> list[str]:
     from .plots import plot_accuracy, plot_panels
 
-    title = " / ".join(str(x) for x in ((config.get("task") or {}).get("name"), (config.get("workflow") or {}).get(
-        "name"), (config.get("routing") or {}).get("sharing")) if x)
+    title = " / ".join(
+        str(x)
+        for x in (
+            (config.get("task") or {}).get("name"),
+            (config.get("workflow") or {}).get("name"),
+            (config.get("routing") or {}).get("sharing"),
+        )
+        if x
+    )
     files = []
     if points or train_pts:
         z = curve.rule.get("interval_z", 1.96) if curve else 1.96
-        files.append(plot_accuracy(out_dir / "accuracy.png", points, train_pts, peak=curve.peak if curve else None,
-                                   cliff=curve.cliff if curve and points else None, z=z, title=title,
-                                   events=events))
+        files.append(
+            plot_accuracy(
+                out_dir / "accuracy.png",
+                points,
+                train_pts,
+                peak=curve.peak if curve else None,
+                cliff=curve.cliff if curve and points else None,
+                z=z,
+                title=title,
+                events=events,
+            )
+        )
     grads = collect_series(run.metrics, _GRAD_ROLE, lambda m: f"{m.group('pid')}/{m.group('role')}")
     if grads:
-        panels = [(label, grads[stat]) for stat, label in (("norm", "gradient norm |g_r|"),
-                                                           ("share", "share s_r = g_r.g/|g|^2"),
-                                                           ("amplification", "amplification")) if stat in grads]
+        panels = [
+            (label, grads[stat])
+            for stat, label in (
+                ("norm", "gradient norm |g_r|"),
+                ("share", "share s_r = g_r.g/|g|^2"),
+                ("amplification", "amplification"),
+            )
+            if stat in grads
+        ]
         files.append(plot_panels(out_dir / "gradients.png", panels, title=f"per-role gradients {title}"))
     updates = collect_series(run.metrics, _UPDATE, lambda m: m.group("pid"))
     if updates:
-        panels = [(label, updates[stat]) for stat, label in (("size", "update size |dtheta|"),
-                                                             ("drift", "drift |theta_t - theta_0|")) if stat in updates]
+        panels = [
+            (label, updates[stat])
+            for stat, label in (("size", "update size |dtheta|"), ("drift", "drift |theta_t - theta_0|"))
+            if stat in updates
+        ]
         files.append(plot_panels(out_dir / "updates.png", panels, title=f"updates per policy {title}"))
     return [str(f.relative_to(run.run_dir)) for f in files]
 
@@ -226,11 +281,14 @@ def format_summary(s: dict[str, Any]) -> str:
         lines.append("accuracy: no evaluations and no training accuracy yet")
     else:
         z = c["rule"]["interval_z"]
-        lines.append(f"accuracy ({c['source']}, {len(c['points'])} points; ± is the {z:.2f}-SE half-width, [] a 95% "
-                     f"interval):")
+        lines.append(
+            f"accuracy ({c['source']}, {len(c['points'])} points; ± is the {z:.2f}-SE half-width, [] a 95% interval):"
+        )
         if c["base"]:
-            lines.append(f"  base   step {c['base']['step']:>6}  {_pm(c['base']['value'], c['base']['se'], z)}  "
-                         f"(n={c['base']['n']})")
+            lines.append(
+                f"  base   step {c['base']['step']:>6}  {_pm(c['base']['value'], c['base']['se'], z)}  "
+                f"(n={c['base']['n']})"
+            )
         lines.append(f"  peak   step {c['peak']['step']:>6}  {_pm(c['peak']['value'], c['peak']['se'], z)}")
         lines.append(f"  final  step {c['final']['step']:>6}  {_pm(c['final']['value'], c['final']['se'], z)}")
         if c["gain"]:
@@ -242,11 +300,15 @@ def format_summary(s: dict[str, Any]) -> str:
         rule = c["rule"]
         if c["cliff"]:
             cl = c["cliff"]
-            lines.append(f"  cliff  YES from step {cl['step']} (peak at {cl['peak_step']}; {cl['points_below']} points "
-                         f"below the peak by > {cl['z']:.2f} SE); final - peak {_diff(cl['drop'])}")
+            lines.append(
+                f"  cliff  YES from step {cl['step']} (peak at {cl['peak_step']}; {cl['points_below']} points "
+                f"below the peak by > {cl['z']:.2f} SE); final - peak {_diff(cl['drop'])}"
+            )
         else:
-            lines.append(f"  cliff  none (rule: the last >= {rule['min_points']} points all below the peak by > "
-                         f"{rule['cliff_z']:.2f} SE and >= {rule['min_drop']}, without recovery)")
+            lines.append(
+                f"  cliff  none (rule: the last >= {rule['min_points']} points all below the peak by > "
+                f"{rule['cliff_z']:.2f} SE and >= {rule['min_drop']}, without recovery)"
+            )
         lines += [f"  note: {n}" for n in c["notes"]]
     for title, key in (("failure signatures", "signatures"), ("early warnings (gradient signals)", "warnings")):
         groups = s[key]
@@ -257,12 +319,16 @@ def format_summary(s: dict[str, Any]) -> str:
         for g in groups:
             steps = g["steps"]
             listed = _ranges(steps[:MAX_STEPS_LISTED]) + (" ..." if len(steps) > MAX_STEPS_LISTED else "")
-            lines.append(f"  {g['name']} [{g['subject']}] at {g['n_steps']} step(s): {listed}; first at step "
-                         f"{g['first_step']}: {g['message']} (value {g['first_value']:.3g}, threshold "
-                         f"{g['threshold']:.3g})")
+            lines.append(
+                f"  {g['name']} [{g['subject']}] at {g['n_steps']} step(s): {listed}; first at step "
+                f"{g['first_step']}: {g['message']} (value {g['first_value']:.3g}, threshold "
+                f"{g['threshold']:.3g})"
+            )
             for e in g["examples"]:
-                lines.append(f"      e.g. step {e['step']} problem {e['problem_id']} sample {e['sample']} "
-                             f"{e['instance']}: \"{e['excerpt']}\"")
+                lines.append(
+                    f"      e.g. step {e['step']} problem {e['problem_id']} sample {e['sample']} "
+                    f'{e["instance"]}: "{e["excerpt"]}"'
+                )
     if s["plots"]:
         lines.append("plots: " + ", ".join(s["plots"]))
     lines.append("summary: analysis/summary.json")

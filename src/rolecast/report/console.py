@@ -46,9 +46,17 @@ class Console:
     def progress(self, total: int, start: int = 0) -> _Bar:
         if not self.enabled or total <= start:
             return _Bar(None, None)
-        p = Progress(TextColumn("step"), MofNCompleteColumn(), BarColumn(),
-                     TextColumn("reward {task.fields[reward]:.3f}"), TimeElapsedColumn(), TextColumn("eta"),
-                     TimeRemainingColumn(), console=self.rich, transient=False)
+        p = Progress(
+            TextColumn("step"),
+            MofNCompleteColumn(),
+            BarColumn(),
+            TextColumn("reward {task.fields[reward]:.3f}"),
+            TimeElapsedColumn(),
+            TextColumn("eta"),
+            TimeRemainingColumn(),
+            console=self.rich,
+            transient=False,
+        )
         task = p.add_task("train", total=total, completed=start, reward=float("nan"))
         p.start()
         return _Bar(p, task)
@@ -62,11 +70,14 @@ class MetricLoggers:
         self._wandb: Any = None
         if settings.tensorboard:
             tb = require("tensorboard", "tensorboard", module="torch.utils.tensorboard", purpose="logging.tensorboard")
-            self._tb = tb.SummaryWriter(str(run_dir / "tensorboard"))  # type: ignore[union-attr]
+            self._tb = tb.SummaryWriter(str(run_dir / "tensorboard"))
         if settings.wandb:
             wandb = require("wandb", "wandb", purpose="logging.wandb")
-            self._wandb = wandb.init(project=settings.wandb_project, dir=str(run_dir),  # type: ignore[union-attr]
-                                     name=run_dir.name)
+            self._wandb = wandb.init(
+                project=settings.wandb_project,
+                dir=str(run_dir),
+                name=run_dir.name,
+            )
 
     def log(self, metrics: dict[str, Any], step: int) -> None:
         numbers = {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and k != "step"}

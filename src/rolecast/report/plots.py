@@ -29,8 +29,17 @@ def _save(fig: Any, path: Path) -> Path:
     return path
 
 
-def plot_accuracy(path: Path, points: Sequence[CurvePoint], train: Sequence[CurvePoint], *, peak: CurvePoint | None,
-                  cliff: Cliff | None, z: float, title: str = "", events: Sequence[tuple[int, str]] = ()) -> Path:
+def plot_accuracy(
+    path: Path,
+    points: Sequence[CurvePoint],
+    train: Sequence[CurvePoint],
+    *,
+    peak: CurvePoint | None,
+    cliff: Cliff | None,
+    z: float,
+    title: str = "",
+    events: Sequence[tuple[int, str]] = (),
+) -> Path:
     """Evaluation accuracy with z-SE error bars, the peak (star) and the cliff start (dashed line); training
     accuracy (window means) in grey behind it; `events` (step, name): where signatures / warnings first fired,
     as orange ticks along the bottom with their names."""
@@ -39,20 +48,50 @@ def plot_accuracy(path: Path, points: Sequence[CurvePoint], train: Sequence[Curv
     if train:
         ax.plot([p.step for p in train], [p.value for p in train], color="0.6", lw=1, label="train accuracy")
     if points:
-        ax.errorbar([p.step for p in points], [p.value for p in points], yerr=[z * p.se for p in points],
-                    marker="o", ms=4, capsize=3, label="eval pass@1")
+        ax.errorbar(
+            [p.step for p in points],
+            [p.value for p in points],
+            yerr=[z * p.se for p in points],
+            marker="o",
+            ms=4,
+            capsize=3,
+            label="eval pass@1",
+        )
     if peak is not None:
-        ax.plot([peak.step], [peak.value], marker="*", ms=14, color="tab:green", ls="none",
-                label=f"peak {peak.value:.3f} @ {peak.step}")
+        ax.plot(
+            [peak.step],
+            [peak.value],
+            marker="*",
+            ms=14,
+            color="tab:green",
+            ls="none",
+            label=f"peak {peak.value:.3f} @ {peak.step}",
+        )
     if cliff is not None:
         ax.axvline(cliff.step, color="tab:red", ls="--", label=f"cliff from step {cliff.step}")
     if events:
         bottom = ax.get_ylim()[0]
-        ax.plot([e[0] for e in events], [bottom] * len(events), marker="^", ms=8, ls="none", color="tab:orange",
-                label=f"first alert ({len(events)})", clip_on=False)
+        ax.plot(
+            [e[0] for e in events],
+            [bottom] * len(events),
+            marker="^",
+            ms=8,
+            ls="none",
+            color="tab:orange",
+            label=f"first alert ({len(events)})",
+            clip_on=False,
+        )
         for step, name in events:
-            ax.annotate(name, (step, bottom), xytext=(2, 6), textcoords="offset points", rotation=90, fontsize=6,
-                        color="tab:orange", va="bottom")
+            ax.annotate(
+                name,
+                (step, bottom),
+                xytext=(2, 6),
+                textcoords="offset points",
+                rotation=90,
+                fontsize=6,
+                color="tab:orange",
+                va="bottom",
+            )
     ax.set_xlabel("step")
     ax.set_ylabel("accuracy")
     ax.set_title(title or "accuracy")

@@ -78,8 +78,10 @@ def read_run(run_dir: str | Path) -> RunFiles:
     if path.exists():
         rows, bad = read_jsonl(path)
         if bad:
-            run.notes.append(f"metrics.jsonl: line(s) {_lines(bad)} not valid JSON, skipped (a run still writing, "
-                             f"or killed mid-write)")
+            run.notes.append(
+                f"metrics.jsonl: line(s) {_lines(bad)} not valid JSON, skipped (a run still writing, "
+                f"or killed mid-write)"
+            )
         by_step: dict[int, dict[str, Any]] = {}
         for r in rows:
             if isinstance(r.get("step"), int):

@@ -266,14 +266,23 @@ def _defines(program: str, name: str) -> bool:
     return re.search(rf"^(?:async\s+)?def\s+{re.escape(name)}\s*\(", program, re.M) is not None
 
 
-def build_job(program: str, tests: CodeTests, *, partial: bool = False, timeout_s: float | None = None, memory_mb: int = 1024) -> Job:
+def build_job(
+    program: str, tests: CodeTests, *, partial: bool = False, timeout_s: float | None = None, memory_mb: int = 1024
+) -> Job:
     """The sandbox job that runs `program` (already extracted) against `tests`."""
     t = timeout_s or tests.timeout_s or DEFAULT_TIMEOUT_S[tests.kind]
     limits = Limits(timeout_s=t, memory_mb=memory_mb)
     if tests.kind == "asserts":
         provided = tests.provided if tests.provided is not None else _called_by_asserts(tests.asserts)
-        return Job(mode="asserts", program=program, prelude=tests.prelude, setup=tests.setup, tests=tests.asserts,
-                   provided=provided, limits=limits)
+        return Job(
+            mode="asserts",
+            program=program,
+            prelude=tests.prelude,
+            setup=tests.setup,
+            tests=tests.asserts,
+            provided=provided,
+            limits=limits,
+        )
     if tests.kind == "humaneval":
         full = tests.prompt + "\n" + program if _defines(program, tests.entry_point) else tests.prompt + program
         arg, snippets = _split_check(tests.test)
@@ -283,10 +292,20 @@ def build_job(program: str, tests: CodeTests, *, partial: bool = False, timeout_
             snippets, bind = [f"check({tests.entry_point})"], None
         else:
             bind = (arg, tests.entry_point)
-        return Job(mode="asserts", program=full, setup=tests.test, tests=tuple(snippets), bind=bind,
-                   pinned=tests.prompt, provided=(tests.entry_point,), limits=limits)
+        return Job(
+            mode="asserts",
+            program=full,
+            setup=tests.test,
+            tests=tuple(snippets),
+            bind=bind,
+            pinned=tests.prompt,
+            provided=(tests.entry_point,),
+            limits=limits,
+        )
     stop = None if partial else (lambda i, c: not _case_ok(tests, i, c))
-    return Job(mode=tests.kind, program=program, inputs=tests.inputs, fn_name=tests.entry_point, limits=limits, stop_on=stop)
+    return Job(
+        mode=tests.kind, program=program, inputs=tests.inputs, fn_name=tests.entry_point, limits=limits, stop_on=stop
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -386,13 +405,27 @@ def judge(result: JobResult, tests: CodeTests, *, partial: bool = False, program
 # public API
 
 
-def score_program(program: str, tests: CodeTests, *, partial: bool = False, timeout_s: float | None = None, pool: SandboxPool | None = None) -> Score:
+def score_program(
+    program: str,
+    tests: CodeTests,
+    *,
+    partial: bool = False,
+    timeout_s: float | None = None,
+    pool: SandboxPool | None = None,
+) -> Score:
     """Score an already-extracted program (no extraction step)."""
     res = (pool or default_pool()).run(build_job(program, tests, partial=partial, timeout_s=timeout_s))
     return judge(res, tests, partial=partial, program=program)
 
 
-def score_code(text: str | None, tests: CodeTests, *, partial: bool = False, timeout_s: float | None = None, pool: SandboxPool | None = None) -> Score:
+def score_code(
+    text: str | None,
+    tests: CodeTests,
+    *,
+    partial: bool = False,
+    timeout_s: float | None = None,
+    pool: SandboxPool | None = None,
+) -> Score:
     """Extract the program from a completion and score it against `tests` in the sandbox."""
     return score_code_many([text], [tests], partial=partial, timeout_s=timeout_s, pool=pool)[0]
 

@@ -153,7 +153,9 @@ def _compare(gold: str, pred: str, use_signal_timeout: float | None) -> tuple[bo
     return bool(mv.verify(g, p, timeout_seconds=t)), None
 
 
-def verify_in_process(pairs: Iterable[tuple[str, str]], timeout_s: float = DEFAULT_TIMEOUT_S) -> list[tuple[bool, str | None]]:
+def verify_in_process(
+    pairs: Iterable[tuple[str, str]], timeout_s: float = DEFAULT_TIMEOUT_S
+) -> list[tuple[bool, str | None]]:
     """Compare (gold, pred) pairs right here, with math_verify's own signal timeouts.
 
     Only for the main thread (bulk checks, tests); the trainer uses :class:`MathVerifier`.

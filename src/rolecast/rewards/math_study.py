@@ -148,8 +148,24 @@ def mathd_normalize(answer: str | None) -> str | None:
 # ----------------------------------------------------------------------------------------------------------
 # the sympy rule
 
-_UNITS = ["degree", "cm", "centimeter", "meter", "mile", "second", "minute", "hour", "day", "week", "month",
-          "year", "foot", "feet", "inch", "yard"]
+_UNITS = [
+    "degree",
+    "cm",
+    "centimeter",
+    "meter",
+    "mile",
+    "second",
+    "minute",
+    "hour",
+    "day",
+    "week",
+    "month",
+    "year",
+    "foot",
+    "feet",
+    "inch",
+    "yard",
+]
 _BAD_SUBSTRINGS = ["^{", "^("]
 _BAD_REGEXES = [r"\^[0-9]+\^", r"\^[0-9][0-9]+"]
 _TUPLE_CHARS = "()[]"
@@ -186,8 +202,19 @@ def latex_to_text(expr: str) -> str:
             m = re.match(r"\\([A-Za-z]+|.)", expr[i:])
             name = m.group(1) if m else ""
             i += len(name) + 1
-            out += {"times": "*", "cdot": "*", "pi": "pi", "infty": "inf", "cup": "U", "le": "<=", "ge": ">=",
-                    "{": "{", "}": "}", ",": "", " ": " "}.get(name, "")
+            out += {
+                "times": "*",
+                "cdot": "*",
+                "pi": "pi",
+                "infty": "inf",
+                "cup": "U",
+                "le": "<=",
+                "ge": ">=",
+                "{": "{",
+                "}": "}",
+                ",": "",
+                " ": " ",
+            }.get(name, "")
         else:
             out += expr[i]
             i += 1
@@ -274,8 +301,12 @@ def _split_tuple(expr: str) -> list[str]:
     expr = _strip_commas(expr)
     if not expr:
         return []
-    if (len(expr) > 2 and expr[0] in _TUPLE_CHARS and expr[-1] in _TUPLE_CHARS
-            and all(ch not in expr[1:-1] for ch in _TUPLE_CHARS)):
+    if (
+        len(expr) > 2
+        and expr[0] in _TUPLE_CHARS
+        and expr[-1] in _TUPLE_CHARS
+        and all(ch not in expr[1:-1] for ch in _TUPLE_CHARS)
+    ):
         return [e.strip() for e in expr[1:-1].split(",")]
     return [expr]
 

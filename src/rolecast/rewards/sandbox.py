@@ -111,7 +111,9 @@ class RunResult:
     stdout: str  # decoded UTF-8 with replacement characters for invalid bytes
     stderr: str
     timed_out: bool
-    reason: str | None = None  # None = ran to completion; else "timeout", "output_limit", "cpu_limit", "sandbox_error: ..."
+    reason: str | None = (
+        None  # None = ran to completion; else "timeout", "output_limit", "cpu_limit", "sandbox_error: ..."
+    )
     stdout_bytes: bytes = b""
 
 
@@ -131,7 +133,9 @@ class JobResult:
     mode: str
     verdicts: dict[int, bool] = field(default_factory=dict)  # asserts: test index -> passed
     load_error: str | None = None  # asserts: the program (or setup) raised this while loading
-    non_plain: set[int] = field(default_factory=set)  # asserts: tests failed for a value that is not plain built-in data
+    non_plain: set[int] = field(
+        default_factory=set
+    )  # asserts: tests failed for a value that is not plain built-in data
     done: bool = False  # the harness reached its end (asserts: after the last test)
     cases: list[CaseResult] = field(default_factory=list)  # stdio/functional, in order
     stdout: bytes = b""
@@ -279,7 +283,7 @@ def sandbox_status() -> tuple[str, str]:
 
 
 def sandbox_mode() -> str:
-    """"bwrap" or "fallback" for this machine (see :func:`sandbox_status`)."""
+    """ "bwrap" or "fallback" for this machine (see :func:`sandbox_status`)."""
     return sandbox_status()[0]
 
 
@@ -600,7 +604,9 @@ def _remove_files_of_uid(uid: int, dirs: Sequence[str]) -> None:
                 pass
 
 
-def _collect(proc: subprocess.Popen, res_fd: int, out: JobResult, nonce: str, job: Job, deadline: float, res_cap: int) -> None:
+def _collect(
+    proc: subprocess.Popen, res_fd: int, out: JobResult, nonce: str, job: Job, deadline: float, res_cap: int
+) -> None:
     cap = job.limits.output_bytes
     assert proc.stdout is not None and proc.stderr is not None  # Popen(stdout=PIPE, stderr=PIPE)
     so, se = proc.stdout.fileno(), proc.stderr.fileno()
@@ -676,7 +682,9 @@ def _parse_results(buf: bytearray, out: JobResult, tag: bytes, job: Job) -> bool
         if msg.get("done"):
             out.done = True
             continue
-        c = CaseResult(rc=msg["rc"], stdout=msg["stdout"], stderr=msg["stderr"], value=msg.get("value"), reason=msg.get("reason"))
+        c = CaseResult(
+            rc=msg["rc"], stdout=msg["stdout"], stderr=msg["stderr"], value=msg.get("value"), reason=msg.get("reason")
+        )
         out.cases.append(c)
         if job.stop_on is not None and job.stop_on(len(out.cases) - 1, c):
             out.reason = out.reason or "stopped_early"
@@ -746,7 +754,9 @@ def default_pool() -> SandboxPool:
         return _POOL
 
 
-def run_python(source: str, *, stdin: str = "", timeout_s: float = 10.0, memory_mb: int = 1024, pool: SandboxPool | None = None) -> RunResult:
+def run_python(
+    source: str, *, stdin: str = "", timeout_s: float = 10.0, memory_mb: int = 1024, pool: SandboxPool | None = None
+) -> RunResult:
     """Run `source` as a script in the sandbox with `stdin`; returns its exit status and output."""
     limits = Limits(timeout_s=timeout_s, memory_mb=memory_mb)
     res = (pool or default_pool()).run(Job(mode="stdio", program=source, inputs=[stdin], limits=limits))
@@ -755,7 +765,9 @@ def run_python(source: str, *, stdin: str = "", timeout_s: float = 10.0, memory_
 
 def _as_run_result(res: JobResult) -> RunResult:
     if not res.cases:
-        return RunResult(None, "", res.stderr.decode("utf-8", "replace"), res.reason == "timeout", res.reason or "sandbox_error")
+        return RunResult(
+            None, "", res.stderr.decode("utf-8", "replace"), res.reason == "timeout", res.reason or "sandbox_error"
+        )
     c = res.cases[0]
     return RunResult(
         returncode=c.rc,

@@ -275,7 +275,16 @@ def _run_asserts(job: "dict[str, Any]", res_fd: int, builtins: "Any", c_types: t
     Verdicts go to the result pipe tagged with a per-run nonce the program never sees. Nothing here may look
     anything up in a namespace the program can change once the program has started: all of it is bound now.
     """
-    _exec, _compile, _dict, _enumerate, _type, _id, _isinstance, _zip = exec, compile, dict, enumerate, type, id, isinstance, zip
+    _exec, _compile, _dict, _enumerate, _type, _id, _isinstance, _zip = (
+        exec,
+        compile,
+        dict,
+        enumerate,
+        type,
+        id,
+        isinstance,
+        zip,
+    )
     _BaseException, _str, _write, _exit, _set = BaseException, str, os.write, os._exit, set
     _tuple, _issubclass = tuple, issubclass
     _dict_items = dict.items
@@ -305,7 +314,9 @@ def _run_asserts(job: "dict[str, Any]", res_fd: int, builtins: "Any", c_types: t
         gp: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
         try:
             _exec(_compile(pinned_src, "<pinned>", "exec"), gp)
-            pins.update((k, v) for k, v in gp.items() if k not in ("__name__", "__builtins__") and k not in (provided or ()))
+            pins.update(
+                (k, v) for k, v in gp.items() if k not in ("__name__", "__builtins__") and k not in (provided or ())
+            )
         except _BaseException:
             pass
     tracked = [(n, sys_modules[n], _dict(sys_modules[n].__dict__)) for n in tracked_names if n in sys_modules]

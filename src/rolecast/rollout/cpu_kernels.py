@@ -24,6 +24,7 @@ import logging
 
 log = logging.getLogger(__name__)
 
+
 def load(enabled: bool = True):
     """The kernels (module `_numba_kernels`), or None when not `enabled` (callers pass their own switch, e.g.
     `HFBackend(cpu_kernels=False)`, to keep every op a torch op) or numba is not installed."""

@@ -119,7 +119,9 @@ def run_episodes(
                 finish(t, stop.value)
                 continue
             except Exception as e:
-                raise RuntimeError(f"workflow {spec.name!r} failed on problem {episodes[t.episode].problem_id}: {e}") from e
+                raise RuntimeError(
+                    f"workflow {spec.name!r} failed on problem {episodes[t.episode].problem_id}: {e}"
+                ) from e
             if isinstance(op, CallOp):
                 pending.append((t, op))
             elif isinstance(op, ForkOp):
@@ -140,9 +142,17 @@ def run_episodes(
                 stats.requests += len(requests)
             for (t, op), req, gen in zip(batch, requests, generations, strict=True):
                 ep = episodes[t.episode]
-                turn = Turn(role=op.role, instance=op.instance, policy_id=req.policy_id, prompt_ids=gen.prompt_ids,
-                            completion_ids=gen.completion_ids, logprobs=gen.logprobs, text=gen.text,
-                            finish_reason=gen.finish_reason, index=len(ep.turns))
+                turn = Turn(
+                    role=op.role,
+                    instance=op.instance,
+                    policy_id=req.policy_id,
+                    prompt_ids=gen.prompt_ids,
+                    completion_ids=gen.completion_ids,
+                    logprobs=gen.logprobs,
+                    text=gen.text,
+                    finish_reason=gen.finish_reason,
+                    index=len(ep.turns),
+                )
                 ep.turns.append(turn)
                 runnable.append((t, turn))
 

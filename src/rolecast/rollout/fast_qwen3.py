@@ -54,7 +54,10 @@ def supports(model: Any) -> bool:
         return False
     cfg = model.config
     inner = model.model
-    if getattr(cfg, "hidden_act", None) != "silu" or inner.embed_tokens.weight.dtype not in (torch.float32, torch.bfloat16):
+    if getattr(cfg, "hidden_act", None) != "silu" or inner.embed_tokens.weight.dtype not in (
+        torch.float32,
+        torch.bfloat16,
+    ):
         return False
     rope_type = getattr(getattr(inner, "rotary_emb", None), "rope_type", None)
     if rope_type is None or "dynamic" in rope_type or rope_type == "longrope":
@@ -65,7 +68,9 @@ def supports(model: Any) -> bool:
         return False
     for layer in inner.layers:
         a, m = layer.self_attn, layer.mlp
-        if not all(_mergeable(p) for p in (a.q_proj, a.k_proj, a.v_proj, a.o_proj, m.gate_proj, m.up_proj, m.down_proj)):
+        if not all(
+            _mergeable(p) for p in (a.q_proj, a.k_proj, a.v_proj, a.o_proj, m.gate_proj, m.up_proj, m.down_proj)
+        ):
             return False
         if getattr(a, "sliding_window", None) is not None or getattr(m, "act_fn", None) is None:
             return False
@@ -81,8 +86,11 @@ def _mergeable(module: Any) -> bool:
         return False
     if module.merged or module.disable_adapters or module.training or getattr(module, "fan_in_fan_out", False):
         return False
-    return all(a not in getattr(module, "lora_variant", {}) and module.lora_B[a].bias is None
-               for a in module.active_adapters if a in module.lora_A)
+    return all(
+        a not in getattr(module, "lora_variant", {}) and module.lora_B[a].bias is None
+        for a in module.active_adapters
+        if a in module.lora_A
+    )
 
 
 def _projection(module: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -145,8 +153,9 @@ def _packed_ops():
         reorder, linear = torch.ops.mkldnn._reorder_linear_weight, torch.ops.mkldnn._linear_pointwise
         g = torch.Generator().manual_seed(0)
         w, b, x = torch.randn(24, 16, generator=g), torch.randn(24, generator=g), torch.randn(5, 16, generator=g)
-        if torch.allclose(linear(x, reorder(w, batch_size=5), b, "none", [], ""), F.linear(x, w, b), rtol=1e-4,
-                          atol=1e-5):
+        if torch.allclose(
+            linear(x, reorder(w, batch_size=5), b, "none", [], ""), F.linear(x, w, b), rtol=1e-4, atol=1e-5
+        ):
             return reorder, linear
     except (AttributeError, RuntimeError):
         pass
@@ -192,14 +201,17 @@ class FastDecoder:
                 qk_norm = torch.cat([a.q_norm.weight.expand(self.n_heads, -1), a.k_norm.weight.expand(self.n_kv, -1)])
             if self.kernels is not None:  # the kernel's "no q/k norm" is an empty weight
                 qk_norm = (qk_norm if qk_norm is not None else self.embed.new_empty(0, self.head_dim)).detach().numpy()
-            self.layers.append((
-                self._norm_weight(layer.input_layernorm.weight),
-                _Linear(*_fused(a.q_proj, a.k_proj, a.v_proj), rows),
-                qk_norm, _Linear(*_projection(a.o_proj), rows),
-                self._norm_weight(layer.post_attention_layernorm.weight),
-                _Linear(*_fused(m.gate_proj, m.up_proj), rows),
-                _Linear(*_projection(m.down_proj), rows),
-            ))
+            self.layers.append(
+                (
+                    self._norm_weight(layer.input_layernorm.weight),
+                    _Linear(*_fused(a.q_proj, a.k_proj, a.v_proj), rows),
+                    qk_norm,
+                    _Linear(*_projection(a.o_proj), rows),
+                    self._norm_weight(layer.post_attention_layernorm.weight),
+                    _Linear(*_fused(m.gate_proj, m.up_proj), rows),
+                    _Linear(*_projection(m.down_proj), rows),
+                )
+            )
 
     @torch.no_grad()
     def rope_tables(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -214,8 +226,16 @@ class FastDecoder:
         return cos.transpose(0, 1)[:, :, None].contiguous(), sin.transpose(0, 1)[:, :, None].contiguous()
 
     @torch.no_grad()
-    def step(self, tokens: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, keys: list[torch.Tensor],
-             values: list[torch.Tensor], n: int, mask: torch.Tensor | None) -> torch.Tensor:
+    def step(
+        self,
+        tokens: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        keys: list[torch.Tensor],
+        values: list[torch.Tensor],
+        n: int,
+        mask: torch.Tensor | None,
+    ) -> torch.Tensor:
         """Logits [B, V] for `tokens [B]` at cache index `n` (positions n - padding, given through cos/sin
         [B, 1, head_dim]). `keys`/`values` per layer: [B, kv_heads, capacity, head_dim], filled for [0, n);
         this writes index n. `mask`: None or bool [B, 1, 1, n + 1] (True = attend), for left padding."""
@@ -226,8 +246,14 @@ class FastDecoder:
             x, h = self._add_norm(x, out, ln1)
             q = self._qk_rope_store(qkv_proj(h).view(B, H + 2 * Hk, d), qk_norm, cos, sin, K, V, n)
             # SDPA's grouped-query mode: each KV head serves its query heads without a K/V repeat
-            attn = F.scaled_dot_product_attention(q.view(B, H, 1, d), K[:, :, :n + 1], V[:, :, :n + 1],
-                                                  attn_mask=mask, scale=self.scaling, enable_gqa=True)
+            attn = F.scaled_dot_product_attention(
+                q.view(B, H, 1, d),
+                K[:, :, : n + 1],
+                V[:, :, : n + 1],
+                attn_mask=mask,
+                scale=self.scaling,
+                enable_gqa=True,
+            )
             x, h = self._add_norm(x, o_proj(attn.reshape(B, H * d)), ln2)
             gate, up = gate_up(h).chunk(2, dim=-1)
             out = down(F.silu(gate) * up)
@@ -249,8 +275,9 @@ class FastDecoder:
             self.kernels.add_rms_norm(x.numpy(), delta.numpy(), weight, self.eps, h.numpy())
         return x, h
 
-    def _qk_rope_store(self, qkv: torch.Tensor, qk_norm, cos: torch.Tensor, sin: torch.Tensor, K: torch.Tensor,
-                       V: torch.Tensor, n: int) -> torch.Tensor:
+    def _qk_rope_store(
+        self, qkv: torch.Tensor, qk_norm, cos: torch.Tensor, sin: torch.Tensor, K: torch.Tensor, V: torch.Tensor, n: int
+    ) -> torch.Tensor:
         """Queries [B, H, d] after the q/k RMSNorm and RoPE; the new key (normed, rotated) and value are written
         to cache index n."""
         B, H, Hk, d = qkv.shape[0], self.n_heads, self.n_kv, self.head_dim
@@ -258,10 +285,11 @@ class FastDecoder:
             if not 0 <= n < K.shape[2]:  # the kernel does not bounds-check its cache writes
                 raise IndexError(f"cache index {n} outside the KV cache's {K.shape[2]} positions")
             q = qkv.new_empty(B, H, d)
-            self.kernels.qk_norm_rope_store(qkv.numpy(), qk_norm, cos.numpy(), sin.numpy(), self.eps, q.numpy(),
-                                            K.numpy(), V.numpy(), n)
+            self.kernels.qk_norm_rope_store(
+                qkv.numpy(), qk_norm, cos.numpy(), sin.numpy(), self.eps, q.numpy(), K.numpy(), V.numpy(), n
+            )
             return q
-        qk, v = qkv[:, :H + Hk], qkv[:, H + Hk:]
+        qk, v = qkv[:, : H + Hk], qkv[:, H + Hk :]
         if qk_norm is not None:
             qk = _rms_norm(qk, qk_norm, self.eps)
         # RoPE: x * cos + rotate_half(x) * sin, with rotate_half(x) * sin == flip(halves of x) * signed sin

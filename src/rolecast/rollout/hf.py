@@ -48,10 +48,23 @@ AUTO_SINGLE_THREAD_FLOPS = 5e8
 
 
 class HFBackend:
-    def __init__(self, policies: PolicySet, tokenizer, *, max_new_tokens: int, temperature: float = 0.7,
-                 top_p: float = 1.0, max_batch: int = 256, seed: int = 0, ignore_eos: bool = False,
-                 fast: bool = True, decode_threads: int | str | None = None, cpu_kernels: bool = True,
-                 share_prefill: bool = True, max_new_tokens_by_role: dict[str, int] | None = None):
+    def __init__(
+        self,
+        policies: PolicySet,
+        tokenizer,
+        *,
+        max_new_tokens: int,
+        temperature: float = 0.7,
+        top_p: float = 1.0,
+        max_batch: int = 256,
+        seed: int = 0,
+        ignore_eos: bool = False,
+        fast: bool = True,
+        decode_threads: int | str | None = None,
+        cpu_kernels: bool = True,
+        share_prefill: bool = True,
+        max_new_tokens_by_role: dict[str, int] | None = None,
+    ):
         """`fast`: decode steps through `fast_qwen3` where `fast_qwen3.supports(model)`; False: every decode step
         through the stock forward. `cpu_kernels`: the fast path's and the sampler's numba kernels where installed
         (False: torch ops only). `share_prefill`: rows that repeat a prompt are prefilled once (False: every row).
@@ -73,11 +86,15 @@ class HFBackend:
         self.max_batch = max_batch
         self.generator = torch.Generator().manual_seed(seed)
         self.pad_id = tokenizer.pad_token_id
-        stops = {tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|im_end|>"),
-                 tokenizer.convert_tokens_to_ids("<|endoftext|>")}
+        stops = {
+            tokenizer.eos_token_id,
+            tokenizer.convert_tokens_to_ids("<|im_end|>"),
+            tokenizer.convert_tokens_to_ids("<|endoftext|>"),
+        }
         # ignore_eos: always generate max_new_tokens (benchmarks that must compare equal work)
-        self.stop_ids = torch.tensor([] if ignore_eos else sorted(s for s in stops if isinstance(s, int) and s >= 0),
-                                     dtype=torch.long)
+        self.stop_ids = torch.tensor(
+            [] if ignore_eos else sorted(s for s in stops if isinstance(s, int) and s >= 0), dtype=torch.long
+        )
         self.stats = GenStats()
         self._prompt_cache: dict[str, list[int]] = {}
         self._param_counts: dict[int, int] = {}
@@ -119,7 +136,7 @@ class HFBackend:
                 for cap in sorted({caps[i] for i in idx}):
                     pos = [j for j, i in enumerate(idx) if caps[i] == cap]
                     for s in range(0, len(pos), self.max_batch):
-                        part = pos[s:s + self.max_batch]
+                        part = pos[s : s + self.max_batch]
                         chunk = [idx[j] for j in part]
                         names = [adapters[j] for j in part] if adapters is not None else None
                         torch.set_num_threads(self._threads_for(model, len(chunk), threads))
@@ -129,17 +146,20 @@ class HFBackend:
         finally:
             torch.set_num_threads(threads)
         self.stats.seconds += time.perf_counter() - t0
-        return out  # type: ignore[return-value]
+        done = [gen for gen in out if gen is not None]
+        assert len(done) == len(out), "every request is generated"
+        return done
 
     @torch.inference_mode()
-    def _decode(self, model, prompts: list[list[int]], adapter_names: list[str] | None,
-                max_new_tokens: int | None = None) -> list[Generation]:
+    def _decode(
+        self, model, prompts: list[list[int]], adapter_names: list[str] | None, max_new_tokens: int | None = None
+    ) -> list[Generation]:
         B, P, T = len(prompts), max(len(p) for p in prompts), max_new_tokens or self.max_new_tokens
         input_ids = torch.full((B, P), self.pad_id, dtype=torch.long)
         mask = torch.zeros((B, P), dtype=torch.long)
         for i, p in enumerate(prompts):  # left padding: every row's next token sits in the last column
-            input_ids[i, P - len(p):] = torch.tensor(p)
-            mask[i, P - len(p):] = 1
+            input_ids[i, P - len(p) :] = torch.tensor(p)
+            mask[i, P - len(p) :] = 1
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         # Decode-step inputs are views of buffers allocated once: the KV cache (no per-step torch.cat per
         # layer), the attention mask and the position ids. Without padding the single-query decode steps need
@@ -148,14 +168,16 @@ class HFBackend:
         kwargs = {cache_keyword(model): cache, "use_cache": True, "logits_to_keep": 1}
         # Each distinct (prompt, adapter) is prefilled once (a group samples one prompt G times), then its
         # cache rows and next-token logits are copied to every row that shares it.
-        first, of_row = distinct_rows((tuple(p), adapter_names[i] if adapter_names else None)
-                                      for i, p in enumerate(prompts))
+        first, of_row = distinct_rows(
+            (tuple(p), adapter_names[i] if adapter_names else None) for i, p in enumerate(prompts)
+        )
         share = self.share_prefill and len(first) < B
         rows = torch.tensor(first) if share else slice(None)
         if adapter_names is not None:
             kwargs["adapter_names"] = [adapter_names[i] for i in first] if share else adapter_names
-        logits = model(input_ids=input_ids[rows], attention_mask=mask[rows], position_ids=positions[rows],
-                       **kwargs).logits[:, -1]
+        logits = model(
+            input_ids=input_ids[rows], attention_mask=mask[rows], position_ids=positions[rows], **kwargs
+        ).logits[:, -1]
         if share:
             expand = torch.tensor(of_row)
             logits = logits[expand]
@@ -169,7 +191,10 @@ class HFBackend:
             # built per call: the trainer updates weights in place between calls (fused copies would go stale)
             fast = fast_qwen3.FastDecoder(model, rows=B, kernels=self.cpu_kernels)
             cos, sin = fast.rope_tables(step_pos)
-            keys, values = [layer._k for layer in _preallocated_layers(cache)], [layer._v for layer in _preallocated_layers(cache)]
+            keys, values = (
+                [layer._k for layer in _preallocated_layers(cache)],
+                [layer._v for layer in _preallocated_layers(cache)],
+            )
         step_mask = _decode_mask(model, mask, T, bool_4d=fast is not None)
         stops = self.stop_ids if self.stop_ids.numel() else None
         finished = torch.zeros(B, dtype=torch.bool)
@@ -188,12 +213,13 @@ class HFBackend:
             n = step + 1
             if step == T - 1 or (stops is not None and bool(finished.all())):
                 break
-            am = None if step_mask is None else step_mask[..., :P + n]
+            am = None if step_mask is None else step_mask[..., : P + n]
             if fast is not None:  # writes the new token's K/V at cache index P + step, as the stock cache would
                 logits = fast.step(tok, cos[step], sin[step], keys, values, P + step, am)
             else:
-                logits = model(input_ids=tok[:, None], attention_mask=am, position_ids=step_pos[:, step:step + 1],
-                               **kwargs).logits[:, -1]
+                logits = model(
+                    input_ids=tok[:, None], attention_mask=am, position_ids=step_pos[:, step : step + 1], **kwargs
+                ).logits[:, -1]
             self.stats.forward_passes += 1
         toks_l = toks[:, :n].tolist()
         lps_l = lps[:, :n].tolist()
@@ -205,9 +231,15 @@ class HFBackend:
             m = len(row) if end is None else end + 1  # keep the stop token: the policy must learn to emit it
             ids = row[:m]
             self.stats.tokens += m
-            gens.append(Generation(prompt_ids=prompts[i], completion_ids=ids, logprobs=lps_l[i][:m],
-                                   text=self.tokenizer.decode(ids, skip_special_tokens=True),
-                                   finish_reason="length" if end is None else "stop"))
+            gens.append(
+                Generation(
+                    prompt_ids=prompts[i],
+                    completion_ids=ids,
+                    logprobs=lps_l[i][:m],
+                    text=self.tokenizer.decode(ids, skip_special_tokens=True),
+                    finish_reason="length" if end is None else "stop",
+                )
+            )
         return gens
 
 
@@ -236,8 +268,8 @@ class _PreallocatedLayer(DynamicLayer):
             self._k = torch.cat([self._k, self._k.new_empty(*self._k.shape[:2], grow, self._k.shape[-1])], dim=-2)
             self._v = torch.cat([self._v, self._v.new_empty(*self._v.shape[:2], grow, self._v.shape[-1])], dim=-2)
             self.capacity = end
-        self._k[:, :, self.length:end].copy_(key_states)
-        self._v[:, :, self.length:end].copy_(value_states)
+        self._k[:, :, self.length : end].copy_(key_states)
+        self._v[:, :, self.length : end].copy_(value_states)
         self.length = end
         self.keys, self.values = self._k[:, :, :end], self._v[:, :, :end]
         return self.keys, self.values
@@ -245,7 +277,7 @@ class _PreallocatedLayer(DynamicLayer):
     def select_rows(self, index: torch.Tensor) -> None:
         """Row i of the cache becomes old row index[i] (one prefill shared by several rows)."""
         self._k, self._v = self._k[index], self._v[index]
-        self.keys, self.values = self._k[:, :, :self.length], self._v[:, :, :self.length]
+        self.keys, self.values = self._k[:, :, : self.length], self._v[:, :, : self.length]
 
     def reset(self) -> None:
         self.length = 0

@@ -18,8 +18,9 @@ import torch
 from . import cpu_kernels
 
 
-def _draw(weights: torch.Tensor, generator: torch.Generator | None,
-          kernels: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+def _draw(
+    weights: torch.Tensor, generator: torch.Generator | None, kernels: bool = True
+) -> tuple[torch.Tensor, torch.Tensor]:
     u = torch.rand(weights.shape[0], 1, generator=generator, dtype=torch.float64, device=weights.device)
     return _inverse_cdf(weights, u, kernels)
 
@@ -44,7 +45,10 @@ def _inverse_cdf(weights: torch.Tensor, u: torch.Tensor, use_kernels: bool = Tru
 
 
 def sample_tokens(
-    logits: torch.Tensor, temperature: float, generator: torch.Generator | None = None, top_p: float = 1.0,
+    logits: torch.Tensor,
+    temperature: float,
+    generator: torch.Generator | None = None,
+    top_p: float = 1.0,
     kernels: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Sample one token per row of `logits [B, V]`; return `(tokens [B] long, logprobs [B] float32)`.

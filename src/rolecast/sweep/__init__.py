@@ -6,6 +6,22 @@ from .executors import LocalExecutor, PoolExecutor, RayExecutor, make_executor
 from .matrix import Cell, Matrix, MatrixConfig, MatrixError, load_matrix
 from .runner import SweepOutcome, cell_summary, run_sweep, summary_table
 
-__all__ = ["Cell", "CellJob", "CellResult", "LocalExecutor", "Matrix", "MatrixConfig", "MatrixError", "PoolExecutor",
-           "RayExecutor", "SweepOutcome", "cell_state", "cell_summary", "load_matrix", "make_executor", "run_cell",
-           "run_sweep", "summary_table"]
+__all__ = [
+    "Cell",
+    "CellJob",
+    "CellResult",
+    "LocalExecutor",
+    "Matrix",
+    "MatrixConfig",
+    "MatrixError",
+    "PoolExecutor",
+    "RayExecutor",
+    "SweepOutcome",
+    "cell_state",
+    "cell_summary",
+    "load_matrix",
+    "make_executor",
+    "run_cell",
+    "run_sweep",
+    "summary_table",
+]

@@ -29,6 +29,7 @@ LOG = "sweep.log"  # the cell's console output, beside (not inside) its run dire
 @dataclass(frozen=True)
 class CellJob:
     """What a worker needs to run one cell; plain data, so it pickles to a process or a Ray worker."""
+
     name: str
     kind: str  # "train" | "base_eval"
     run_dir: str
@@ -124,8 +125,10 @@ def run_cell(job: CellJob) -> CellResult:
             resumed_from = prepare(run_dir)
             console = Console(enabled=False)  # no progress bar: the sweep shows its own
             console.rich = RichConsole(file=log, highlight=False, width=120)
-            log.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} {job.name}: "
-                      f"{'resume from step ' + str(resumed_from) if resumed_from is not None else 'fresh start'}\n")
+            log.write(
+                f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} {job.name}: "
+                f"{'resume from step ' + str(resumed_from) if resumed_from is not None else 'fresh start'}\n"
+            )
             log.flush()
             summary = train(cfg, resume=run_dir if resumed_from is not None else None, console=console)
         except Exception as e:  # any failure of a cell is recorded, not raised
@@ -133,11 +136,28 @@ def run_cell(job: CellJob) -> CellResult:
             log.write(tb)
             run_dir.mkdir(parents=True, exist_ok=True)
             write_atomic(run_dir / ERROR, tb)
-            return CellResult(job.name, "failed", time.perf_counter() - t0, resumed_from,
-                              f"{type(e).__name__}: {e}".splitlines()[0][:500])
+            return CellResult(
+                job.name,
+                "failed",
+                time.perf_counter() - t0,
+                resumed_from,
+                f"{type(e).__name__}: {e}".splitlines()[0][:500],
+            )
     seconds = time.perf_counter() - t0
     summary = {k: v for k, v in summary.items() if isinstance(v, (int, float, str, list))}
-    write_atomic(run_dir / DONE, json.dumps({"cell": job.name, "kind": job.kind, "seconds": seconds,
-                                             "resumed_from": resumed_from, "host": socket.gethostname(),
-                                             "pid": os.getpid(), "summary": summary}, indent=1))
+    write_atomic(
+        run_dir / DONE,
+        json.dumps(
+            {
+                "cell": job.name,
+                "kind": job.kind,
+                "seconds": seconds,
+                "resumed_from": resumed_from,
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "summary": summary,
+            },
+            indent=1,
+        ),
+    )
     return CellResult(job.name, "done", seconds, resumed_from, None, summary)

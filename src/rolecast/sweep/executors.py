@@ -38,6 +38,7 @@ def available_cpus() -> int:
 
 class LocalExecutor:
     """One cell after another in this process (the config's own thread count)."""
+
     name = "local"
     threads_per_cell: int | None = None
 
@@ -58,6 +59,7 @@ class PoolExecutor:
     the cells together use the cores they were given and no more. A process per cell (spawned, not forked:
     torch's thread pools do not survive a fork) also means a cell that crashes the interpreter or is killed
     by the OS for memory fails alone."""
+
     name = "pool"
 
     def __init__(self, workers: int | None = None, threads_per_cell: int = 1):
@@ -83,8 +85,9 @@ class PoolExecutor:
                     seconds = time.perf_counter() - t0
                     if proc.exitcode == 0 and is_finished(run_dir):
                         done = json.loads((run_dir / DONE).read_text())
-                        on_finish(CellResult(job.name, "done", seconds, done.get("resumed_from"), None,
-                                             done.get("summary")))
+                        on_finish(
+                            CellResult(job.name, "done", seconds, done.get("resumed_from"), None, done.get("summary"))
+                        )
                     else:
                         error_file = run_dir / ERROR
                         if proc.exitcode == 3 and error_file.is_file():
@@ -105,6 +108,7 @@ class RayExecutor:
     """Each cell a Ray task declaring its CPUs and GPUs; Ray places them (no scheduler of ours). Uses the Ray
     instance this process is already connected to, else `ray.init(address)` (None: start a local one).
     Cell directories must be on a filesystem every node sees."""
+
     name = "ray"
 
     def __init__(self, address: str | None = None, num_cpus: int = 1, num_gpus: float = 0, max_retries: int = 0):
@@ -136,8 +140,9 @@ class RayExecutor:
                 on_finish(result)
 
 
-def make_executor(kind: str, *, workers: int | None = None, num_cpus: int = 1, num_gpus: float = 0,
-                  ray_address: str | None = None) -> Executor:
+def make_executor(
+    kind: str, *, workers: int | None = None, num_cpus: int = 1, num_gpus: float = 0, ray_address: str | None = None
+) -> Executor:
     if kind == "local":
         return LocalExecutor()
     if kind == "pool":

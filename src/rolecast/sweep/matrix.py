@@ -27,8 +27,13 @@ from ..config import CONFIG_DIR, DEFAULT_CONFIG, ConfigError, RunConfig, load_co
 AxisName = Literal["workflow", "task", "model", "sharing", "seed"]
 AXES: tuple[str, ...] = ("workflow", "task", "model", "sharing", "seed")
 # the RunConfig field each axis sets
-AXIS_FIELDS: dict[str, str] = {"workflow": "workflow.name", "task": "task.name", "model": "model.path",
-                               "sharing": "routing.sharing", "seed": "seed"}
+AXIS_FIELDS: dict[str, str] = {
+    "workflow": "workflow.name",
+    "task": "task.name",
+    "model": "model.path",
+    "sharing": "routing.sharing",
+    "seed": "seed",
+}
 SWEEP_OWNED = ("run_dir",)  # fields the sweep sets for every cell; a matrix may not set them
 BASE_EVAL_PREFIX = "base-"
 
@@ -43,6 +48,7 @@ class _Strict(BaseModel):
 
 class Axes(_Strict):
     """Each axis lists its values; an axis left out takes the base config's value (one value)."""
+
     workflow: list[str] | None = None
     task: list[str] | None = None
     model: list[str] | None = None
@@ -52,6 +58,7 @@ class Axes(_Strict):
 
 class CellEntry(_Strict):
     """One cell of an explicit `cells:` list; an axis left out takes the base config's value."""
+
     workflow: str | None = None
     task: str | None = None
     model: str | None = None
@@ -63,6 +70,7 @@ class CellEntry(_Strict):
 class Resources(_Strict):
     """What one cell needs: Ray schedules each cell with these; the process pool sizes itself by num_cpus,
     and every executor but `local` gives each cell that many torch threads."""
+
     num_cpus: int = Field(1, gt=0)
     num_gpus: float = Field(0, ge=0)
 
@@ -148,7 +156,9 @@ def load_matrix(path: str | Path, *, out: str | Path | None = None, extra_set: d
         for err in e.errors():
             loc = ".".join(str(x) for x in err["loc"]) or "(top level)"
             msg = "unknown field (misspelled?)" if err["type"] == "extra_forbidden" else err["msg"]
-            got = "" if err["type"] == "extra_forbidden" or isinstance(err["input"], dict) else f" (got {err['input']!r})"
+            got = (
+                "" if err["type"] == "extra_forbidden" or isinstance(err["input"], dict) else f" (got {err['input']!r})"
+            )
             lines.append(f"{source}: {loc}: {msg}{got}")
         raise MatrixError("invalid matrix:\n  " + "\n  ".join(lines)) from None
     if extra_set:
@@ -161,22 +171,27 @@ def load_matrix(path: str | Path, *, out: str | Path | None = None, extra_set: d
 def _resolve_config_file(name: str, matrix_path: Path, where: str) -> Path:
     """A base config path: relative to the matrix file first, then the shipped configs directory."""
     p = Path(name)
-    for candidate in ([p] if p.is_absolute() else [matrix_path.parent / p, CONFIG_DIR / p]):
+    for candidate in [p] if p.is_absolute() else [matrix_path.parent / p, CONFIG_DIR / p]:
         if candidate.is_file():
             return candidate
-    raise MatrixError(f"{matrix_path}: {where}: config file {name!r} not found (looked beside the matrix and in "
-                      f"the shipped configs)")
+    raise MatrixError(
+        f"{matrix_path}: {where}: config file {name!r} not found (looked beside the matrix and in the shipped configs)"
+    )
 
 
-def _axis_points(settings: MatrixConfig, source: Path, defaults: dict[str, Any]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+def _axis_points(
+    settings: MatrixConfig, source: Path, defaults: dict[str, Any]
+) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """(axes labels, cell-level `set`) for every training cell, in matrix order."""
     if settings.axes is not None and settings.cells is not None:
         raise MatrixError(f"{source}: give either `axes` (a cartesian product) or `cells` (an explicit list), not both")
     if settings.cells is not None:
         if not settings.cells:
             raise MatrixError(f"{source}: cells: the list is empty")
-        return [({a: (getattr(c, a) if getattr(c, a) is not None else defaults[a]) for a in AXES}, c.set)
-                for c in settings.cells]
+        return [
+            ({a: (getattr(c, a) if getattr(c, a) is not None else defaults[a]) for a in AXES}, c.set)
+            for c in settings.cells
+        ]
     axes = settings.axes or Axes()
     values: dict[str, list[Any]] = {}
     for a in AXES:
@@ -185,8 +200,10 @@ def _axis_points(settings: MatrixConfig, source: Path, defaults: dict[str, Any])
             values[a] = [defaults[a]]
             continue
         if not given:
-            raise MatrixError(f"{source}: axes.{a}: the axis is empty (list at least one value, or leave it out "
-                              f"to use the base config's {AXIS_FIELDS[a]})")
+            raise MatrixError(
+                f"{source}: axes.{a}: the axis is empty (list at least one value, or leave it out "
+                f"to use the base config's {AXIS_FIELDS[a]})"
+            )
         dupes = sorted({str(v) for v in given if given.count(v) > 1})
         if dupes:
             raise MatrixError(f"{source}: axes.{a}: repeated value(s) {dupes}")
@@ -219,8 +236,13 @@ def expand(settings: MatrixConfig, source: Path, out_dir: Path) -> list[Cell]:
         base_defaults = load_config(base_file)
     except ConfigError as e:
         raise MatrixError(f"{source}: base: {e}") from None
-    defaults = {"workflow": base_defaults.workflow.name, "task": base_defaults.task.name,
-                "model": base_defaults.model.path, "sharing": base_defaults.routing.sharing, "seed": base_defaults.seed}
+    defaults = {
+        "workflow": base_defaults.workflow.name,
+        "task": base_defaults.task.name,
+        "model": base_defaults.model.path,
+        "sharing": base_defaults.routing.sharing,
+        "seed": base_defaults.seed,
+    }
     points = _axis_points(settings, source, defaults)
 
     # overrides must name values the matrix uses, and may not set another axis's field or the sweep's own
@@ -230,25 +252,36 @@ def expand(settings: MatrixConfig, source: Path, out_dir: Path) -> list[Cell]:
         for value, fields in by_value.items():
             where = f"overrides.{axis}.{value}"
             if str(value) not in used[axis]:
-                raise MatrixError(f"{source}: {where}: {value!r} is not a value of axis {axis} "
-                                  f"(values: {sorted(used[axis])})")
+                raise MatrixError(
+                    f"{source}: {where}: {value!r} is not a value of axis {axis} (values: {sorted(used[axis])})"
+                )
             for key in fields:
                 if key in SWEEP_OWNED:
-                    raise MatrixError(f"{source}: {where}: {key} is set by the sweep (one directory per cell under out)")
+                    raise MatrixError(
+                        f"{source}: {where}: {key} is set by the sweep (one directory per cell under out)"
+                    )
                 if key in axis_of_field and axis_of_field[key] != axis:
-                    raise MatrixError(f"{source}: {where}: {key} is axis {axis_of_field[key]}'s field; "
-                                      f"set it through axes.{axis_of_field[key]}")
+                    raise MatrixError(
+                        f"{source}: {where}: {key} is axis {axis_of_field[key]}'s field; "
+                        f"set it through axes.{axis_of_field[key]}"
+                    )
                 if key == "config" and not isinstance(fields[key], str):
                     raise MatrixError(f"{source}: {where}.config: a config file path, got {fields[key]!r}")
     for where, fields in [("set", settings.set)] + [(f"cells[{i}].set", s) for i, (_, s) in enumerate(points)]:
         for key in fields:
             if key in axis_of_field or key in SWEEP_OWNED or key == "config":
-                what = (f"axis {axis_of_field[key]}'s field; use axes.{axis_of_field[key]}" if key in axis_of_field
-                        else "set by the sweep" if key in SWEEP_OWNED else "not a field (base files go in `base`)")
+                what = (
+                    f"axis {axis_of_field[key]}'s field; use axes.{axis_of_field[key]}"
+                    if key in axis_of_field
+                    else "set by the sweep"
+                    if key in SWEEP_OWNED
+                    else "not a field (base files go in `base`)"
+                )
                 raise MatrixError(f"{source}: {where}: {key} is {what}")
 
     by_label: dict[str, dict[str, dict[str, Any]]] = {
-        a: {str(v): fields for v, fields in by_value.items()} for a, by_value in settings.overrides.items()}
+        a: {str(v): fields for v, fields in by_value.items()} for a, by_value in settings.overrides.items()
+    }
 
     def per_value(axis: str, value: Any) -> dict[str, Any]:
         return by_label.get(axis, {}).get(str(value), {})
@@ -282,8 +315,10 @@ def expand(settings: MatrixConfig, source: Path, out_dir: Path) -> list[Cell]:
                 sources.append(f"overrides.{a}.{axes[a]}")
             if "config" in ov:
                 if cfg_file != base_file:
-                    raise MatrixError(f"{source}: two axis values of one cell name a config file ({cfg_file} and "
-                                      f"{ov['config']}, via overrides.{a}.{axes[a]})")
+                    raise MatrixError(
+                        f"{source}: two axis values of one cell name a config file ({cfg_file} and "
+                        f"{ov['config']}, via overrides.{a}.{axes[a]})"
+                    )
                 cfg_file = _resolve_config_file(ov.pop("config"), source, f"overrides.{a}.{axes[a]}.config")
             overrides.update(ov)
         if cell_set:
@@ -301,21 +336,42 @@ def expand(settings: MatrixConfig, source: Path, out_dir: Path) -> list[Cell]:
     names = [c.name for c in train_cells]
     clash = sorted({n for n in names if names.count(n) > 1})
     if clash:
-        raise MatrixError(f"{source}: two cells would share a directory: {clash} (axis values whose labels "
-                          f"coincide, or a repeated entry in cells)")
+        raise MatrixError(
+            f"{source}: two cells would share a directory: {clash} (axis values whose labels "
+            f"coincide, or a repeated entry in cells)"
+        )
 
     base_cells: list[Cell] = []
     for base_name, (group_axes, group_overrides, group_sources, group_file) in groups.items():
-        ov = {**group_overrides, "run_dir": str(out_dir / base_name), "train.steps": 0, "eval.at_start": True,
-              "eval.at_end": False}
+        ov = {
+            **group_overrides,
+            "run_dir": str(out_dir / base_name),
+            "train.steps": 0,
+            "eval.at_start": True,
+            "eval.at_end": False,
+        }
         cfg = _validated(group_file, ov, source, base_name, group_axes, group_sources)
-        base_cells.append(Cell(base_name, "base_eval", {a: group_axes[a] for a in ("workflow", "task", "model")},
-                               cfg, None, group_sources))
+        base_cells.append(
+            Cell(
+                base_name,
+                "base_eval",
+                {a: group_axes[a] for a in ("workflow", "task", "model")},
+                cfg,
+                None,
+                group_sources,
+            )
+        )
     return base_cells + train_cells
 
 
-def _validated(cfg_file: Path, overrides: dict[str, Any], source: Path, name: str, axes: dict[str, Any],
-               sources: list[str] | tuple[str, ...]) -> RunConfig:
+def _validated(
+    cfg_file: Path,
+    overrides: dict[str, Any],
+    source: Path,
+    name: str,
+    axes: dict[str, Any],
+    sources: list[str] | tuple[str, ...],
+) -> RunConfig:
     try:
         return load_config(cfg_file, overrides)
     except ConfigError as e:

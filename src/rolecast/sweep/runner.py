@@ -52,8 +52,10 @@ def check_existing(matrix: Matrix) -> None:
         if _comparable(yaml.safe_load(saved.read_text()) or {}) != _comparable(cell.config.model_dump(mode="json")):
             stale.append(cell.name)
     if stale:
-        raise MatrixError(f"{matrix.path}: cell(s) {stale} in {matrix.out} were run with other settings than the "
-                          f"matrix now gives them; use another --out, or remove those directories to recompute them")
+        raise MatrixError(
+            f"{matrix.path}: cell(s) {stale} in {matrix.out} were run with other settings than the "
+            f"matrix now gives them; use another --out, or remove those directories to recompute them"
+        )
 
 
 class _Status:
@@ -67,14 +69,28 @@ class _Status:
                 previous = {c["name"]: c for c in json.loads(self.path.read_text()).get("cells", [])}
             except (json.JSONDecodeError, KeyError, TypeError):
                 previous = {}
-        self.data: dict[str, Any] = {"matrix": str(matrix.path), "out": str(matrix.out), "executor": executor,
-                                     "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "cells": []}
+        self.data: dict[str, Any] = {
+            "matrix": str(matrix.path),
+            "out": str(matrix.out),
+            "executor": executor,
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            "cells": [],
+        }
         self.by_name: dict[str, dict[str, Any]] = {}
         for cell in matrix.cells:
             old = previous.get(cell.name, {})
-            row = {"name": cell.name, "kind": cell.kind, "axes": cell.axes, "base_cell": cell.base_cell,
-                   "run_dir": cell.name, "status": "pending", "attempts": old.get("attempts", 0),
-                   "error": None, "seconds": old.get("seconds"), "resumed_from": None}
+            row = {
+                "name": cell.name,
+                "kind": cell.kind,
+                "axes": cell.axes,
+                "base_cell": cell.base_cell,
+                "run_dir": cell.name,
+                "status": "pending",
+                "attempts": old.get("attempts", 0),
+                "error": None,
+                "seconds": old.get("seconds"),
+                "resumed_from": None,
+            }
             self.data["cells"].append(row)
             self.by_name[cell.name] = row
 
@@ -91,9 +107,16 @@ class _Display:
         self.console = console or Console(highlight=False)
         self.counts = {"done": 0, "running": 0, "failed": 0, "left": total}
         self.running: list[str] = []
-        self.progress = Progress(TextColumn("cells"), BarColumn(), MofNCompleteColumn(),
-                                 TextColumn("{task.fields[counts]}"), TimeElapsedColumn(),
-                                 console=self.console, transient=False, disable=not enabled)
+        self.progress = Progress(
+            TextColumn("cells"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[counts]}"),
+            TimeElapsedColumn(),
+            console=self.console,
+            transient=False,
+            disable=not enabled,
+        )
         self.task = self.progress.add_task("sweep", total=total, counts=self._counts())
         self.enabled = enabled
 
@@ -121,8 +144,11 @@ class _Display:
         if result.name in self.running:
             self.running.remove(result.name)
         resumed = f", resumed from step {result.resumed_from}" if result.resumed_from is not None else ""
-        line = (f"done    {result.name} ({result.seconds:.1f} s{resumed})" if result.status == "done"
-                else f"FAILED  {result.name}: {result.error}")
+        line = (
+            f"done    {result.name} ({result.seconds:.1f} s{resumed})"
+            if result.status == "done"
+            else f"FAILED  {result.name}: {result.error}"
+        )
         self.console.print(line, markup=False)
         self.progress.advance(self.task)
         self._update()
@@ -131,8 +157,9 @@ class _Display:
         self.progress.update(self.task, counts=self._counts())
 
 
-def run_sweep(matrix: Matrix, executor: Executor | None = None, *, progress: bool = True,
-              console: Console | None = None) -> SweepOutcome:
+def run_sweep(
+    matrix: Matrix, executor: Executor | None = None, *, progress: bool = True, console: Console | None = None
+) -> SweepOutcome:
     """Run every cell that is not finished (resuming interrupted ones); returns what happened."""
     executor = executor or LocalExecutor()
     console = console or Console(highlight=False)
@@ -158,25 +185,48 @@ def _run_locked(matrix: Matrix, executor: Executor, progress: bool, console: Con
             status.set(cell.name, status="done", seconds=done.get("seconds"))
             continue
         if state == "interrupted":
-            outcome.resumed[cell.name] = checkpoint_step(cell.run_dir)  # type: ignore[assignment]
-        jobs.append(CellJob(cell.name, cell.kind, str(cell.run_dir), cell.config.model_dump(mode="json"),
-                            str(matrix.out / LOG_DIR / f"{cell.name}.log"), executor.threads_per_cell))
+            outcome.resumed[cell.name] = checkpoint_step(cell.run_dir) or 0  # interrupted: it has a checkpoint
+        jobs.append(
+            CellJob(
+                cell.name,
+                cell.kind,
+                str(cell.run_dir),
+                cell.config.model_dump(mode="json"),
+                str(matrix.out / LOG_DIR / f"{cell.name}.log"),
+                executor.threads_per_cell,
+            )
+        )
     n_base = sum(c.kind == "base_eval" for c in matrix.cells)
-    console.print(f"sweep {matrix.path} -> {matrix.out}: {len(matrix.cells)} cells ({n_base} base evaluations); "
-                  f"{len(outcome.skipped)} finished, {len(outcome.resumed)} to resume, "
-                  f"{len(jobs) - len(outcome.resumed)} to start; executor {executor.name}", markup=False)
+    console.print(
+        f"sweep {matrix.path} -> {matrix.out}: {len(matrix.cells)} cells ({n_base} base evaluations); "
+        f"{len(outcome.skipped)} finished, {len(outcome.resumed)} to resume, "
+        f"{len(jobs) - len(outcome.resumed)} to start; executor {executor.name}",
+        markup=False,
+    )
 
     with _Display(len(jobs), progress, console) as display:
+
         def on_start(name: str) -> None:
             row = status.by_name[name]
-            status.set(name, status="running", attempts=row["attempts"] + 1, error=None,
-                       started=time.strftime("%Y-%m-%dT%H:%M:%S"))
+            status.set(
+                name,
+                status="running",
+                attempts=row["attempts"] + 1,
+                error=None,
+                started=time.strftime("%Y-%m-%dT%H:%M:%S"),
+            )
             display.start(name)
 
         def on_finish(result: CellResult) -> None:
             outcome.results[result.name] = result
-            status.set(result.name, status=result.status, error=result.error, seconds=result.seconds,
-                       resumed_from=result.resumed_from, finished=time.strftime("%Y-%m-%dT%H:%M:%S"))
+            status.set(
+                result.name,
+                status=result.status,
+                error=result.error,
+                seconds=result.seconds,
+                resumed_from=result.resumed_from,
+                finished=time.strftime("%Y-%m-%dT%H:%M:%S"),
+            )
             display.finish(result)
 
         executor.run(jobs, on_start, on_finish)
@@ -203,10 +253,15 @@ def cell_summary(matrix: Matrix, cell: Cell) -> dict[str, Any]:
     trained = [r for r in rows if r.get("tag") in ("periodic", "final")]
     final = [r for r in rows if r.get("tag") == "final"]
     peak = max(trained, key=lambda r: r["pass@1"], default=None)
-    out: dict[str, Any] = {"cell": cell.name, "state": cell_state(cell.run_dir), **cell.axes,
-                           "base": base_rows[0]["pass@1"] if base_rows else None,
-                           "peak": peak["pass@1"] if peak else None, "peak_step": peak["step"] if peak else None,
-                           "final": final[-1]["pass@1"] if final else None}
+    out: dict[str, Any] = {
+        "cell": cell.name,
+        "state": cell_state(cell.run_dir),
+        **cell.axes,
+        "base": base_rows[0]["pass@1"] if base_rows else None,
+        "peak": peak["pass@1"] if peak else None,
+        "peak_step": peak["step"] if peak else None,
+        "final": final[-1]["pass@1"] if final else None,
+    }
     if (cell.run_dir / "ERROR.txt").is_file() and out["state"] != "finished":
         out["state"] = "failed"
     return out
@@ -215,8 +270,11 @@ def cell_summary(matrix: Matrix, cell: Cell) -> dict[str, Any]:
 def summary_table(matrix: Matrix) -> Table:
     table = Table(title=f"{matrix.out}", show_lines=False)
     for col in ("cell", "state", "base", "peak (step)", "final", "gain"):
-        table.add_column(col, justify="left" if col in ("cell", "state") else "right",
-                         overflow="fold" if col == "cell" else "ellipsis")  # a cell's name whole, on narrow terminals
+        table.add_column(
+            col,
+            justify="left" if col in ("cell", "state") else "right",
+            overflow="fold" if col == "cell" else "ellipsis",
+        )  # a cell's name whole, on narrow terminals
 
     def f(x: float | None) -> str:
         return "-" if x is None else f"{x:.3f}"
@@ -224,7 +282,12 @@ def summary_table(matrix: Matrix) -> Table:
     for cell in matrix.train_cells:
         s = cell_summary(matrix, cell)
         gain = s["final"] - s["base"] if s["final"] is not None and s["base"] is not None else None
-        table.add_row(cell.name, s["state"], f(s["base"]),
-                      "-" if s["peak"] is None else f"{s['peak']:.3f} ({s['peak_step']})", f(s["final"]),
-                      "-" if gain is None else f"{gain:+.3f}")
+        table.add_row(
+            cell.name,
+            s["state"],
+            f(s["base"]),
+            "-" if s["peak"] is None else f"{s['peak']:.3f} ({s['peak_step']})",
+            f(s["final"]),
+            "-" if gain is None else f"{gain:+.3f}",
+        )
     return table

@@ -49,7 +49,10 @@ def data_root() -> Path:
     env = os.environ.get("ROLECAST_DATA_DIR")
     if env:
         return Path(env)
-    candidates = [Path(rolecast.__file__).resolve().parents[2] / ".." / "shared" / "data", Path.cwd() / ".." / "shared" / "data"]
+    candidates = [
+        Path(rolecast.__file__).resolve().parents[2] / ".." / "shared" / "data",
+        Path.cwd() / ".." / "shared" / "data",
+    ]
     for c in candidates:
         if c.is_dir():
             return c.resolve()
@@ -95,14 +98,14 @@ def read_rows(path: str | Path) -> Rows:
     if p.suffix == ".parquet":
         pq = require("pyarrow", "parquet", module="pyarrow.parquet", purpose=f"reading {p}")
         try:
-            rows = Rows(pq.read_table(p).to_pylist(), str(p))  # type: ignore[union-attr]
+            rows = Rows(pq.read_table(p).to_pylist(), str(p))
         except Exception as e:  # noqa: BLE001 - pyarrow raises its own types for a damaged file
             raise DatasetError(f"{p}: not a readable Parquet file ({type(e).__name__}: {e})") from e
     else:
         try:
             text = p.read_text(encoding="utf-8")
         except UnicodeDecodeError as e:
-            bad_line = p.read_bytes()[:e.start].count(b"\n") + 1
+            bad_line = p.read_bytes()[: e.start].count(b"\n") + 1
             raise DatasetError(f"{p}, line {bad_line}: not UTF-8 text ({e.reason})") from e
         if p.suffix == ".json" and text.lstrip().startswith("["):
             try:
@@ -133,7 +136,7 @@ def read_rows(path: str | Path) -> Rows:
 def load_hub(name: str, config: str | None, split: str) -> Rows:
     datasets = require("datasets", "hub", purpose=f"loading {name} from the Hugging Face hub (hub=True)")
     try:
-        ds = datasets.load_dataset(name, config, split=split)  # type: ignore[union-attr]
+        ds = datasets.load_dataset(name, config, split=split)
     except Exception as e:  # noqa: BLE001 - offline, auth, missing split: all worth one clear message
         raise DatasetError(f"could not load {name} ({config or 'default'}, split {split!r}) from the hub: {e}") from e
     return Rows([dict(r) for r in ds], f"hub dataset {name} ({config or 'default'}, split {split})")
@@ -241,7 +244,9 @@ class DatasetTask(Task):
             return [(i, r, split) for i, r in enumerate(rows)]
         if split in ("train", "validation"):
             if split == "validation" and self.val_fraction <= 0:
-                raise DatasetError(f"{self.name} has no validation split; pass val_fraction > 0 to carve one out of train")
+                raise DatasetError(
+                    f"{self.name} has no validation split; pass val_fraction > 0 to carve one out of train"
+                )
             base = "train" if "train" in avail else "test"
             rows = self._source_rows(base)
             tr, va = _partition(len(rows), self.seed, self.val_fraction)
@@ -269,8 +274,10 @@ class DatasetTask(Task):
                 if self.limit is not None and len(out) >= self.limit:
                     break
             if skipped and not out:
-                raise DatasetError(f"{self.name}/{split}: every row was skipped ({dict(skipped)}); check the file "
-                                   f"and the column mapping")
+                raise DatasetError(
+                    f"{self.name}/{split}: every row was skipped ({dict(skipped)}); check the file "
+                    f"and the column mapping"
+                )
             if skipped:
                 log.warning("%s/%s: skipped %d rows: %s", self.name, split, sum(skipped.values()), dict(skipped))
                 self.skipped.update(skipped)
@@ -304,8 +311,9 @@ class MathTask(DatasetTask):
         if grader not in ("rolecast", "study"):
             raise ValueError(f"{self.name}: grader must be 'rolecast' or 'study', got {grader!r}")
         if grader == "study" and last_number:
-            raise ValueError(f"{self.name}: the study grader has no last-number fallback; drop last_number or "
-                             f"use grader: rolecast")
+            raise ValueError(
+                f"{self.name}: the study grader has no last-number fallback; drop last_number or use grader: rolecast"
+            )
         self.last_number = grader == "rolecast" if last_number is None else last_number
         self.grader = grader
 
@@ -443,8 +451,16 @@ class DAPOMath(MathTask):
     files = {"train": "dapo_math/train.parquet"}
     hub_name, hub_config = "open-r1/DAPO-Math-17k-Processed", "en"
 
-    def __init__(self, *args: Any, test_size: float = 0.1, split_seed: int = 42, language: str = "en",
-                 instruction: str = "strip", val_fraction: float | None = 0.0, **kwargs: Any):
+    def __init__(
+        self,
+        *args: Any,
+        test_size: float = 0.1,
+        split_seed: int = 42,
+        language: str = "en",
+        instruction: str = "strip",
+        val_fraction: float | None = 0.0,
+        **kwargs: Any,
+    ):
         super().__init__(*args, val_fraction=val_fraction, **kwargs)
         if not 0.0 < test_size < 1.0:
             raise ValueError(f"dapo_math: test_size must be in (0, 1), got {test_size}")
@@ -461,7 +477,8 @@ class DAPOMath(MathTask):
                 raise FileNotFoundError(
                     f"dapo_math: {p} not found (offline). Put DAPO-Math-17k there as train.parquet or train.jsonl, "
                     f"in the layout of open-r1/DAPO-Math-17k-Processed (config 'en', the copy the study trained on) or "
-                    f"of BytedTsinghua-SIA/DAPO-Math-17k; or set task.options.path, ROLECAST_DATA_DIR, or hub: true")
+                    f"of BytedTsinghua-SIA/DAPO-Math-17k; or set task.options.path, ROLECAST_DATA_DIR, or hub: true"
+                )
             if not p.exists():
                 return read_rows(p.with_suffix(".jsonl"))
         return super()._source_rows(split)
@@ -517,7 +534,7 @@ class DAPOMath(MathTask):
         if split == "test":
             picked = perm[:n_test]
         elif split in ("train", "validation"):
-            train = perm[n_test:n_test + n_train]
+            train = perm[n_test : n_test + n_train]
             if self.val_fraction > 0:
                 tr, va = _partition(len(train), self.seed, self.val_fraction)
                 train = [train[j] for j in (tr if split == "train" else va)]
@@ -554,7 +571,16 @@ class MathJSONL(MathTask):
 
     name = "math_jsonl"
 
-    def __init__(self, path: Any = None, *, problem_key: str = "problem", answer_key: str = "answer", answer_from: str = "answer", name: str | None = None, **kw: Any):
+    def __init__(
+        self,
+        path: Any = None,
+        *,
+        problem_key: str = "problem",
+        answer_key: str = "answer",
+        answer_from: str = "answer",
+        name: str | None = None,
+        **kw: Any,
+    ):
         if path is None:
             raise ValueError("math_jsonl needs path= (a file, a directory of <split>.jsonl, or {split: file})")
         if answer_from not in ("answer", "boxed", "gsm8k"):
@@ -607,7 +633,9 @@ class CodeTask(DatasetTask):
     def score_many(self, problems: Sequence[Problem], texts: Sequence[str | None]) -> list[Score]:
         from rolecast.rewards.code import score_code_many
 
-        return score_code_many(list(texts), [p.answer for p in problems], partial=self.partial, timeout_s=self.timeout_s)
+        return score_code_many(
+            list(texts), [p.answer for p in problems], partial=self.partial, timeout_s=self.timeout_s
+        )
 
 
 def _mbpp_text(statement: str, first_test: str) -> str:
@@ -630,7 +658,9 @@ class MBPP(CodeTask):
         statement = _require(row, self.text_key, "the task description")
         tests = _require(row, "test_list", "assert statements")
         meta = {"split": split, "index": index, "reference": row.get("code")}
-        return Problem(f"{self.name}/{row.get('task_id', index)}", _mbpp_text(statement, tests[0]), CodeTests.mbpp(row), meta)
+        return Problem(
+            f"{self.name}/{row.get('task_id', index)}", _mbpp_text(statement, tests[0]), CodeTests.mbpp(row), meta
+        )
 
 
 @register_task("mbpp_sanitized")
@@ -658,7 +688,12 @@ class HumanEval(CodeTask):
         prompt = _require(row, "prompt", "signature + docstring")
         for k in ("test", "entry_point"):
             _require(row, k, "HumanEval tests")
-        meta = {"split": split, "index": index, "entry_point": row["entry_point"], "reference": row.get("canonical_solution")}
+        meta = {
+            "split": split,
+            "index": index,
+            "entry_point": row["entry_point"],
+            "reference": row.get("canonical_solution"),
+        }
         return Problem(row.get("task_id") or f"humaneval/{index}", prompt, CodeTests.humaneval(row), meta)
 
 
@@ -699,8 +734,10 @@ def _deepcoder_tests(raw: Any, fn_name: str | None, per_test_timeout_s: float | 
         raise _Skip("tests column is not valid JSON") from e
     if isinstance(tests, Mapping) and "inputs" in tests and "outputs" in tests:
         fn_name = fn_name or tests.get("fn_name")
-        tests = [{"input": i, "output": o, "fn_name": tests.get("fn_name")} for i, o in
-                 zip(tests["inputs"], tests["outputs"], strict=False)]
+        tests = [
+            {"input": i, "output": o, "fn_name": tests.get("fn_name")}
+            for i, o in zip(tests["inputs"], tests["outputs"], strict=False)
+        ]
     if not isinstance(tests, list) or not tests:
         raise _Skip("no tests")
     if not all(isinstance(t, Mapping) and "input" in t and "output" in t for t in tests):
@@ -710,13 +747,18 @@ def _deepcoder_tests(raw: Any, fn_name: str | None, per_test_timeout_s: float | 
         meta = t.get("metadata")
         return t.get("fn_name") or (meta.get("func_name") if isinstance(meta, Mapping) else None)
 
-    functional = [t.get("testtype") == "functional" or t.get("type") == "function_call" or bool(call_name(t))
-                  for t in tests]
+    functional = [
+        t.get("testtype") == "functional" or t.get("type") == "function_call" or bool(call_name(t)) for t in tests
+    ]
     if any(functional) and not all(functional):
         raise _Skip("mixed stdin and function-call tests")
     if not functional[0]:
-        return CodeTests(kind="stdio", inputs=tuple(str(t["input"]) for t in tests),
-                         outputs=tuple(str(t["output"]) for t in tests), timeout_s=per_test_timeout_s)
+        return CodeTests(
+            kind="stdio",
+            inputs=tuple(str(t["input"]) for t in tests),
+            outputs=tuple(str(t["output"]) for t in tests),
+            timeout_s=per_test_timeout_s,
+        )
     name = fn_name or next((call_name(t) for t in tests if call_name(t)), None)
     if not name:
         raise _Skip("function-call tests without a function name")
@@ -729,8 +771,13 @@ def _deepcoder_tests(raw: Any, fn_name: str | None, per_test_timeout_s: float | 
             return x
         return json.dumps(x[0] if isinstance(x, list) and len(x) == 1 else x)
 
-    return CodeTests(kind="functional", inputs=tuple(args(t["input"]) for t in tests),
-                     outputs=tuple(ret(t["output"]) for t in tests), entry_point=str(name), timeout_s=per_test_timeout_s)
+    return CodeTests(
+        kind="functional",
+        inputs=tuple(args(t["input"]) for t in tests),
+        outputs=tuple(ret(t["output"]) for t in tests),
+        entry_point=str(name),
+        timeout_s=per_test_timeout_s,
+    )
 
 
 @register_task("deepcoder")
@@ -748,11 +795,21 @@ class DeepCoder(CodeTask):
 
     name = "deepcoder"
     hub_name = "agentica-org/DeepCoder-Preview-Dataset"
-    SUBSETS = {"primeintellect": {"train": "deepcoder/primeintellect/train.parquet"},
-               "lcbv5": {"train": "deepcoder/train.jsonl", "test": "deepcoder/test.jsonl"}}
+    SUBSETS = {
+        "primeintellect": {"train": "deepcoder/primeintellect/train.parquet"},
+        "lcbv5": {"train": "deepcoder/train.jsonl", "test": "deepcoder/test.jsonl"},
+    }
 
-    def __init__(self, *args: Any, subset: str = "primeintellect", test_size: int = 1000, split_seed: int = 42,
-                 per_test_timeout_s: float | None = 3.0, runtime_results: str | None = None, **kwargs: Any):
+    def __init__(
+        self,
+        *args: Any,
+        subset: str = "primeintellect",
+        test_size: int = 1000,
+        split_seed: int = 42,
+        per_test_timeout_s: float | None = 3.0,
+        runtime_results: str | None = None,
+        **kwargs: Any,
+    ):
         if subset not in self.SUBSETS:
             raise ValueError(f"deepcoder: subset must be one of {sorted(self.SUBSETS)}, got {subset!r}")
         self.subset, self.test_size, self.split_seed = subset, test_size, split_seed
@@ -768,8 +825,9 @@ class DeepCoder(CodeTask):
         if isinstance(self.path, Mapping):
             return "test" not in self.path
         if self.path is not None:
-            return Path(self.path).is_file() or not any((Path(self.path) / f"test{e}").exists()
-                                                         for e in (".jsonl", ".parquet", ".json"))
+            return Path(self.path).is_file() or not any(
+                (Path(self.path) / f"test{e}").exists() for e in (".jsonl", ".parquet", ".json")
+            )
         return "test" not in self.files
 
     def _source_rows(self, split: str) -> list[dict[str, Any]]:
@@ -779,7 +837,8 @@ class DeepCoder(CodeTask):
                 raise FileNotFoundError(
                     f"deepcoder ({self.subset}): {p} not found (offline). Put the {self.subset} subset of "
                     f"agentica-org/DeepCoder-Preview-Dataset there (parquet or .jsonl), or set task.options.path, "
-                    f"ROLECAST_DATA_DIR, or hub: true")
+                    f"ROLECAST_DATA_DIR, or hub: true"
+                )
             if not p.exists():
                 return read_rows(p.with_suffix(".jsonl"))
         return super()._source_rows(split)
@@ -813,15 +872,19 @@ class DeepCoder(CodeTask):
             return super()._rows(split)
         rows = self._kept_rows()
         if len(rows) <= self.test_size:
-            raise ValueError(f"deepcoder: test_size={self.test_size} leaves no training problems among {len(rows)} rows")
+            raise ValueError(
+                f"deepcoder: test_size={self.test_size} leaves no training problems among {len(rows)} rows"
+            )
         perm = hf_permutation(len(rows), self.split_seed)
         if split == "test":
-            picked = perm[:self.test_size]
+            picked = perm[: self.test_size]
         elif split == "train":
-            picked = perm[self.test_size:]
+            picked = perm[self.test_size :]
         else:
-            raise ValueError(f"deepcoder ({self.subset}) has splits 'train' and 'test' (the seeded held-out "
-                             f"{self.test_size}), not {split!r}")
+            raise ValueError(
+                f"deepcoder ({self.subset}) has splits 'train' and 'test' (the seeded held-out "
+                f"{self.test_size}), not {split!r}"
+            )
         return [(rows[j][0], rows[j][1], "train") for j in picked]
 
     def make_problem(self, row, index, split):
@@ -865,7 +928,9 @@ class CodeJSONL(CodeTask):
         if path is None:
             raise ValueError("code_jsonl needs path= (a file, a directory of <split>.jsonl, or {split: file})")
         if test_format not in ("asserts", "livecodebench", "humaneval"):
-            raise ValueError(f"code_jsonl: test_format must be asserts, livecodebench or humaneval, got {test_format!r}")
+            raise ValueError(
+                f"code_jsonl: test_format must be asserts, livecodebench or humaneval, got {test_format!r}"
+            )
         super().__init__(path, **kw)
         self.problem_key, self.tests_key, self.test_format = problem_key, tests_key, test_format
         self.fn_name_key, self.entry_point_key = fn_name_key, entry_point_key
@@ -888,4 +953,3 @@ class CodeJSONL(CodeTask):
             fn = row.get(self.fn_name_key) if self.fn_name_key else None
             tests = _lcb_tests(raw, fn)
         return Problem(f"{self.name}/{split}/{index}", str(text), tests, {"split": split, "index": index})
-

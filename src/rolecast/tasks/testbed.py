@@ -63,8 +63,11 @@ class ArithmeticTestbed(Task):
                 if expr in seen:
                     continue
                 seen.add(expr)
-                out.append(Problem(id=f"testbed/{split}/{name}/{idx}", text=expr, answer=str(item["answer"]),
-                                   meta={"source": name}))
+                out.append(
+                    Problem(
+                        id=f"testbed/{split}/{name}/{idx}", text=expr, answer=str(item["answer"]), meta={"source": name}
+                    )
+                )
                 if split == "test" and sum(p.meta["source"] == name for p in out) >= per_gen:
                     break
         return out
@@ -172,7 +175,7 @@ class CodeTestbed(Task):
     def _split_functions(self) -> tuple[list[str], list[str]]:
         fs = code_functions()
         random.Random(f"testbed_code/{self.seed}").shuffle(fs)
-        return fs[self.test_functions:], fs[: self.test_functions]
+        return fs[self.test_functions :], fs[: self.test_functions]
 
     @staticmethod
     def make_problem(expr: str, start: int, split: str) -> Problem:
@@ -184,8 +187,10 @@ class CodeTestbed(Task):
     @cached_property
     def _problems(self) -> dict[str, list[Problem]]:
         train, test = self._split_functions
-        return {"train": [self.make_problem(f, start, "train") for f in train for start in range(0, 4)],
-                "test": [self.make_problem(f, start, "test") for f in test for start in (1, 2)]}
+        return {
+            "train": [self.make_problem(f, start, "train") for f in train for start in range(0, 4)],
+            "test": [self.make_problem(f, start, "test") for f in test for start in (1, 2)],
+        }
 
     def problems(self, split: str) -> Sequence[Problem]:
         if split not in ("train", "test"):
@@ -202,8 +207,11 @@ class CodeTestbed(Task):
         """The problem's checks as sandbox asserts: the shown examples plus hidden inputs."""
         from rolecast.rewards.code import CodeTests
 
-        return CodeTests(kind="asserts", asserts=tuple(f"assert f({x}) == {y}" for x, y in problem.meta["tests"]),
-                         timeout_s=self.timeout_s)
+        return CodeTests(
+            kind="asserts",
+            asserts=tuple(f"assert f({x}) == {y}" for x, y in problem.meta["tests"]),
+            timeout_s=self.timeout_s,
+        )
 
     def score(self, problem: Problem, text: str | None) -> Score:
         return self.score_many([problem], [text])[0]

@@ -54,8 +54,10 @@ def load(path: str | Path | None = None, dtype: str = "float32"):
 
 def format_info(d: dict[str, Any]) -> str:
     """A build_info.json as a few lines: the build, then each role's format and accuracy."""
-    lines = [f"seed {d['seed']}  steps {d['steps']}  params {d['params']:,}  vocab {d['vocab_size']}  "
-             f"build {d.get('wall_seconds', '?')}s (training {d['train_seconds']}s)"]
+    lines = [
+        f"seed {d['seed']}  steps {d['steps']}  params {d['params']:,}  vocab {d['vocab_size']}  "
+        f"build {d.get('wall_seconds', '?')}s (training {d['train_seconds']}s)"
+    ]
     for key, r in d.get("roles", {}).items():
         extra = ""
         if "said_correct" in r:

@@ -31,8 +31,15 @@ DEFAULT_THREADS = 1
 
 # Examples per batch by role. The solver gets the most, but every role that judges also solves first
 # ("= 5 \boxed{Incorrect}"), so the arithmetic skill is trained by all of them.
-ROLE_WEIGHTS = {"solve": 3.0, "evaluate": 2.0, "aggregate": 1.5, "refine": 1.0, "work": 1.0, "synthesize": 1.0,
-                "orchestrate": 0.5}
+ROLE_WEIGHTS = {
+    "solve": 3.0,
+    "evaluate": 2.0,
+    "aggregate": 1.5,
+    "refine": 1.0,
+    "work": 1.0,
+    "synthesize": 1.0,
+    "orchestrate": 0.5,
+}
 CODE_SHARE = 0.2  # fraction of examples from testbed_code (secondary task)
 # Phase 1 teaches only the solver. A mixed curriculum from step 0 was measured to learn arithmetic far
 # slower (10% held-out after 1,100 steps of 32): the judging roles barely transfer while the model cannot
@@ -42,9 +49,22 @@ SOLVER_PHASE_CODE_SHARE = 0.1
 
 # Other reasoning-gym generators whose text fills the BPE vocabulary (the task text alone fills ~400
 # tokens). All offline and fast; generators that need data downloads or are slow are left out.
-FILLER_GENERATORS = ("letter_counting", "spell_backward", "word_sorting", "number_sorting", "gcd", "lcm",
-                     "leg_counting", "simple_equations", "propositional_logic", "family_relationships",
-                     "syllogism", "list_functions", "word_sequence_reversal", "basic_arithmetic")
+FILLER_GENERATORS = (
+    "letter_counting",
+    "spell_backward",
+    "word_sorting",
+    "number_sorting",
+    "gcd",
+    "lcm",
+    "leg_counting",
+    "simple_equations",
+    "propositional_logic",
+    "family_relationships",
+    "syllogism",
+    "list_functions",
+    "word_sequence_reversal",
+    "basic_arithmetic",
+)
 
 
 def _log(msg: str) -> None:
@@ -52,6 +72,7 @@ def _log(msg: str) -> None:
 
 
 # --- data ----------------------------------------------------------------------------------------------
+
 
 class Curriculum:
     """Draws teacher examples for training (train splits) or evaluation (held-out splits)."""
@@ -104,11 +125,14 @@ def corpus(cur: Curriculum, seed: int, transcripts: int = 4000, filler_per_gener
 def encode(tok, ex: T.Example) -> tuple[list[int], list[int]]:
     """Prompt ids exactly as a rollout renders them, and the completion ids ending with <|im_end|>."""
     prompt = tok.apply_chat_template(ex.messages, add_generation_prompt=True, enable_thinking=False, tokenize=False)
-    return (tok.encode(prompt, add_special_tokens=False),
-            tok.encode(ex.target, add_special_tokens=False) + [tok.convert_tokens_to_ids(IM_END)])
+    return (
+        tok.encode(prompt, add_special_tokens=False),
+        tok.encode(ex.target, add_special_tokens=False) + [tok.convert_tokens_to_ids(IM_END)],
+    )
 
 
 # --- greedy decoding -------------------------------------------------------------------------------------
+
 
 def greedy(model, tok, prompts: Sequence[list[int]], max_new_tokens: int, batch_size: int = 200) -> list[str]:
     """Greedy completions for prompt id lists, decoded without special tokens, stopped at <|im_end|>."""
@@ -119,7 +143,7 @@ def greedy(model, tok, prompts: Sequence[list[int]], max_new_tokens: int, batch_
     model.eval()
     with torch.no_grad():
         for b in range(0, len(prompts), batch_size):
-            chunk = prompts[b:b + batch_size]
+            chunk = prompts[b : b + batch_size]
             width = max(map(len, chunk))
             ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in chunk])
             mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in chunk])
@@ -140,8 +164,9 @@ def greedy(model, tok, prompts: Sequence[list[int]], max_new_tokens: int, batch_
                 pos = pos[:, -1:] + 1
                 # transformers 5 calls the KV cache `cache`, 4.x `past_key_values`.
                 cache = out["cache"] if "cache" in out else out.past_key_values
-                out = model(input_ids=nxt[:, None], attention_mask=mask, position_ids=pos, use_cache=True,
-                            **{cache_kw: cache})
+                out = model(
+                    input_ids=nxt[:, None], attention_mask=mask, position_ids=pos, use_cache=True, **{cache_kw: cache}
+                )
             rows = torch.stack(gen, 1).tolist()
             for row in rows:
                 row = row[: row.index(eos)] if eos in row else row
@@ -181,16 +206,19 @@ def evaluate_roles(model, tok, examples: Sequence[T.Example]) -> dict[str, dict[
             # Trivial policies, for reading the accuracy: always candidate 1, and a random pick.
             r["baseline_first"] = round(sum(0 in ex.info["acceptable"] for ex in exs) / len(exs), 4)
             r["baseline_random"] = round(
-                sum(len(ex.info["acceptable"]) / len(ex.info["candidates"]) for ex in exs) / len(exs), 4)
+                sum(len(ex.info["acceptable"]) / len(ex.info["candidates"]) for ex in exs) / len(exs), 4
+            )
         elif role == "synthesize":
             # Trivial policy: copy the first candidate.
             r["baseline_first"] = round(
-                sum(T.is_correct(ex.problem, ex.info["candidates"][0]) for ex in exs) / len(exs), 4)
+                sum(T.is_correct(ex.problem, ex.info["candidates"][0]) for ex in exs) / len(exs), 4
+            )
         report[key] = r
     return report
 
 
 # --- the build -------------------------------------------------------------------------------------------
+
 
 def _lr(step: int, lr: float, warmup: int = 30) -> float:
     # Warmup, then constant: the weights after N steps do not depend on the total budget, so a snapshot
@@ -234,10 +262,24 @@ def evaluate_dir(path: str | Path, *, per_role: int = 200, log: Callable[[str], 
     return info
 
 
-def build(out_dir: str | Path, *, seed: int = DEFAULT_SEED, steps: int = DEFAULT_STEPS, batch_size: int = 64,
-          lr: float = 1e-3, micro_batch: int = 32, threads: int = DEFAULT_THREADS, evaluate: bool = True, eval_every: int = 0,
-          eval_per_role: int = 200, corpus_transcripts: int = 4000, filler_per_generator: int = 200,
-          solver_steps: int = SOLVER_PHASE_STEPS, snapshot_every: int = 0, log: Callable[[str], None] = _log) -> Path:
+def build(
+    out_dir: str | Path,
+    *,
+    seed: int = DEFAULT_SEED,
+    steps: int = DEFAULT_STEPS,
+    batch_size: int = 64,
+    lr: float = 1e-3,
+    micro_batch: int = 32,
+    threads: int = DEFAULT_THREADS,
+    evaluate: bool = True,
+    eval_every: int = 0,
+    eval_per_role: int = 200,
+    corpus_transcripts: int = 4000,
+    filler_per_generator: int = 200,
+    solver_steps: int = SOLVER_PHASE_STEPS,
+    snapshot_every: int = 0,
+    log: Callable[[str], None] = _log,
+) -> Path:
     """Build a testbed model into `out_dir` (tokenizer + fp16 safetensors + build_info.json) and return it.
 
     Deterministic for (seed, steps, batch_size, lr, threads, corpus sizes) on one machine: batches come
@@ -270,12 +312,25 @@ def build(out_dir: str | Path, *, seed: int = DEFAULT_SEED, steps: int = DEFAULT
         out_dir.mkdir(parents=True, exist_ok=True)
 
         def info_now(done: int) -> dict[str, Any]:
-            return {"seed": seed, "steps": done, "batch_size": batch_size, "lr": lr, "threads": threads,
-                    "params": params, "vocab_size": len(tok), "model": MODEL_SHAPE,
-                    "role_weights": ROLE_WEIGHTS, "code_share": CODE_SHARE, "solver_phase_steps": solver_steps,
-                    "solver_phase_code_share": SOLVER_PHASE_CODE_SHARE, "corpus": {"transcripts": corpus_transcripts, "filler_per_generator": filler_per_generator},
-                    "train_tokens": tokens, "train_seconds": round(time.time() - t_train, 1),
-                    "wall_seconds": round(time.time() - t0, 1), "solver_curve": list(curve)}
+            return {
+                "seed": seed,
+                "steps": done,
+                "batch_size": batch_size,
+                "lr": lr,
+                "threads": threads,
+                "params": params,
+                "vocab_size": len(tok),
+                "model": MODEL_SHAPE,
+                "role_weights": ROLE_WEIGHTS,
+                "code_share": CODE_SHARE,
+                "solver_phase_steps": solver_steps,
+                "solver_phase_code_share": SOLVER_PHASE_CODE_SHARE,
+                "corpus": {"transcripts": corpus_transcripts, "filler_per_generator": filler_per_generator},
+                "train_tokens": tokens,
+                "train_seconds": round(time.time() - t_train, 1),
+                "wall_seconds": round(time.time() - t0, 1),
+                "solver_curve": list(curve),
+            }
 
         curve: list[dict[str, float]] = []
         t_train = time.time()
@@ -293,7 +348,7 @@ def build(out_dir: str | Path, *, seed: int = DEFAULT_SEED, steps: int = DEFAULT
             # Length-sorted micro-batches: prompts range from ~15 to ~110 tokens, and padding every row to
             # the longest wasted over half the compute. The loss is still one token-mean over the batch.
             for m in range(0, len(batch), micro_batch):
-                mb = batch[m:m + micro_batch]
+                mb = batch[m : m + micro_batch]
                 width = max(len(p) + len(c) for p, c in mb)
                 # Right padding: positions 0..n-1 are already right for every row, and causal attention
                 # never lets a real token see the padding after it, so no mask or position ids are needed.
@@ -301,10 +356,17 @@ def build(out_dir: str | Path, *, seed: int = DEFAULT_SEED, steps: int = DEFAULT
                 labels = torch.full((len(mb), width), -100)
                 for i, (p, c) in enumerate(mb):
                     ids[i, : len(p) + len(c)] = torch.tensor(p + c)
-                    labels[i, len(p): len(p) + len(c)] = torch.tensor(c)
+                    labels[i, len(p) : len(p) + len(c)] = torch.tensor(c)
                 logits = model(input_ids=ids).logits[:, :-1]
-                loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), labels[:, 1:].reshape(-1),
-                                       ignore_index=-100, reduction="sum") / n_target
+                loss = (
+                    F.cross_entropy(
+                        logits.reshape(-1, logits.size(-1)),
+                        labels[:, 1:].reshape(-1),
+                        ignore_index=-100,
+                        reduction="sum",
+                    )
+                    / n_target
+                )
                 loss.backward()
                 step_loss += loss.item()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

@@ -21,8 +21,13 @@ MODEL_SHAPE = dict(
 def model_config(vocab_size: int, eos_id: int, pad_id: int, **overrides: Any):
     from transformers import Qwen3Config
 
-    cfg = Qwen3Config(vocab_size=vocab_size, eos_token_id=eos_id, pad_token_id=pad_id, bos_token_id=None,
-                      **{**MODEL_SHAPE, **overrides})
+    cfg = Qwen3Config(
+        vocab_size=vocab_size,
+        eos_token_id=eos_id,
+        pad_token_id=pad_id,
+        bos_token_id=None,
+        **{**MODEL_SHAPE, **overrides},
+    )
     return cfg
 
 

@@ -46,6 +46,7 @@ def is_code(problem: Problem) -> bool:
 
 # --- answers as the roles write them ----------------------------------------------------------------
 
+
 def answer_text(problem: Problem, answer: str) -> str:
     """A solver completion stating `answer`."""
     return code_program(answer) if is_code(problem) else f"\\boxed{{{answer}}}"
@@ -115,6 +116,7 @@ def _canon(problem: Problem, text: str | None) -> str | None:
 
 # --- the noise model --------------------------------------------------------------------------------
 
+
 def near_misses(problem: Problem) -> list[str]:
     """Plausible wrong answers: off by one or two, wrong sign, a slipped digit; code: a wrong constant."""
     if is_code(problem):
@@ -124,14 +126,17 @@ def near_misses(problem: Problem) -> list[str]:
             v = int(m.group())
             for d in (-1, 1):
                 if 1 <= v + d <= 9:
-                    out.add(expr[: m.start()] + str(v + d) + expr[m.end():])
+                    out.add(expr[: m.start()] + str(v + d) + expr[m.end() :])
         out.update({expr.replace("+", "-"), expr.replace("-", "+"), re.sub(r"[+-]\d+$", "", expr)})
         if not re.search(r"[+-]\d+$", expr):
             out.update({expr + "+1", expr + "-1"})
         tests = problem.meta["tests"]
         # Drop "misses" that are the same function (e.g. x*2 with the offset dropped is still itself).
-        return sorted(e for e in out if e != expr and e not in ("x",)
-                      and [code_value(e, x) for x, _ in tests] != [y for _, y in tests])
+        return sorted(
+            e
+            for e in out
+            if e != expr and e not in ("x",) and [code_value(e, x) for x, _ in tests] != [y for _, y in tests]
+        )
     a = int(problem.answer)
     # Most common slips first: the noise model draws mostly from the first three, so wrong candidates collide.
     slips = [a - 1, a + 1, -a, a + 2, a - 2, a + 10, a - 10]
@@ -149,11 +154,14 @@ def noisy_answer(problem: Problem, rng: random.Random, p_correct: float, misses:
     if rng.random() < p_correct:
         return answer_text(problem, problem.answer)
     # Misses are drawn from a few per problem so that wrong candidates collide, as real samples do.
-    return answer_text(problem, rng.choice((misses or near_misses(problem))[:3] if rng.random() < 0.7
-                                           else (misses or near_misses(problem))))
+    return answer_text(
+        problem,
+        rng.choice((misses or near_misses(problem))[:3] if rng.random() < 0.7 else (misses or near_misses(problem))),
+    )
 
 
 # --- the teacher, role by role ------------------------------------------------------------------------
+
 
 def strategies_for(problem: Problem, k: int) -> list[str]:
     """The teacher's plan: up to k distinct strategies, ordered by what fits the problem."""
@@ -166,8 +174,11 @@ def strategies_for(problem: Problem, k: int) -> list[str]:
             order.insert(0, "try squares")
     else:
         terms = len(re.findall(r"\d+", problem.text))
-        order = [s for s in ARITH_STRATEGIES
-                 if not (s == "pair terms" and terms < 3) and not (s == "positives first" and "-" not in problem.text)]
+        order = [
+            s
+            for s in ARITH_STRATEGIES
+            if not (s == "pair terms" and terms < 3) and not (s == "positives first" and "-" not in problem.text)
+        ]
     return order[:k]
 
 
@@ -188,8 +199,11 @@ def make_example(role: str, problem: Problem, rng: random.Random, book: PromptBo
     if role == "solve":
         msgs, target = book.render("solve", problem=problem.text), solve_text
     elif role == "work":
-        strategy = FALLBACK_STRATEGY if rng.random() < 0.1 else rng.choice(
-            CODE_STRATEGIES if is_code(problem) else ARITH_STRATEGIES)
+        strategy = (
+            FALLBACK_STRATEGY
+            if rng.random() < 0.1
+            else rng.choice(CODE_STRATEGIES if is_code(problem) else ARITH_STRATEGIES)
+        )
         msgs, target = book.render("work", problem=problem.text, strategy=strategy), solve_text
     elif role == "synthesize":
         n = rng.choice((1, 2, 3, 3, 3, 4))
@@ -257,6 +271,7 @@ def acceptable_picks(problem: Problem, candidates: list[str]) -> list[int]:
 
 
 # --- judging a model's completion for an example ---------------------------------------------------------
+
 
 def judge(ex: Example, completion: str) -> tuple[bool, bool, Any]:
     """(well-formed, right, label) for one completion; label is the verdict/pick, for distributions."""

@@ -78,8 +78,9 @@ def compute_advantages(name: str, rewards: torch.Tensor, group_ids: torch.Tensor
     if name not in ADVANTAGES:
         raise ValueError(f"unknown advantage estimator {name!r}; known: {sorted(ADVANTAGES)}")
     if rewards.shape != group_ids.shape or rewards.dim() != 1:
-        raise ValueError(f"rewards {tuple(rewards.shape)} and group_ids {tuple(group_ids.shape)} "
-                         "must have the same 1-D shape")
+        raise ValueError(
+            f"rewards {tuple(rewards.shape)} and group_ids {tuple(group_ids.shape)} must have the same 1-D shape"
+        )
     if not rewards.is_floating_point():
         raise TypeError(f"rewards must be floating point, got {rewards.dtype}")
     if rewards.numel() == 0:

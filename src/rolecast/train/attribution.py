@@ -91,7 +91,9 @@ def attribute(episodes: Sequence[Episode], mode: str) -> None:
     fn = ATTRIBUTIONS.get(mode)
     if fn is None:
         if ":" not in mode:
-            raise ValueError(f"unknown attribution {mode!r}; known: {sorted(ATTRIBUTIONS)} or 'package.module:function'")
+            raise ValueError(
+                f"unknown attribution {mode!r}; known: {sorted(ATTRIBUTIONS)} or 'package.module:function'"
+            )
         module, _, name = mode.partition(":")
         fn = getattr(importlib.import_module(module), name)
     for ep in episodes:

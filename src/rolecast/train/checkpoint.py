@@ -62,7 +62,6 @@ MANIFEST = "manifest.json"
 _stage_hook: Callable[[str], None] | None = None
 
 
-
 class CheckpointError(ConfigError):
     """No usable checkpoint: none written, every one damaged, or one that does not fit this run."""
 
@@ -74,8 +73,9 @@ _SAFE_LEAVES = (torch.Tensor, int, float, bool, str, type(None), torch.dtype, to
 # Saving
 
 
-def save_checkpoint(run_dir: str | os.PathLike, step: int, state: dict[str, Any], keep_last: int = 2,
-                    keep_every: int = 0) -> Path:
+def save_checkpoint(
+    run_dir: str | os.PathLike, step: int, state: dict[str, Any], keep_last: int = 2, keep_every: int = 0
+) -> Path:
     """Write `state` as checkpoint `step` atomically, point `latest` at it, prune to `keep_last` (never pruning
     steps that are multiples of `keep_every` > 0, kept to re-evaluate a finished run); return its dir."""
     if keep_last < 1:
@@ -165,8 +165,10 @@ def _check_loadable(value: Any, where: str) -> None:
         for i, v in enumerate(value):
             _check_loadable(v, f"{where}[{i}]")
     elif not isinstance(value, _SAFE_LEAVES):
-        raise TypeError(f"checkpoint entry {where} holds a {type(value).__name__}, which torch.load(weights_only=True) "
-                        "cannot read back; convert it to a tensor or plain Python value")
+        raise TypeError(
+            f"checkpoint entry {where} holds a {type(value).__name__}, which torch.load(weights_only=True) "
+            "cannot read back; convert it to a tensor or plain Python value"
+        )
 
 
 def _replace_dir(src: Path, dst: Path) -> None:
@@ -385,8 +387,13 @@ def scheduler_key(pid: str) -> str:
     return f"sched/{pid}"
 
 
-def trainer_state(step: int, policies: PolicySet, optimizers: Mapping[str, Optimizer],
-                  schedulers: Mapping[str, LRScheduler], **trainer: Any) -> dict[str, Any]:
+def trainer_state(
+    step: int,
+    policies: PolicySet,
+    optimizers: Mapping[str, Optimizer],
+    schedulers: Mapping[str, LRScheduler],
+    **trainer: Any,
+) -> dict[str, Any]:
     """Everything a resumed run needs to continue bit for bit: every policy's trainable weights, optimizer
     and lr-scheduler state, the step reached (with any other JSON-able `trainer` counters), and the
     process's RNG state."""
@@ -401,8 +408,9 @@ def trainer_state(step: int, policies: PolicySet, optimizers: Mapping[str, Optim
 def _entry(state: Mapping[str, Any], key: str) -> Any:
     if key not in state:
         have = sorted(k for k in state if k.startswith("policy/"))
-        raise CheckpointError(f"the checkpoint has no {key!r} entry (it holds {have}); was it written by a run "
-                              "with other policies?")
+        raise CheckpointError(
+            f"the checkpoint has no {key!r} entry (it holds {have}); was it written by a run with other policies?"
+        )
     return state[key]
 
 
@@ -417,8 +425,12 @@ def restore_policies(state: Mapping[str, Any], policies: PolicySet) -> None:
             raise CheckpointError(f"the checkpoint's weights for policy {pid!r} do not fit this model: {e}") from None
 
 
-def restore_trainer_state(state: Mapping[str, Any], policies: PolicySet, optimizers: Mapping[str, Optimizer],
-                          schedulers: Mapping[str, LRScheduler]) -> dict[str, Any]:
+def restore_trainer_state(
+    state: Mapping[str, Any],
+    policies: PolicySet,
+    optimizers: Mapping[str, Optimizer],
+    schedulers: Mapping[str, LRScheduler],
+) -> dict[str, Any]:
     """The inverse of `trainer_state`: weights, optimizer and scheduler state, RNG. Returns the trainer
     entry ({"step": N, ...counters})."""
     restore_policies(state, policies)

@@ -56,7 +56,9 @@ def _step_seed(seed: int, step: int, stream: int) -> int:
 
 def default_run_dir(cfg: RunConfig) -> Path:
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    return Path("runs") / f"{cfg.task.name}-{Path(cfg.workflow.name).name.replace(':', '.')}-{cfg.routing.sharing}-{stamp}"
+    return (
+        Path("runs") / f"{cfg.task.name}-{Path(cfg.workflow.name).name.replace(':', '.')}-{cfg.routing.sharing}-{stamp}"
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -78,14 +80,21 @@ def collate(turns: list[Turn], pad_id: int, share_prompts: bool = True) -> dict[
     old = torch.zeros((B, L))
     for i, t in enumerate(turns):
         p, c = len(t.prompt_ids), len(t.completion_ids)
-        ids[i, P - p:P] = torch.tensor(t.prompt_ids)
-        ids[i, P:P + c] = torch.tensor(t.completion_ids)
-        attn[i, P - p:P + c] = 1
+        ids[i, P - p : P] = torch.tensor(t.prompt_ids)
+        ids[i, P : P + c] = torch.tensor(t.completion_ids)
+        attn[i, P - p : P + c] = 1
         old[i, :c] = torch.tensor(t.logprobs)
     positions = (attn.cumsum(-1) - 1).clamp(min=0)  # left padding needs explicit positions
-    batch = {"input_ids": ids, "attention_mask": attn, "position_ids": positions, "targets": ids[:, P:],
-             "mask": attn[:, P:].float(), "old_logp": old,
-             "advantages": torch.tensor([t.advantage for t in turns], dtype=torch.float32), "L": torch.tensor(L)}
+    batch = {
+        "input_ids": ids,
+        "attention_mask": attn,
+        "position_ids": positions,
+        "targets": ids[:, P:],
+        "mask": attn[:, P:].float(),
+        "old_logp": old,
+        "advantages": torch.tensor([t.advantage for t in turns], dtype=torch.float32),
+        "L": torch.tensor(L),
+    }
     first, of_row = distinct_rows(tuple(t.prompt_ids) for t in turns)
     if share_prompts and len(first) < B:
         batch["prompt_rows"] = torch.tensor(first, dtype=torch.long)
@@ -130,28 +139,41 @@ def completion_hidden_states(model, batch: dict[str, torch.Tensor]) -> torch.Ten
     B x (P + L): a quarter less work for 8 samples of a 76-token prompt with 192-token completions."""
     decoder, L = model.get_decoder(), int(batch["L"])
     if "prompt_rows" not in batch:
-        hidden = decoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                         position_ids=batch["position_ids"], use_cache=False).last_hidden_state
-        return hidden[:, -L - 1:-1]
+        hidden = decoder(
+            input_ids=batch["input_ids"],
+            attention_mask=batch["attention_mask"],
+            position_ids=batch["position_ids"],
+            use_cache=False,
+        ).last_hidden_state
+        return hidden[:, -L - 1 : -1]
     P = batch["input_ids"].shape[1] - L
     first, of_row = batch["prompt_rows"], batch["prompt_of_row"]
     prompt_cache = DynamicCache()
-    prompts = decoder(input_ids=batch["input_ids"][first, :P], attention_mask=batch["attention_mask"][first, :P],
-                      position_ids=batch["position_ids"][first, :P], use_cache=True,
-                      **{cache_keyword(model): prompt_cache}).last_hidden_state
+    prompts = decoder(
+        input_ids=batch["input_ids"][first, :P],
+        attention_mask=batch["attention_mask"][first, :P],
+        position_ids=batch["position_ids"][first, :P],
+        use_cache=True,
+        **{cache_keyword(model): prompt_cache},
+    ).last_hidden_state
     row_cache = DynamicCache()
     layers: list[Any] = list(prompt_cache.layers)  # full-attention layers: keys and values are tensors
     for i, layer in enumerate(layers):
         row_cache.update(layer.keys[of_row], layer.values[of_row], i)
-    completions = decoder(input_ids=batch["input_ids"][:, P:], attention_mask=batch["attention_mask"],
-                          position_ids=batch["position_ids"][:, P:], use_cache=True,
-                          **{cache_keyword(model): row_cache}).last_hidden_state
+    completions = decoder(
+        input_ids=batch["input_ids"][:, P:],
+        attention_mask=batch["attention_mask"],
+        position_ids=batch["position_ids"][:, P:],
+        use_cache=True,
+        **{cache_keyword(model): row_cache},
+    ).last_hidden_state
     # the last prompt position (column P - 1 for every left-padded prompt) predicts the first completion token
     return torch.cat([prompts[of_row, -1:], completions[:, :-1]], dim=1)
 
 
-def completion_logprobs(model, batch: dict[str, torch.Tensor], temperature: float,
-                        chunk_tokens: int | None = None, fused_head: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+def completion_logprobs(
+    model, batch: dict[str, torch.Tensor], temperature: float, chunk_tokens: int | None = None, fused_head: bool = True
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-probs of the completion tokens under softmax(logits / T) (the sampler's distribution), and the
     per-token entropy (detached), both `[B, L]`.
 
@@ -176,7 +198,7 @@ def completion_logprobs(model, batch: dict[str, torch.Tensor], temperature: floa
     chunk_tokens = chunk_tokens or 1024
     logps, entropies = [], []
     for s in range(0, B * L, chunk_tokens):
-        h, t = flat_h[s:s + chunk_tokens], flat_t[s:s + chunk_tokens]
+        h, t = flat_h[s : s + chunk_tokens], flat_t[s : s + chunk_tokens]
         if torch.is_grad_enabled() and h.requires_grad:
             logps.append(torch.utils.checkpoint.checkpoint(chunk_logp, h, t, use_reentrant=False))
         else:
@@ -210,10 +232,19 @@ class TrainingDiverged(ConfigError):
     """The run stopped because training diverged; its last good checkpoint is kept (docs/training.md)."""
 
 
-def update_policy(pid: str, turns: list[Turn], *, cfg: RunConfig, policies: PolicySet, optimizer, pad_id: int,
-                  rng: random.Random, check_logprobs: bool, monitor: GradientMonitor | None = None,
-                  interventions: Interventions | None = None,
-                  ) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+def update_policy(
+    pid: str,
+    turns: list[Turn],
+    *,
+    cfg: RunConfig,
+    policies: PolicySet,
+    optimizer,
+    pad_id: int,
+    rng: random.Random,
+    check_logprobs: bool,
+    monitor: GradientMonitor | None = None,
+    interventions: Interventions | None = None,
+) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
     """Update one policy on its turns. Returns the policy's stats and per-role token tallies (summed over
     tokens, so the caller can merge roles that span several policies).
 
@@ -248,20 +279,25 @@ def update_policy(pid: str, turns: list[Turn], *, cfg: RunConfig, policies: Poli
         else:
             order = turns[:]
             rng.shuffle(order)
-            minibatches = [order[i:i + tc.mini_batch_size] for i in range(0, len(order), tc.mini_batch_size)]
+            minibatches = [order[i : i + tc.mini_batch_size] for i in range(0, len(order), tc.mini_batch_size)]
         for mb in minibatches:
             optimizer.zero_grad(set_to_none=True)
             # the whole mini-batch's counts normalise every micro-batch, so accumulation equals one big batch
-            norms = {"total_tokens": sum(len(t.completion_ids) for t in mb),
-                     "total_seqs": sum(1 for t in mb if t.completion_ids)}
+            norms = {
+                "total_tokens": sum(len(t.completion_ids) for t in mb),
+                "total_seqs": sum(1 for t in mb if t.completion_ids),
+            }
             finite, loss_sum = True, 0.0
             mb_tally: dict[str, dict[str, float]] = {}
             diagnose = monitor is not None and epoch == 0
             per_instance = diagnose or rescale
             # per-instance gradients: each agent instance's rows form their own micro-batches (diagnostics.gradients)
             segments = instance_segments(mb) if per_instance else [mb]
-            grads = (InstanceGradients(params, sketch=monitor.sketch if diagnose and monitor else None,
-                                       keep_roles=rescale) if per_instance else None)
+            grads = (
+                InstanceGradients(params, sketch=monitor.sketch if diagnose and monitor else None, keep_roles=rescale)
+                if per_instance
+                else None
+            )
             with policies.training(pid) as model:
                 # the loss is normalised over the whole mini-batch, so any split into micro-batches is exact
                 for segment in segments:
@@ -285,13 +321,26 @@ def update_policy(pid: str, turns: list[Turn], *, cfg: RunConfig, policies: Poli
                                     f"policy {pid!r}: trainer log-probs differ from the sampler's by {gap:.4f} per "
                                     f"token (tolerance {tc.logprob_check_tol}); generation and training do not "
                                     f"compute the same distribution (temperature, padding/position ids, dropout or "
-                                    f"dtype mismatch)")
+                                    f"dtype mismatch)"
+                                )
                             check_logprobs = False
-                        weights = (interventions.row_weights(roles, instance_counts) if interventions is not None
-                                   else None)
-                        loss, _ = clipped_surrogate(logp, old, adv, mask, tc.clip_low, tc.clip_high, tc.loss_agg,
-                                                    ref_logp=ref_logp, kl_coef=kl_coef,
-                                                    max_len=generation_caps(cfg, micro), row_weights=weights, **norms)
+                        weights = (
+                            interventions.row_weights(roles, instance_counts) if interventions is not None else None
+                        )
+                        loss, _ = clipped_surrogate(
+                            logp,
+                            old,
+                            adv,
+                            mask,
+                            tc.clip_low,
+                            tc.clip_high,
+                            tc.loss_agg,
+                            ref_logp=ref_logp,
+                            kl_coef=kl_coef,
+                            max_len=generation_caps(cfg, micro),
+                            row_weights=weights,
+                            **norms,
+                        )
                         if not torch.isfinite(loss):
                             finite = False
                             break
@@ -302,11 +351,15 @@ def update_policy(pid: str, turns: list[Turn], *, cfg: RunConfig, policies: Poli
                             per_seq = {
                                 "tokens": mask.sum(-1),
                                 "entropy": (entropy * mask).sum(-1),
-                                "clip_fraction": (clipped_tokens(lp, old, adv, tc.clip_low, tc.clip_high)
-                                                  * mask).sum(-1),
+                                "clip_fraction": (clipped_tokens(lp, old, adv, tc.clip_low, tc.clip_high) * mask).sum(
+                                    -1
+                                ),
                                 "approx_kl": ((old - lp) * mask).sum(-1),
-                                "kl": ((k3_kl(lp, ref_logp) * mask).sum(-1) if ref_logp is not None
-                                       else torch.zeros(len(micro))),
+                                "kl": (
+                                    (k3_kl(lp, ref_logp) * mask).sum(-1)
+                                    if ref_logp is not None
+                                    else torch.zeros(len(micro))
+                                ),
                             }
                         for i, t in enumerate(micro):
                             row = mb_tally.setdefault(t.role, dict.fromkeys(TALLY_KEYS, 0.0))
@@ -319,9 +372,13 @@ def update_policy(pid: str, turns: list[Turn], *, cfg: RunConfig, policies: Poli
             if finite and grads is not None:
                 if diagnose and monitor is not None:
                     monitor.add_gradients(pid, grads)  # the raw role gradients, before any intervention
-                coefs = interventions.role_coefficients(pid, grads.role_vectors()) if rescale and interventions else None
+                coefs = (
+                    interventions.role_coefficients(pid, grads.role_vectors()) if rescale and interventions else None
+                )
                 grads.write_back(coefs)
-            grad_norm = torch.nn.utils.clip_grad_norm_(params, tc.max_grad_norm) if finite else torch.tensor(float("nan"))
+            grad_norm = (
+                torch.nn.utils.clip_grad_norm_(params, tc.max_grad_norm) if finite else torch.tensor(float("nan"))
+            )
             if not finite or not torch.isfinite(grad_norm):
                 # Never train on a NaN/inf step: drop its gradients, count it, say so.
                 optimizer.zero_grad(set_to_none=True)
@@ -371,8 +428,14 @@ def tally_means(row: dict[str, float]) -> dict[str, float]:
 # The run
 
 
-def train(cfg: RunConfig, *, resume: str | Path | None = None, stop_after: int | None = None,
-          overwrite: bool = False, console: Any = None) -> dict[str, Any]:
+def train(
+    cfg: RunConfig,
+    *,
+    resume: str | Path | None = None,
+    stop_after: int | None = None,
+    overwrite: bool = False,
+    console: Any = None,
+) -> dict[str, Any]:
     """Train per `cfg`; `stop_after` ends this session after that many steps (as a pre-empted job would),
     leaving a checkpoint to `resume` from. `resume`: the run directory to continue; `cfg` may differ from its
     config.yaml only in the fields of `config.RESUME_CHANGEABLE`. A new run refuses a directory that already
@@ -433,14 +496,15 @@ class _Session:
     warn: EarlyWarning
 
     @classmethod
-    def open(cls, cfg: RunConfig, run_dir: Path, *, resume: bool, changes: dict[str, tuple[Any, Any]],
-             console: Any) -> _Session:
+    def open(
+        cls, cfg: RunConfig, run_dir: Path, *, resume: bool, changes: dict[str, tuple[Any, Any]], console: Any
+    ) -> _Session:
         from ..report.console import MetricLoggers
 
         # --- what to run and what to train (all checked at config load) ---
         rt = build_runtime(cfg)
         train_pool = list(rt.task.problems(cfg.task.train_split))
-        eval_set = list(rt.task.problems(cfg.task.eval_split))[:cfg.eval.size]
+        eval_set = list(rt.task.problems(cfg.task.eval_split))[: cfg.eval.size]
         if not train_pool:
             raise ConfigError(f"task {cfg.task.name!r} has no problems in split {cfg.task.train_split!r}")
 
@@ -448,11 +512,14 @@ class _Session:
         optimizers: dict[str, torch.optim.Optimizer] = {}
         schedulers: dict[str, Any] = {}
         for pid in rt.routing.policy_ids:
-            optimizers[pid] = torch.optim.AdamW(rt.policies.parameters(pid), lr=cfg.train.lr, betas=cfg.train.betas,
-                                                weight_decay=cfg.train.weight_decay)
-            schedulers[pid] = (warmup_cosine(optimizers[pid], cfg.train.warmup_steps, max(cfg.train.steps, 1),
-                                             cfg.train.min_lr_ratio) if cfg.train.lr_schedule == "cosine"
-                               else constant(optimizers[pid], cfg.train.warmup_steps))
+            optimizers[pid] = torch.optim.AdamW(
+                rt.policies.parameters(pid), lr=cfg.train.lr, betas=cfg.train.betas, weight_decay=cfg.train.weight_decay
+            )
+            schedulers[pid] = (
+                warmup_cosine(optimizers[pid], cfg.train.warmup_steps, max(cfg.train.steps, 1), cfg.train.min_lr_ratio)
+                if cfg.train.lr_schedule == "cosine"
+                else constant(optimizers[pid], cfg.train.warmup_steps)
+            )
 
         # gradient diagnostics and interventions (None when off); built before a checkpoint is loaded, so the
         # monitor's copy of the starting weights (for drift) is the initialisation, not the resumed weights
@@ -482,19 +549,38 @@ class _Session:
         # forget what was logged after the checkpoint we resume from (it is redone); rows of `rolecast eval`
         # (tag "checkpoint") are not the trainer's to cut
         cut_back_jsonl(run_dir / "metrics.jsonl", lambda r: 0 < r.get("step", 0) <= start)
-        cut_back_jsonl(run_dir / "eval.jsonl", lambda r: r.get("tag") not in _TRAINER_EVAL_TAGS
-                       or (start > 0 and r.get("step", 0) <= start))
+        cut_back_jsonl(
+            run_dir / "eval.jsonl",
+            lambda r: r.get("tag") not in _TRAINER_EVAL_TAGS or (start > 0 and r.get("step", 0) <= start),
+        )
         if resume:
-            note = {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "step": start,
-                    "changed": {k: list(v) for k, v in changes.items()}, "damaged_checkpoints": damaged}
+            note = {
+                "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                "step": start,
+                "changed": {k: list(v) for k, v in changes.items()},
+                "damaged_checkpoints": damaged,
+            }
             with open(run_dir / "resumes.jsonl", "a") as f:
                 f.write(json.dumps(note) + "\n")
             what = "; ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in changes.items())
             console.print(f"resumed from {run_dir} at step {start}" + (f" (changed: {what})" if what else ""))
         loggers = MetricLoggers(cfg.logging, run_dir)
-        return cls(cfg=cfg, run_dir=run_dir, rt=rt, train_pool=train_pool, eval_set=eval_set, optimizers=optimizers,
-                   schedulers=schedulers, start=start, guard=guard, console=console, loggers=loggers,
-                   monitor=monitor, interventions=interventions, warn=warn)
+        return cls(
+            cfg=cfg,
+            run_dir=run_dir,
+            rt=rt,
+            train_pool=train_pool,
+            eval_set=eval_set,
+            optimizers=optimizers,
+            schedulers=schedulers,
+            start=start,
+            guard=guard,
+            console=console,
+            loggers=loggers,
+            monitor=monitor,
+            interventions=interventions,
+            warn=warn,
+        )
 
     def run_eval(self, step: int, tag: str) -> dict[str, Any]:
         cfg, rt = self.cfg, self.rt
@@ -502,9 +588,17 @@ class _Session:
         backend.temperature, saved = cfg.eval.temperature, backend.temperature
         backend.reseed(_step_seed(cfg.seed, step, 2))
         try:
-            res = evaluate(rt.spec, self.eval_set, task=rt.task, prompts=rt.prompts, router=rt.routing,
-                           backend=backend, n_samples=cfg.eval.n_samples, options=cfg.workflow.options,
-                           ks=(1, cfg.eval.n_samples))
+            res = evaluate(
+                rt.spec,
+                self.eval_set,
+                task=rt.task,
+                prompts=rt.prompts,
+                router=rt.routing,
+                backend=backend,
+                n_samples=cfg.eval.n_samples,
+                options=cfg.workflow.options,
+                ks=(1, cfg.eval.n_samples),
+            )
         finally:
             backend.temperature = saved
         key = eval_key(cfg, run=str(self.run_dir), step=step, tag=tag, workflow=rt.spec.name)
@@ -521,8 +615,10 @@ class _Session:
                 if cfg.eval.at_start and start == 0 and self.eval_set:
                     row = self.run_eval(0, "base")
                     summary["base_accuracy"] = row["pass@1"]
-                    self.console.print(f"base accuracy ({cfg.task.eval_split}, {len(self.eval_set)} problems): "
-                                       f"{row['pass@1']:.3f} ± {row['stderr']:.3f}")
+                    self.console.print(
+                        f"base accuracy ({cfg.task.eval_split}, {len(self.eval_set)} problems): "
+                        f"{row['pass@1']:.3f} ± {row['stderr']:.3f}"
+                    )
                 if start < end:
                     self.step(start, end, progress)
             except BaseException:
@@ -540,13 +636,14 @@ class _Session:
 
         # the final evaluation also runs when a resumed run finds its last step done but no final row (killed
         # during that evaluation)
-        done = any(r.get("tag") == "final" and r.get("step") == total_steps
-                   for r in read_jsonl(run_dir / "eval.jsonl"))
+        done = any(r.get("tag") == "final" and r.get("step") == total_steps for r in read_jsonl(run_dir / "eval.jsonl"))
         if cfg.eval.at_end and self.eval_set and end == total_steps and not done:
             row = self.run_eval(total_steps, "final")
             summary["final_accuracy"] = row["pass@1"]
-            self.console.print(f"final accuracy ({cfg.task.eval_split}, {len(self.eval_set)} problems): "
-                               f"{row['pass@1']:.3f} ± {row['stderr']:.3f}")
+            self.console.print(
+                f"final accuracy ({cfg.task.eval_split}, {len(self.eval_set)} problems): "
+                f"{row['pass@1']:.3f} ± {row['stderr']:.3f}"
+            )
         summary["policies"] = self.rt.routing.policy_ids
         return summary
 
@@ -557,13 +654,23 @@ class _Session:
         total_steps = cfg.train.steps
         t0 = time.perf_counter()
         # 1. problems for this step: a pure function of (seed, step), so resuming needs no data cursor
-        problems = step_problems(self.train_pool, seed=cfg.seed, step=step, per_step=cfg.train.problems_per_step,
-                                 mode=cfg.train.sampling)
+        problems = step_problems(
+            self.train_pool, seed=cfg.seed, step=step, per_step=cfg.train.problems_per_step, mode=cfg.train.sampling
+        )
         # 2. rollouts
         backend.reseed(_step_seed(cfg.seed, step, 1))
         rstats = RolloutStats()
-        episodes = run_episodes(spec, problems, cfg.train.group_size, task=task, prompts=prompts, router=routing,
-                                backend=backend, options=cfg.workflow.options, stats=rstats)
+        episodes = run_episodes(
+            spec,
+            problems,
+            cfg.train.group_size,
+            task=task,
+            prompts=prompts,
+            router=routing,
+            backend=backend,
+            options=cfg.workflow.options,
+            stats=rstats,
+        )
         t_rollout = time.perf_counter()
         # 3. rewards
         score_episodes(episodes, {p.id: p for p in problems}, task)
@@ -580,12 +687,18 @@ class _Session:
         for pid, turns in by_policy.items():
             lr = self.schedulers[pid].get_last_lr()[0]  # the lr this step trains with
             try:
-                policy_stats[pid], tally = update_policy(pid, turns, cfg=cfg, policies=policies,
-                                                         optimizer=self.optimizers[pid],
-                                                         pad_id=rt.tokenizer.pad_token_id, rng=update_rng,
-                                                         check_logprobs=(step == self.start),
-                                                         monitor=monitor if monitor and monitor.due(step) else None,
-                                                         interventions=self.interventions)
+                policy_stats[pid], tally = update_policy(
+                    pid,
+                    turns,
+                    cfg=cfg,
+                    policies=policies,
+                    optimizer=self.optimizers[pid],
+                    pad_id=rt.tokenizer.pad_token_id,
+                    rng=update_rng,
+                    check_logprobs=(step == self.start),
+                    monitor=monitor if monitor and monitor.due(step) else None,
+                    interventions=self.interventions,
+                )
             except NonFiniteUpdate as e:
                 raise self.diverged(step + 1, str(e)) from None
             policy_stats[pid]["lr"] = lr
@@ -601,21 +714,36 @@ class _Session:
             # a cheap forward on one of the step's prompts catches weights blown up to huge finite values
             probe = next((t.prompt_ids[:32] for t in by_policy[pid] if t.prompt_ids), None)
             finite = not st["optimizer_steps"] or probe is None or policies.outputs_finite(pid, probe)
-            self.guard.update(pid, st, skipped, outputs_finite=finite,
-                              norms=(norms_before[pid], _weight_norm(policies.parameters(pid))))
+            self.guard.update(
+                pid,
+                st,
+                skipped,
+                outputs_finite=finite,
+                norms=(norms_before[pid], _weight_norm(policies.parameters(pid))),
+            )
         for role, row in sorted(role_tally.items()):
             metrics.update({f"role/{role}/{k}": v for k, v in tally_means(row).items() if k != "tokens"})
         if monitor is not None:
             metrics.update(monitor.pop_metrics())  # grad/... and update/... (docs/training.md)
         if interventions is not None:
             metrics.update(interventions.pop_metrics())
-        metrics.update({"time/rollout": t_rollout - t0, "time/reward": t_reward - t_rollout,
-                        "time/update": t_update - t_reward, "time/step": t_update - t0,
-                        "rollout/backend_calls": rstats.backend_calls, "rollout/requests": rstats.requests})
+        metrics.update(
+            {
+                "time/rollout": t_rollout - t0,
+                "time/reward": t_reward - t_rollout,
+                "time/update": t_update - t_reward,
+                "time/step": t_update - t0,
+                "rollout/backend_calls": rstats.backend_calls,
+                "rollout/requests": rstats.requests,
+            }
+        )
         if all(t.finish_reason == "length" for ep in episodes for t in ep.turns):
-            log.warning("step %d: no completion ended with an end-of-sequence token within %d tokens; check the "
-                        "tokenizer's eos token / chat template or raise rollout.max_new_tokens",
-                        step + 1, cfg.rollout.max_new_tokens)
+            log.warning(
+                "step %d: no completion ended with an end-of-sequence token within %d tokens; check the "
+                "tokenizer's eos token / chat template or raise rollout.max_new_tokens",
+                step + 1,
+                cfg.rollout.max_new_tokens,
+            )
         # early warning: the failure signatures and gradient signals that crossed their thresholds this step
         alerts = self.warn.check(step + 1, metrics, episodes)
         metrics.update(metric_entries(alerts))
@@ -627,7 +755,7 @@ class _Session:
         with open(run_dir / "metrics.jsonl", "a") as f:
             f.write(json.dumps(_finite_or_none(metrics)) + "\n")
         if cfg.logging.episodes_every and (step + 1) % cfg.logging.episodes_every == 0:
-            _write_episodes(run_dir / "episodes" / f"step_{step + 1}.jsonl", episodes[:cfg.logging.max_episodes])
+            _write_episodes(run_dir / "episodes" / f"step_{step + 1}.jsonl", episodes[: cfg.logging.max_episodes])
         self.loggers.log(metrics, step + 1)
         progress.advance(step + 1, metrics["reward"])
         if stop:
@@ -642,13 +770,17 @@ class _Session:
                 state["diagnostics/gradients"] = monitor.state_dict()
             if interventions is not None and interventions.state_dict():
                 state["interventions"] = interventions.state_dict()
-            save_checkpoint(run_dir, step + 1, state, keep_last=cfg.checkpoint.keep_last,
-                            keep_every=cfg.checkpoint.keep_every)
+            save_checkpoint(
+                run_dir, step + 1, state, keep_last=cfg.checkpoint.keep_last, keep_every=cfg.checkpoint.keep_every
+            )
 
     def diverged(self, step: int, why: str) -> TrainingDiverged:
         ckpt = latest_step(self.run_dir)
-        kept = (f"the last good checkpoint, {self.run_dir / 'checkpoints' / f'step_{ckpt}'}, is kept"
-                if ckpt is not None else "no checkpoint was written")
+        kept = (
+            f"the last good checkpoint, {self.run_dir / 'checkpoints' / f'step_{ckpt}'}, is kept"
+            if ckpt is not None
+            else "no checkpoint was written"
+        )
         return TrainingDiverged(f"training diverged and stopped at step {step}: {why}; {kept}")
 
 
@@ -673,8 +805,15 @@ class DivergenceGuard:
     def _at_max(self, entropy: float) -> bool:
         return entropy >= (1 - self.settings.max_entropy_tol) * self.max_entropy
 
-    def update(self, pid: str, stats: dict[str, float], skipped_in_a_row: float, *, outputs_finite: bool,
-               norms: tuple[float, float] | None = None) -> None:
+    def update(
+        self,
+        pid: str,
+        stats: dict[str, float],
+        skipped_in_a_row: float,
+        *,
+        outputs_finite: bool,
+        norms: tuple[float, float] | None = None,
+    ) -> None:
         """Count one step of `pid`: its update stats, whether its outputs are finite after the update, and its
         weight norm (before, after)."""
         c = self.counts
@@ -699,20 +838,28 @@ class DivergenceGuard:
     def reason(self, step: int) -> str | None:
         tc = self.settings
         for pid in self.counts.get("non_finite", {}):
-            return (f"policy {pid!r}: its weights give non-finite outputs after the update of step {step} "
-                    f"(train.lr {tc.lr:g} too large?)")
+            return (
+                f"policy {pid!r}: its weights give non-finite outputs after the update of step {step} "
+                f"(train.lr {tc.lr:g} too large?)"
+            )
         for pid, (before, after) in self.counts.get("blown_up", {}).items():
-            return (f"policy {pid!r}: the update of step {step} grew its weight norm from {before:.4g} to {after:.4g} "
-                    f"(more than train.max_weight_growth {tc.max_weight_growth:g}x; train.lr {tc.lr:g} too large?)")
+            return (
+                f"policy {pid!r}: the update of step {step} grew its weight norm from {before:.4g} to {after:.4g} "
+                f"(more than train.max_weight_growth {tc.max_weight_growth:g}x; train.lr {tc.lr:g} too large?)"
+            )
         for pid, n in self.counts.get("skipped_in_a_row", {}).items():
             if tc.max_skipped_updates and n >= tc.max_skipped_updates:
-                return (f"policy {pid!r}: {int(n)} optimizer updates in a row skipped for a non-finite loss or "
-                        f"gradient (train.max_skipped_updates {tc.max_skipped_updates})")
+                return (
+                    f"policy {pid!r}: {int(n)} optimizer updates in a row skipped for a non-finite loss or "
+                    f"gradient (train.max_skipped_updates {tc.max_skipped_updates})"
+                )
         for pid, n in self.counts.get("entropy_at_max", {}).items():
             if tc.max_entropy_steps and n >= tc.max_entropy_steps:
-                return (f"policy {pid!r}: token entropy at its maximum log|V| = {self.max_entropy:.3f} (within "
-                        f"train.max_entropy_tol {tc.max_entropy_tol:g}) for {n} steps in a row "
-                        f"(train.max_entropy_steps {tc.max_entropy_steps}): it samples uniformly at random")
+                return (
+                    f"policy {pid!r}: token entropy at its maximum log|V| = {self.max_entropy:.3f} (within "
+                    f"train.max_entropy_tol {tc.max_entropy_tol:g}) for {n} steps in a row "
+                    f"(train.max_entropy_steps {tc.max_entropy_steps}): it samples uniformly at random"
+                )
         return None
 
 

@@ -40,8 +40,14 @@ def projection_shares(gram_matrix: torch.Tensor, coefs: torch.Tensor) -> torch.T
     return coefs * gc / (coefs @ gc)
 
 
-def balance_coefficients(gram_matrix: torch.Tensor, targets: torch.Tensor, *, iters: int = 200, tol: float = 1e-10,
-                         bounds: tuple[float, float] = (1e-3, 1e3)) -> torch.Tensor:
+def balance_coefficients(
+    gram_matrix: torch.Tensor,
+    targets: torch.Tensor,
+    *,
+    iters: int = 200,
+    tol: float = 1e-10,
+    bounds: tuple[float, float] = (1e-3, 1e3),
+) -> torch.Tensor:
     """Coefficients c (float64) with projection_shares(G, c) ~= targets and |sum_r c_r g_r| = |sum_r g_r|.
 
     Fixed-point iteration c_r <- c_r sqrt(t_r / s_r): for mutually orthogonal gradients one iteration is exact
@@ -135,8 +141,10 @@ class Interventions:
             return torch.ones(len(roles), dtype=torch.float64)
         missing = [r for r in roles if r not in self.balance]
         if missing:
-            raise ValueError(f"interventions.balance_shares: policy {pid!r} trains roles {roles} but no share is "
-                             f"configured for {missing}")
+            raise ValueError(
+                f"interventions.balance_shares: policy {pid!r} trains roles {roles} but no share is "
+                f"configured for {missing}"
+            )
         return torch.tensor([float(self.balance[r]) for r in roles], dtype=torch.float64)
 
     def pop_metrics(self) -> dict[str, float]:
@@ -148,8 +156,12 @@ class Interventions:
     # --- checkpoints ---
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        return {f"ema/{pid}/{role}": e.state for pid, roles in self.ema.items() for role, e in roles.items()
-                if e.state is not None}
+        return {
+            f"ema/{pid}/{role}": e.state
+            for pid, roles in self.ema.items()
+            for role, e in roles.items()
+            if e.state is not None
+        }
 
     def load_state_dict(self, state: dict[str, torch.Tensor] | None) -> None:
         self.ema = {}

@@ -59,16 +59,16 @@ class _LinearLogprobs(torch.autograd.Function):
         n, dtype = hidden.shape[0], _compute_dtype(hidden)
         logp, entropy, lse = (hidden.new_empty(n, dtype=dtype) for _ in range(3))
         for s in range(0, n, chunk):
-            z = _scaled_logits(hidden[s:s + chunk], weight, bias, scale)
+            z = _scaled_logits(hidden[s : s + chunk], weight, bias, scale)
             m = z.amax(-1, keepdim=True)
             e = (z - m).exp_()
             total = e.sum(-1, keepdim=True)
             lse_c = (m + total.log()).squeeze(-1)
             rows = torch.arange(z.shape[0])
-            lse[s:s + chunk] = lse_c
-            logp[s:s + chunk] = z[rows, targets[s:s + chunk]] - lse_c
+            lse[s : s + chunk] = lse_c
+            logp[s : s + chunk] = z[rows, targets[s : s + chunk]] - lse_c
             # H = lse - sum_v p_v z_v, with p = e / total; a batched dot avoids another [rows, V] temporary
-            entropy[s:s + chunk] = lse_c - (e.unsqueeze(1) @ z.unsqueeze(2)).view(-1) / total.squeeze(-1)
+            entropy[s : s + chunk] = lse_c - (e.unsqueeze(1) @ z.unsqueeze(2)).view(-1) / total.squeeze(-1)
         ctx.save_for_backward(hidden, weight, bias, targets, lse)
         ctx.scale, ctx.chunk = scale, chunk
         ctx.mark_non_differentiable(entropy)
@@ -82,12 +82,12 @@ class _LinearLogprobs(torch.autograd.Function):
         grad_w = torch.zeros_like(weight, dtype=lse.dtype) if need_w else None
         grad_b = torch.zeros_like(bias, dtype=lse.dtype) if need_b and bias is not None else None
         for s in range(0, hidden.shape[0], ctx.chunk):
-            h = hidden[s:s + ctx.chunk]
-            g = grad_logp[s:s + ctx.chunk].to(lse.dtype)
+            h = hidden[s : s + ctx.chunk]
+            g = grad_logp[s : s + ctx.chunk].to(lse.dtype)
             # d loss / d z = g * (onehot(t) - p), then times the scale of z = scale * (h W^T + b)
-            dz = _scaled_logits(h, weight, bias, ctx.scale).sub_(lse[s:s + ctx.chunk, None]).exp_()
+            dz = _scaled_logits(h, weight, bias, ctx.scale).sub_(lse[s : s + ctx.chunk, None]).exp_()
             dz.mul_(-g[:, None])
-            dz[torch.arange(h.shape[0]), targets[s:s + ctx.chunk]] += g
+            dz[torch.arange(h.shape[0]), targets[s : s + ctx.chunk]] += g
             if ctx.scale != 1.0:
                 dz.mul_(ctx.scale)
             if grad_w is not None:  # accumulated in the compute dtype, before dz is cast to the model's
@@ -95,9 +95,15 @@ class _LinearLogprobs(torch.autograd.Function):
             if grad_b is not None:
                 grad_b += dz.sum(0)
             if grad_h is not None:
-                grad_h[s:s + ctx.chunk] = dz.to(hidden.dtype) @ weight
-        return (grad_h, grad_w.to(weight.dtype) if grad_w is not None else None,
-                grad_b.to(bias.dtype) if grad_b is not None else None, None, None, None)
+                grad_h[s : s + ctx.chunk] = dz.to(hidden.dtype) @ weight
+        return (
+            grad_h,
+            grad_w.to(weight.dtype) if grad_w is not None else None,
+            grad_b.to(bias.dtype) if grad_b is not None else None,
+            None,
+            None,
+            None,
+        )
 
 
 def _compute_dtype(x: torch.Tensor) -> torch.dtype:
@@ -109,8 +115,14 @@ def _scaled_logits(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
     return z.mul_(scale) if scale != 1.0 else z
 
 
-def linear_logprobs(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, targets: torch.Tensor,
-                    scale: float = 1.0, chunk_rows: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def linear_logprobs(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    targets: torch.Tensor,
+    scale: float = 1.0,
+    chunk_rows: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """log softmax(scale * (hidden W^T + b))[target] and the entropy of that softmax, per row of
     `hidden [N, H]`: `(logp [N], differentiable; entropy [N], not)`, in float32 (float64 for float64 inputs).
 
@@ -246,8 +258,9 @@ def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> float:
     return float((x * mask).sum() / mask.sum().clamp(min=1))
 
 
-def clipped_tokens(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, clip_low: float = 0.2,
-                   clip_high: float = 0.28) -> torch.Tensor:
+def clipped_tokens(
+    logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, clip_low: float = 0.2, clip_high: float = 0.28
+) -> torch.Tensor:
     """`[B, T]` bool: tokens where the clipped branch is active (and so carries no gradient)."""
     adv = advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages
     ratio = (logp - old_logp).clamp(-20.0, 20.0).exp()

@@ -18,8 +18,16 @@ from ..config import ConfigError, RunConfig, load_config
 log = logging.getLogger(__name__)
 
 # What a run writes into its directory; any of these marks the directory as holding a run.
-RUN_ENTRIES = ("config.yaml", "metrics.jsonl", "eval.jsonl", "resumes.jsonl", "episodes", "checkpoints",
-               "tensorboard", "wandb")
+RUN_ENTRIES = (
+    "config.yaml",
+    "metrics.jsonl",
+    "eval.jsonl",
+    "resumes.jsonl",
+    "episodes",
+    "checkpoints",
+    "tensorboard",
+    "wandb",
+)
 
 
 class RunDirError(ConfigError):
@@ -35,8 +43,10 @@ def prepare_new_run_dir(run_dir: Path, overwrite: bool = False) -> list[Path]:
     if run_dir.is_dir():
         found = [name for name in RUN_ENTRIES if (run_dir / name).exists()]
         if found and not overwrite:
-            raise RunDirError(f"run dir {run_dir} already holds a run ({', '.join(found)}); continue it with "
-                              f"--resume {run_dir}, choose another --run-dir, or pass --overwrite to replace it")
+            raise RunDirError(
+                f"run dir {run_dir} already holds a run ({', '.join(found)}); continue it with "
+                f"--resume {run_dir}, choose another --run-dir, or pass --overwrite to replace it"
+            )
         for name in found:
             path = run_dir / name
             shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()

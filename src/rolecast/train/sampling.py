@@ -43,5 +43,5 @@ def step_problems(pool: Sequence[T], *, seed: int, step: int, per_step: int, mod
         batches = len(pool) // k
         epoch, within = divmod(step, batches)
         order = epoch_order(len(pool), seed, epoch)
-        return [pool[i] for i in order[within * k:(within + 1) * k]]
+        return [pool[i] for i in order[within * k : (within + 1) * k]]
     raise ValueError(f"train.sampling: unknown mode {mode!r}; known: {SAMPLING_MODES}")

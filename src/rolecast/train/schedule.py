@@ -20,8 +20,10 @@ def _warmup(step: int, warmup_steps: int) -> float:
 def warmup_cosine(optimizer: Optimizer, warmup_steps: int, total_steps: int, min_lr_ratio: float = 0.0) -> LambdaLR:
     """Linear warmup to 1, then cosine decay to `min_lr_ratio` at `total_steps`, flat afterwards."""
     if not 0 <= warmup_steps <= total_steps or not 0.0 <= min_lr_ratio <= 1.0:
-        raise ValueError(f"need 0 <= warmup_steps ({warmup_steps}) <= total_steps ({total_steps}) "
-                         f"and 0 <= min_lr_ratio ({min_lr_ratio}) <= 1")
+        raise ValueError(
+            f"need 0 <= warmup_steps ({warmup_steps}) <= total_steps ({total_steps}) "
+            f"and 0 <= min_lr_ratio ({min_lr_ratio}) <= 1"
+        )
 
     def factor(step: int) -> float:
         if step < warmup_steps:
@@ -35,4 +37,3 @@ def warmup_cosine(optimizer: Optimizer, warmup_steps: int, total_steps: int, min
 def constant(optimizer: Optimizer, warmup_steps: int = 0) -> LambdaLR:
     """Constant lr, optionally after the same linear warmup."""
     return LambdaLR(optimizer, lambda step: _warmup(step, warmup_steps))
-

@@ -4,5 +4,17 @@ from ..episode import AnswerClaim, PickClaim, VerdictClaim
 from .api import WORKFLOWS, Context, WorkflowSpec, get_workflow, workflow
 from .parsing import last_boxed, parse_choice, parse_strategies, parse_verdict
 
-__all__ = ["WORKFLOWS", "AnswerClaim", "Context", "PickClaim", "VerdictClaim", "WorkflowSpec", "get_workflow",
-           "workflow", "last_boxed", "parse_choice", "parse_strategies", "parse_verdict"]
+__all__ = [
+    "WORKFLOWS",
+    "AnswerClaim",
+    "Context",
+    "PickClaim",
+    "VerdictClaim",
+    "WorkflowSpec",
+    "get_workflow",
+    "workflow",
+    "last_boxed",
+    "parse_choice",
+    "parse_strategies",
+    "parse_verdict",
+]

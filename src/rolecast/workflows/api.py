@@ -22,7 +22,7 @@ import inspect
 import typing
 from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
@@ -137,13 +137,13 @@ def _options_model(name: str, fn: WorkflowFn) -> type[BaseModel] | None:
     except Exception:  # noqa: BLE001 - an annotation that cannot be resolved: check the names only
         hints = {}
     fields: dict[str, Any] = {}
-    extra = "forbid"
+    extra: Literal["forbid", "allow"] = "forbid"
     for p in list(inspect.signature(fn).parameters.values())[1:]:
         if p.kind is inspect.Parameter.VAR_KEYWORD:
             extra = "allow"
         elif p.kind is not inspect.Parameter.VAR_POSITIONAL:
             fields[p.name] = (hints.get(p.name, Any), ... if p.default is inspect.Parameter.empty else p.default)
-    config = ConfigDict(extra=extra, arbitrary_types_allowed=True)  # type: ignore[typeddict-item]
+    config = ConfigDict(extra=extra, arbitrary_types_allowed=True)
     return create_model(f"{name}_options", __config__=config, **fields)
 
 
@@ -158,10 +158,14 @@ def workflow(name: str, *, prompts: dict[str, Sequence[str]]) -> Callable[[Workf
         if not inspect.iscoroutinefunction(fn):
             raise TypeError(f"workflow {name!r} must be an async function")
         params = list(inspect.signature(fn).parameters.values())[1:]  # skip ctx
-        defaults = {p.name: (None if p.default is inspect.Parameter.empty else p.default) for p in params
-                    if p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)}
-        WORKFLOWS[name] = WorkflowSpec(name, fn, {r: list(p) for r, p in prompts.items()}, defaults,
-                                       _options_model(name, fn))
+        defaults = {
+            p.name: (None if p.default is inspect.Parameter.empty else p.default)
+            for p in params
+            if p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+        }
+        WORKFLOWS[name] = WorkflowSpec(
+            name, fn, {r: list(p) for r, p in prompts.items()}, defaults, _options_model(name, fn)
+        )
         return fn
 
     return deco
@@ -178,11 +182,13 @@ def get_workflow(name: str) -> WorkflowSpec:
         for spec in WORKFLOWS.values():
             if spec.fn is fn:
                 return spec
-        raise ConfigError(f"workflow {name}: {name.rpartition(':')[2]!r} is not decorated with "
-                          f"@rolecast.workflows.workflow")
+        raise ConfigError(
+            f"workflow {name}: {name.rpartition(':')[2]!r} is not decorated with @rolecast.workflows.workflow"
+        )
     if name not in WORKFLOWS:
-        raise ConfigError(f"unknown workflow {name!r}; known: {sorted(WORKFLOWS)} (or 'module:function' / "
-                          f"'file.py:function')")
+        raise ConfigError(
+            f"unknown workflow {name!r}; known: {sorted(WORKFLOWS)} (or 'module:function' / 'file.py:function')"
+        )
     return WORKFLOWS[name]
 
 

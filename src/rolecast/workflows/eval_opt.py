@@ -10,9 +10,13 @@ from .parsing import check_parsers, parse_verdict, study_parse_verdict
 
 
 @workflow("eval_opt", prompts={"generator": ["solve", "refine"], "evaluator": ["evaluate"]})
-async def eval_opt(ctx: Context, max_rounds: Annotated[int, Field(ge=1)] | None = None, shared_history: bool = True,
-                   parsers: Literal["rolecast", "study"] = "rolecast",
-                   conversation: Literal["prompt", "multi_turn"] = "prompt") -> str:
+async def eval_opt(
+    ctx: Context,
+    max_rounds: Annotated[int, Field(ge=1)] | None = None,
+    shared_history: bool = True,
+    parsers: Literal["rolecast", "study"] = "rolecast",
+    conversation: Literal["prompt", "multi_turn"] = "prompt",
+) -> str:
     """`conversation`: "prompt" (each call is one fresh prompt that restates the history as text) or
     "multi_turn" (the study's shared conversation: every call sees the whole conversation so far, its earlier
     generator and evaluator turns as assistant messages, followed by the prompt `evaluate_turn` or
@@ -60,6 +64,8 @@ async def eval_opt(ctx: Context, max_rounds: Annotated[int, Field(ge=1)] | None 
 def _user_turn(ctx: Context, name: str) -> Messages:
     """The user message(s) of prompt `name` (a system message belongs only at the start of a conversation)."""
     if not ctx.prompts.has(name):
-        raise KeyError(f"conversation: multi_turn needs the prompt {name!r}, which the {ctx.family!r} prompts lack; "
-                       f"use task.prompts: study/{ctx.family}.yaml or add it to your prompt file")
+        raise KeyError(
+            f"conversation: multi_turn needs the prompt {name!r}, which the {ctx.family!r} prompts lack; "
+            f"use task.prompts: study/{ctx.family}.yaml or add it to your prompt file"
+        )
     return [m for m in ctx.prompt(name) if m["role"] == "user"]

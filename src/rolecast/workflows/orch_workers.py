@@ -14,8 +14,9 @@ FALLBACK_STRATEGY = "Solve the problem directly."
 
 
 @workflow("orch_workers", prompts={"orchestrator": ["orchestrate"], "worker": ["work"], "synthesizer": ["synthesize"]})
-async def orch_workers(ctx: Context, k: Annotated[int, Field(ge=1)] = 3,
-                       parsers: Literal["rolecast", "study"] = "rolecast") -> str:
+async def orch_workers(
+    ctx: Context, k: Annotated[int, Field(ge=1)] = 3, parsers: Literal["rolecast", "study"] = "rolecast"
+) -> str:
     check_parsers(parsers)
     plan = await ctx.call("orchestrator", ctx.prompt("orchestrate", k=k))
     # study: STRATEGY lines, then a numbered list, then lines, then the whole reply; rolecast: STRATEGY lines only

@@ -6,8 +6,17 @@ import re
 
 from ..rewards.math import last_boxed
 
-__all__ = ["PARSER_SETS", "check_parsers", "last_boxed", "parse_choice", "parse_strategies", "parse_verdict",
-           "study_parse_choice", "study_parse_strategies", "study_parse_verdict"]
+__all__ = [
+    "PARSER_SETS",
+    "check_parsers",
+    "last_boxed",
+    "parse_choice",
+    "parse_strategies",
+    "parse_verdict",
+    "study_parse_choice",
+    "study_parse_strategies",
+    "study_parse_verdict",
+]
 
 _STRATEGY = re.compile(r"STRATEGY\s*(\d+)\s*:\s*(.*?)(?=STRATEGY\s*\d+\s*:|\Z)", re.S | re.I)
 _DIGIT = re.compile(r"\d")

@@ -11,8 +11,9 @@ from .parsing import check_parsers, parse_choice, study_parse_choice
 
 
 @workflow("voting", prompts={"generator": ["solve"], "aggregator": ["aggregate"]})
-async def voting(ctx: Context, n: Annotated[int, Field(ge=1)] = 3,
-                 parsers: Literal["rolecast", "study"] = "rolecast") -> str:
+async def voting(
+    ctx: Context, n: Annotated[int, Field(ge=1)] = 3, parsers: Literal["rolecast", "study"] = "rolecast"
+) -> str:
     check_parsers(parsers)
     solutions = await ctx.gather(*(ctx.call("generator", ctx.prompt("solve"), instance=i) for i in range(n)))
     texts = [s.text for s in solutions]
