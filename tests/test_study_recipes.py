@@ -3,7 +3,6 @@ docs/study_recipe.md is what the cell's config holds (the doc and the configs ca
 
 from __future__ import annotations
 
-import itertools
 import re
 import time
 from pathlib import Path
@@ -12,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from rolecast.config import CONFIG_DIR, load_config
+from rolecast.config import CONFIG_DIR, RunConfig, load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "study_recipe.md"
@@ -49,21 +48,16 @@ def doc_table() -> list[dict[str, Any]]:
 
 
 def matrix_cells() -> list[dict[str, Any]]:
-    m = yaml.safe_load(MATRIX.read_text())
-    axes = m["axes"]
-    names = {k: (list(v) if isinstance(v, dict) else v) for k, v in axes.items()}
+    """The matrix's training cells as `rolecast sweep` expands them: axis labels, the recipe file the cell
+    starts from, and its validated config."""
+    from rolecast.sweep import load_matrix
+
     cells = []
-    for combo in itertools.product(*names.values()):
-        cell = dict(zip(names, (str(c) for c in combo), strict=True))
-        if any(all(cell[k] == str(v) for k, v in ex.items()) for ex in m.get("exclude", [])):
-            continue
-        overrides: dict[str, Any] = {}
-        for axis, key in cell.items():
-            if isinstance(axes[axis], dict):
-                overrides.update(axes[axis][key if key in axes[axis] else int(key)])
-        cell["config"] = CONFIG_DIR / m["config"].format(**cell)
-        cell["overrides"] = overrides
-        cells.append(cell)
+    for c in load_matrix(MATRIX).train_cells:
+        labels = {k: str(v) for k, v in c.axes.items()}
+        cells.append(
+            {**labels, "file": CONFIG_DIR / "study" / f"{labels['task']}_{labels['workflow']}.yaml", "config": c.config}
+        )
     return cells
 
 
@@ -77,11 +71,12 @@ def _get(data: dict[str, Any], dotted: str) -> Any:
 def test_matrix_is_the_studys_grid():
     cells = matrix_cells()
     assert len(cells) == 4 * 2 * 3 * 2 - 2 * 3  # less single-agent Shared-Policy, a duplicate of Isolated
-    assert {c["config"].name for c in cells} == {p.name for p in (CONFIG_DIR / "study").glob("*_*.yaml")}
+    assert {c["file"].name for c in cells} == {p.name for p in (CONFIG_DIR / "study").glob("*_*.yaml")}
+    assert not [c for c in cells if c["workflow"] == "single" and c["sharing"] == "shared"]
 
 
-def mismatches(config: Path, overrides: dict[str, Any], attrs: set[str], rows: list[dict[str, Any]]) -> list[str]:
-    cfg = load_config(config, overrides).model_dump(mode="json")
+def mismatches(config: Path, run: RunConfig, attrs: set[str], rows: list[dict[str, Any]]) -> list[str]:
+    cfg = run.model_dump(mode="json")
     out = []
     for r in rows:
         if all(t in attrs for t in r["applies"]) and _get(cfg, r["field"]) != r["value"]:
@@ -90,6 +85,11 @@ def mismatches(config: Path, overrides: dict[str, Any], attrs: set[str], rows: l
                 f"docs/study_recipe.md line {r['line']} says {r['value']!r}"
             )
     return out
+
+
+# the sweep measures the base model once per (workflow, task, model) in a base cell, so it turns the
+# recipe's own base evaluation off in the training cells; the base cells are checked for it instead
+SWEEP_OWNED = {"eval.at_start"}
 
 
 def test_doc_table_matches_every_recipe_cell():
@@ -115,10 +115,19 @@ def test_doc_table_matches_every_recipe_cell():
     bad: list[str] = []
     for cell in matrix_cells():
         attrs = {"all", cell["task"], cell["workflow"], cell["model"], cell["sharing"]}
-        bad += mismatches(cell["config"], cell["overrides"], attrs, rows)
+        bad += mismatches(cell["file"], cell["config"], attrs, [r for r in rows if r["field"] not in SWEEP_OWNED])
         used |= {r["line"] for r in rows if all(t in attrs for t in r["applies"])}
     assert not bad, "\n".join(bad)
     assert used == {r["line"] for r in rows}  # every row applies to at least one cell
+    from rolecast.sweep import load_matrix
+
+    matrix = load_matrix(MATRIX)
+    assert all(not c.config.eval.at_start for c in matrix.train_cells)
+    base_cells = [c for c in matrix.cells if c.kind == "base_eval"]
+    assert all(c.config.eval.at_start and c.config.train.steps == 0 for c in base_cells)
+    assert {c.base_cell for c in matrix.train_cells} == {c.name for c in base_cells}
+    for recipe in (CONFIG_DIR / "study").glob("*_*.yaml"):  # a recipe run on its own measures its base
+        assert load_config(recipe).eval.at_start, recipe.name
 
 
 def test_a_drifted_value_is_caught(tmp_path):
@@ -127,8 +136,9 @@ def test_a_drifted_value_is_caught(tmp_path):
     drifted = tmp_path / "math_voting.yaml"
     drifted.write_text(src.replace("lr: 2.0e-5", "lr: 3.0e-5"))
     attrs = {"all", "math", "voting", "0.6B", "isolated"}
-    assert mismatches(CONFIG_DIR / "study" / "math_voting.yaml", {}, attrs, doc_table()) == []
-    found = mismatches(drifted, {}, attrs, doc_table())
+    original = CONFIG_DIR / "study" / "math_voting.yaml"
+    assert mismatches(original, load_config(original), attrs, doc_table()) == []
+    found = mismatches(drifted, load_config(drifted), attrs, doc_table())
     assert len(found) == 1 and "train.lr is 3e-05" in found[0]
 
 

@@ -382,11 +382,16 @@ def test_shipped_testbed_matrix_is_every_workflow_and_sharing_mode():
 
 
 def test_shipped_study_matrix_spans_the_study():
+    """configs/study/matrix.yaml: each cell starts from its (task, workflow) recipe (a `base` naming axes),
+    single-agent Shared-Policy is excluded, one base evaluation per (workflow, task, model)."""
     from rolecast.config import CONFIG_DIR
 
-    if not (CONFIG_DIR / "study" / "math.yaml").is_file():
-        pytest.skip("the study recipes (configs/study/) are not in this checkout")
-    m = load_matrix(CONFIG_DIR / "study_matrix.yaml")
-    assert len(m.train_cells) == 4 * 2 * 3 * 2 and len(m.cells) - len(m.train_cells) == 4 * 2 * 3
+    m = load_matrix(CONFIG_DIR / "study" / "matrix.yaml")
+    assert len(m.train_cells) == 4 * 2 * 3 * 2 - 2 * 3 and len(m.cells) - len(m.train_cells) == 4 * 2 * 3
+    assert not [c for c in m.train_cells if c.axes["workflow"] == "single" and c.axes["sharing"] == "shared"]
     assert {c.config.model.path for c in m.cells} == {"Qwen/Qwen3-0.6B", "Qwen/Qwen3-1.7B", "Qwen/Qwen3-4B"}
+    for c in m.train_cells:  # the recipe's own settings, not the first file's
+        assert c.config.workflow.name == c.axes["workflow"]
+        assert c.config.task.name == {"math": "dapo_math", "code": "deepcoder"}[c.axes["task"]]
+        assert c.config.rollout.max_new_tokens == {"math": 5120, "code": 2048}[c.axes["task"]]
     assert m.settings.resources.num_gpus == 1

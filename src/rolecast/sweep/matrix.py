@@ -76,7 +76,9 @@ class Resources(_Strict):
 
 
 class MatrixConfig(_Strict):
-    base: str | None = None  # the run config every cell starts from (relative to the matrix file); default: testbed
+    # the run config every cell starts from (relative to the matrix file; default: testbed). It may name axes,
+    # e.g. `study/{task}_{workflow}.yaml`: each cell starts from the file its axis labels name
+    base: str | None = None
     out: str | None = None  # where cell directories go (default: runs/<matrix file stem>)
     axes: Axes | None = None
     cells: list[CellEntry] | None = None  # instead of axes: an explicit list
@@ -85,6 +87,8 @@ class MatrixConfig(_Strict):
     set: dict[str, Any] = {}  # overrides for every cell
     base_eval: bool = True  # one base-model evaluation per (workflow, task, model)
     resources: Resources = Resources()
+    # cells of the product to leave out, each a partial assignment of axis labels ({workflow: single, sharing: shared})
+    exclude: list[dict[AxisName, str | int]] = []
 
 
 @dataclass(frozen=True)
@@ -231,7 +235,24 @@ def _check_axis_value(axis: str, value: Any) -> None:
 
 def expand(settings: MatrixConfig, source: Path, out_dir: Path) -> list[Cell]:
     """Every cell of the matrix (base evaluations first), each with a validated RunConfig."""
-    base_file = _resolve_config_file(settings.base, source, "base") if settings.base else DEFAULT_CONFIG
+    templated = settings.base is not None and "{" in settings.base
+
+    def base_of(labels: dict[str, Any]) -> Path:
+        assert settings.base is not None
+        try:
+            name = settings.base.format(**{a: labels[a] for a in AXES})
+        except (KeyError, IndexError, ValueError) as e:
+            raise MatrixError(
+                f"{source}: base: {settings.base!r} names an unknown axis ({e}); axes: {list(AXES)}"
+            ) from None
+        return _resolve_config_file(name, source, "base")
+
+    if templated:  # the axes' first labels name the file whose values fill the axes left out
+        given = settings.axes or Axes()
+        first = {a: (getattr(given, a) or [None])[0] for a in AXES}
+        base_file = base_of(first)
+    else:
+        base_file = _resolve_config_file(settings.base, source, "base") if settings.base else DEFAULT_CONFIG
     try:
         base_defaults = load_config(base_file)
     except ConfigError as e:
@@ -244,6 +265,16 @@ def expand(settings: MatrixConfig, source: Path, out_dir: Path) -> list[Cell]:
         "seed": base_defaults.seed,
     }
     points = _axis_points(settings, source, defaults)
+    for i, rule in enumerate(settings.exclude):
+        if not rule:
+            raise MatrixError(f"{source}: exclude[{i}]: an empty rule would leave out every cell")
+    points = [
+        (axes, cell_set)
+        for axes, cell_set in points
+        if not any(all(str(axes[a]) == str(v) for a, v in rule.items()) for rule in settings.exclude)
+    ]
+    if not points:
+        raise MatrixError(f"{source}: exclude leaves no cell")
 
     # overrides must name values the matrix uses, and may not set another axis's field or the sweep's own
     used = {a: {str(p[a]) for p, _ in points} for a in AXES}
@@ -306,7 +337,8 @@ def expand(settings: MatrixConfig, source: Path, out_dir: Path) -> list[Cell]:
     for axes, cell_set in points:
         overrides: dict[str, Any] = dict(settings.set)
         sources = ["set"] if settings.set else []
-        cfg_file = base_file
+        cell_base = base_of(axes) if templated else base_file
+        cfg_file = cell_base
         for a in AXES:
             overrides[AXIS_FIELDS[a]] = axes[a]
         for a in AXES:
@@ -314,7 +346,7 @@ def expand(settings: MatrixConfig, source: Path, out_dir: Path) -> list[Cell]:
             if ov:
                 sources.append(f"overrides.{a}.{axes[a]}")
             if "config" in ov:
-                if cfg_file != base_file:
+                if cfg_file != cell_base:
                     raise MatrixError(
                         f"{source}: two axis values of one cell name a config file ({cfg_file} and "
                         f"{ov['config']}, via overrides.{a}.{axes[a]})"

@@ -6,7 +6,7 @@ Where the data comes from, first that applies:
 1. ``path=``: a JSONL / JSON (array) / Parquet file (the split named by ``path_split``, default
    "train"), a directory holding ``<split>.jsonl`` / ``<split>.parquet``, or a mapping ``{split: file}``;
 2. the offline copies under the data root (``$ROLECAST_DATA_DIR``, else ``<repo>/../shared/data``, else
-   ``<cwd>/../shared/data``; see /work/shared/data/MANIFEST.md for the layout);
+   ``<cwd>/../shared/data``; see ../shared/data/MANIFEST.md for the layout);
 3. ``hub=True`` (or ``hub="org/name"``): the Hugging Face hub via the ``datasets`` package (optional
    extra ``rolecast[hub]``, imported only then; needs network).
 
