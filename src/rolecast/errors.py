@@ -69,6 +69,8 @@ def require(
             raise MissingPackageError(message)
         return None
     try:
+        # the package first: a submodule imported earlier stays cached even when the package is gone
+        importlib.import_module(package)
         return importlib.import_module(module or package)
     except ModuleNotFoundError as e:
         # only `package` itself missing is this error; a broken install of it keeps its own message
