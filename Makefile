@@ -14,6 +14,7 @@ $(VENV)/.installed-$(EXTRAS): pyproject.toml
 	$(VENV)/bin/pip install -q --upgrade pip
 	$(VENV)/bin/pip install -q -c constraints.txt "$(TORCH)" -e ".[cpu,plots,ray,$(EXTRAS)]"
 	@bash scripts/install-sandbox.sh
+	@bash scripts/install-browser.sh
 	@touch $@
 
 setup: $(VENV)/.installed-$(EXTRAS)
