@@ -13,7 +13,14 @@ import pytest
 from report_fixtures import build_sweep
 
 from rolecast.cli import main
-from rolecast.report.html import collect_map, compare_sharing, summary_lines, text_map, write_report
+from rolecast.report.html import (
+    collect_map,
+    compare_sharing,
+    short_summary_lines,
+    summary_lines,
+    text_map,
+    write_report,
+)
 
 pytest.importorskip("matplotlib", reason="the report's plots need the `plots` extra (make setup installs it)")
 
@@ -134,7 +141,12 @@ def test_sharing_comparison_by_hand(tmp_path):
     lines = summary_lines(list(comps.values()))
     assert "voting / testbed / testbed: final isolated wins by +0.200 [+0.117, +0.283]; " in lines[1]
     assert "peak shared wins by +0.200 [+0.117, +0.283]" in lines[1]
-    assert lines[0] == "single / testbed / testbed: only shared measured"
+    assert lines[0] == "single / testbed / testbed: only shared finished"
+    short = short_summary_lines(list(comps.values()))
+    assert short == [
+        "single: only shared finished",
+        "voting: isolated - shared: final +0.200 [+0.12,+0.28] isolated wins; peak -0.200 [-0.28,-0.12] shared wins",
+    ]
 
 
 def test_seeds_pool_with_the_larger_of_evaluation_and_seed_spread(tmp_path):
@@ -203,6 +215,7 @@ def test_text_map_fits_one_screen(tmp_path):
     assert re.search(r"0\.500\s+0\.550@10\s+\(0\.550@10\)\s+-\s+-\s+-\s+failed$", row), row  # no gain claimed
     assert "  error single-isolated: RuntimeError: boom" in lines
     assert "running 3/20" in text and "pending" in text
+    assert lines[-1].startswith("voting: isolated - shared: final +0.200")
 
 
 def test_cli_report_and_bad_dirs(tmp_path, capsys):

@@ -379,6 +379,8 @@ def test_shipped_testbed_matrix_is_every_workflow_and_sharing_mode():
     assert [c.name for c in m.cells if c.kind == "base_eval"] == [f"base-testbed-{w}-testbed" for w in workflows]
     cfg = m.train_cells[0].config
     assert cfg.eval.every > 0 and cfg.eval.every < cfg.train.steps  # periodic evaluations: peaks are visible
+    for c in m.cells:  # sampled as the study does, so Voting's voters can disagree (greedy: identical votes)
+        assert (c.config.eval.protocol, c.config.eval.temperature) == ("study", 0.7) and c.config.eval.n_samples >= 2
 
 
 def test_shipped_study_matrix_spans_the_study():

@@ -301,11 +301,33 @@ def summary_lines(comparisons: list[SharingComparison]) -> list[str]:
         key = f"{c.workflow} / {c.task} / {c.model}"
         if c.final_diff is None or c.peak_diff is None:
             only = next(iter(c.modes))
-            lines.append(f"{key}: only {only} measured")
+            lines.append(f"{key}: only {only} finished")
             continue
         lines.append(
             f"{key}: final {_verdict(c.a, c.b, c.final_diff)}; peak {_verdict(c.a, c.b, c.peak_diff)}"
             + ("  (one role: both modes train one policy)" if c.workflow == "single" else "")
+        )
+    return lines
+
+
+def short_summary_lines(comparisons: list[SharingComparison], z: float = Z_95) -> list[str]:
+    """The verdicts for the text map: one line per (workflow, task, model), b - a for final and peak."""
+
+    def part(what: str, a: str, b: str, diff: tuple[float, float]) -> str:
+        d, se = diff
+        lo, hi = d - z * se, d + z * se
+        who = f"{b} wins" if lo > 0 else f"{a} wins" if hi < 0 else "no clear winner"
+        return f"{what} {d:+.3f} [{lo:+.2f},{hi:+.2f}] {who}"
+
+    keys = {(c.task, c.model) for c in comparisons}
+    lines = []
+    for c in comparisons:
+        key = str(c.workflow) if len(keys) == 1 else f"{c.workflow}/{c.task}/{c.model}"
+        if c.final_diff is None or c.peak_diff is None:
+            lines.append(f"{key}: only {c.a} finished")
+            continue
+        lines.append(
+            f"{key}: {c.b} - {c.a}: {part('final', c.a, c.b, c.final_diff)}; {part('peak', c.a, c.b, c.peak_diff)}"
         )
     return lines
 
@@ -389,7 +411,7 @@ def text_map(smap: SweepMap, width: int = 120) -> str:
     lines.append(
         "gain = final - base, 95% interval; + significantly above 0, = within noise, - below; (x@s): last so far"
     )
-    lines += [s if len(s) <= width else s[: width - 1] + "…" for s in summary_lines(compare_sharing(cells))]
+    lines += [s if len(s) <= width else s[: width - 1] + "…" for s in short_summary_lines(compare_sharing(cells))]
     bad = [c for c in smap.cells if c.kind == "base_eval" and c.state != "done"]
     lines += [f"base evaluation {c.name}: {c.state}" + (f": {c.error}" if c.error else "") for c in bad]
     lines += smap.notes
@@ -528,7 +550,7 @@ def _sharing_section(comparisons: list[SharingComparison]) -> str:
             for m, v in c.modes.items()
         )
         if c.final_diff is None or c.peak_diff is None:
-            verdict = f"only {c.a} measured"
+            verdict = f"only {c.a} finished"
         else:
             verdict = f"final: {_verdict(c.a, c.b, c.final_diff)}<br>peak: {_verdict(c.a, c.b, c.peak_diff)}"
         rows.append(
