@@ -431,7 +431,8 @@ td.cliff-yes{background:#f5c6c6;font-weight:bold}tr.incomplete td{background:#ff
 td.err{color:#a00;font-style:normal;text-align:left;max-width:30em}
 .legend span{display:inline-block;padding:.1em .5em;margin-right:.5em;border:1px solid #ccc}
 .cell{border-top:1px solid #ddd;margin-top:1em}.notes{color:#666;font-size:.85em}
-img{max-width:100%;height:auto;display:block;margin:.3em 0}
+td:not(.l):not(.err){white-space:nowrap}
+.plots{display:flex;flex-wrap:wrap;gap:.5em}.plots img{max-width:min(100%,680px);height:auto;display:block}
 pre{background:#f7f7f7;padding:.6em;overflow-x:auto;font-size:.85em}
 """
 
@@ -607,7 +608,9 @@ def render_html(smap: SweepMap) -> str:
             parts.append(f'<div class="cell" id="cell-{_e(c.name)}"><h3>{_e(c.name)} ({_e(_state_text(c))})</h3>')
             if c.error:
                 parts.append(f"<pre>{_e(c.error)}</pre>")
-            parts += _plots(c, Path(tmp), notes)
+            imgs = _plots(c, Path(tmp), notes)
+            if imgs:
+                parts += ['<div class="plots">', *imgs, "</div>"]
             if not c.grads and c.curve is not None:
                 parts.append("<p class='notes'>no per-role gradient measurements (diagnostics.gradients.every: 0)</p>")
             if c.signatures:
