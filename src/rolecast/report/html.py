@@ -432,7 +432,7 @@ td.err{color:#a00;font-style:normal;text-align:left;max-width:30em}
 .legend span{display:inline-block;padding:.1em .5em;margin-right:.5em;border:1px solid #ccc}
 .cell{border-top:1px solid #ddd;margin-top:1em}.notes{color:#666;font-size:.85em}
 td:not(.l):not(.err){white-space:nowrap}
-.plots{display:flex;flex-wrap:wrap;gap:.5em}.plots img{max-width:min(100%,680px);height:auto;display:block}
+.plots{display:flex;flex-wrap:wrap;gap:.5em}.plots img{max-width:min(100%,650px);height:auto;display:block}
 pre{background:#f7f7f7;padding:.6em;overflow-x:auto;font-size:.85em}
 """
 
