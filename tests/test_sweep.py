@@ -237,6 +237,11 @@ def test_a_failing_cell_is_recorded_and_the_others_finish(tmp_path, monkeypatch)
     assert status[good]["status"] == "done"
     assert cell_summary(m, m.cell(bad))["state"] == "failed"
     assert len(_jsonl(m.out / good / "metrics.jsonl", ())) == 2
+    from rolecast.report.html import collect_map
+
+    cells = {c.name: c for c in collect_map(m.out).cells}  # the report shows the failure, with its error
+    assert cells[bad].state == "failed" and cells[bad].error == status[bad]["error"]
+    assert cells[good].state == "done" and [p.step for p in cells[good].curve.points] == [0, 2]
 
     # a rerun skips the finished cell and retries the failed one
     outcome = run_sweep(load_matrix(p, out=tmp_path / "out"), LocalExecutor(), progress=False)
