@@ -206,7 +206,8 @@ def collect_map(runs_dir: str | Path) -> SweepMap:
     entries: list[tuple[str, str, dict[str, Any], Path, dict[str, Any]]] = []
     if recorded:
         for r in recorded:
-            axes = {k: (r.get("axes") or {}).get(k) for k in AXES}
+            raw = r.get("axes") if isinstance(r.get("axes"), dict) else {}
+            axes = {k: raw.get(k) for k in AXES}
             axes["model"] = _short(axes["model"])
             entries.append((r["name"], str(r.get("kind", "train")), axes, runs_dir / r["name"], r))
     elif _looks_like_run(runs_dir) and not any(_looks_like_run(d) for d in runs_dir.iterdir() if d.is_dir()):
