@@ -206,7 +206,8 @@ def collect_map(runs_dir: str | Path) -> SweepMap:
     entries: list[tuple[str, str, dict[str, Any], Path, dict[str, Any]]] = []
     if recorded:
         for r in recorded:
-            raw = r.get("axes") if isinstance(r.get("axes"), dict) else {}
+            raw = r.get("axes")
+            raw = raw if isinstance(raw, dict) else {}
             axes = {k: raw.get(k) for k in AXES}
             axes["model"] = _short(axes["model"])
             entries.append((r["name"], str(r.get("kind", "train")), axes, runs_dir / r["name"], r))
