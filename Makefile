@@ -1,4 +1,4 @@
-# Two entry points: `make run` (set up + train the embedded testbed) and `make test` (set up + tests).
+# Two entry points: `make run` (set up + the testbed map: docs/sweep.md) and `make test` (set up + tests).
 # torch is pinned in the same pip command as everything else so pip takes the local CPU wheel
 # instead of resolving a multi-GB CUDA build; the `cpu` extra (numba kernels for decode) is always installed
 # here. constraints.txt pins the versions the suite was tested with.
@@ -14,12 +14,15 @@ $(VENV)/.installed-$(EXTRAS): pyproject.toml
 	$(VENV)/bin/pip install -q --upgrade pip
 	$(VENV)/bin/pip install -q -c constraints.txt "$(TORCH)" -e ".[cpu,plots,ray,$(EXTRAS)]"
 	@bash scripts/install-sandbox.sh
+	@bash scripts/install-browser.sh
 	@touch $@
 
 setup: $(VENV)/.installed-$(EXTRAS)
 
+# the main job: the testbed map (every workflow x sharing mode, base + periodic sampled evaluations), cells in
+# parallel processes; prints the report's path and the map as text. Rerunning skips finished cells.
 run: setup
-	$(VENV)/bin/rolecast train
+	$(VENV)/bin/rolecast sweep configs/testbed_matrix.yaml --executor pool --report
 
 # the lint and type gate: any finding fails `make test` (and so CI)
 lint: setup

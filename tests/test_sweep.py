@@ -237,6 +237,11 @@ def test_a_failing_cell_is_recorded_and_the_others_finish(tmp_path, monkeypatch)
     assert status[good]["status"] == "done"
     assert cell_summary(m, m.cell(bad))["state"] == "failed"
     assert len(_jsonl(m.out / good / "metrics.jsonl", ())) == 2
+    from rolecast.report.html import collect_map
+
+    cells = {c.name: c for c in collect_map(m.out).cells}  # the report shows the failure, with its error
+    assert cells[bad].state == "failed" and cells[bad].error == status[bad]["error"]
+    assert cells[good].state == "done" and [p.step for p in cells[good].curve.points] == [0, 2]
 
     # a rerun skips the finished cell and retries the failed one
     outcome = run_sweep(load_matrix(p, out=tmp_path / "out"), LocalExecutor(), progress=False)
@@ -379,6 +384,8 @@ def test_shipped_testbed_matrix_is_every_workflow_and_sharing_mode():
     assert [c.name for c in m.cells if c.kind == "base_eval"] == [f"base-testbed-{w}-testbed" for w in workflows]
     cfg = m.train_cells[0].config
     assert cfg.eval.every > 0 and cfg.eval.every < cfg.train.steps  # periodic evaluations: peaks are visible
+    for c in m.cells:  # sampled as the study does, so Voting's voters can disagree (greedy: identical votes)
+        assert (c.config.eval.protocol, c.config.eval.temperature) == ("study", 0.7) and c.config.eval.n_samples >= 2
 
 
 def test_shipped_study_matrix_spans_the_study():

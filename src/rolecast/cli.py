@@ -123,6 +123,22 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    if not Path(args.runs_dir).is_dir():
+        print(f"rolecast: report: {args.runs_dir} is not a directory", file=sys.stderr)
+        return 2
+    _print_report(args.runs_dir, args.out)
+    return 0
+
+
+def _print_report(runs_dir: str | Path, out: str | None) -> None:
+    from .report.html import text_map, write_report
+
+    path, smap = write_report(runs_dir, out)
+    print(text_map(smap))
+    print(f"report: {path}")
+
+
 def cmd_sweep(args: argparse.Namespace) -> int:
     from .sweep import load_matrix, make_executor, run_sweep, summary_table
     from .sweep.matrix import describe
@@ -142,9 +158,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     except ImportError as e:  # an executor's optional package (ray) is missing
         print(f"rolecast: {e}", file=sys.stderr)
         return 2
-    from rich.console import Console
+    if args.report:
+        _print_report(matrix.out, None)
+    else:
+        from rich.console import Console
 
-    Console().print(summary_table(matrix))
+        Console().print(summary_table(matrix))
     if outcome.failed:
         print(
             f"{len(outcome.failed)} cell(s) failed (errors in {matrix.out / 'sweep.json'} and each cell's "
@@ -224,7 +243,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--dry-run", action="store_true", help="list the cells and exit")
     p.add_argument("--no-progress", action="store_true", help="plain lines instead of a live progress display")
+    p.add_argument(
+        "--report", action="store_true", help="at the end, write <out>/report.html and print the map as text"
+    )
     p.set_defaults(fn=cmd_sweep)
+
+    p = sub.add_parser("report", help="the map of a sweep (or a directory of runs) as one self-contained HTML file")
+    p.add_argument("runs_dir", metavar="RUNS_DIR", help="a sweep's out directory, a directory of runs, or one run")
+    p.add_argument("--out", help="HTML file to write (default RUNS_DIR/report.html)")
+    p.set_defaults(fn=cmd_report)
 
     p = sub.add_parser("testbed", help="build or inspect the embedded testbed model")
     p.add_argument("action", choices=["build", "info"])

@@ -1,0 +1,644 @@
+"""`rolecast report RUNS_DIR`: the empirical map of a sweep as one self-contained HTML file, and as one screen of
+text. One row per cell (base, peak, final, gain with its interval, cliff, dominant failure signature, the
+evaluation protocol), accuracy curves with peak and cliff markers, per-role gradient share and amplification
+where runs measured them, and which sharing mode won per (workflow, task, model), with its uncertainty.
+
+Reads only files: `sweep.json` (cells, axes, status, errors) when the directory is a sweep's, else every
+subdirectory that looks like a run; each run through the tolerant readers of `rundir.py`. A cell that failed,
+is still running, or was killed half-way appears as incomplete with what it has, never as an exception. The
+HTML has no scripts, no external CSS and no links to fetch: images are PNGs embedded as base64 data URIs.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import math
+import tempfile
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..diagnostics.curves import Z_95, CurvePoint, CurveSummary, eval_points, summarize_curve
+from .analyze import _GRAD_ROLE, _answer_extractor, collect_series, group_alerts, replay_warnings
+from .rundir import read_jsonl, read_run
+
+AXES = ("workflow", "task", "model", "sharing", "seed")
+REPORT_FILE = "report.html"
+
+
+@dataclass
+class CellView:
+    """One cell of the map, as far as its files tell."""
+
+    name: str
+    kind: str  # "train" | "base_eval"
+    axes: dict[str, Any]
+    run_dir: Path
+    state: str  # done | failed | running | incomplete | pending
+    error: str | None = None
+    base_cell: str | None = None
+    steps_logged: int = 0
+    steps_planned: int | None = None
+    curve: CurveSummary | None = None
+    protocol: str = "-"
+    signatures: list[dict[str, Any]] = field(default_factory=list)
+    grads: dict[str, dict[str, tuple[list[int], list[float]]]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        return self.state == "done"
+
+    @property
+    def trained_points(self) -> list[CurvePoint]:
+        return [p for p in self.curve.points if p.step > 0] if self.curve else []
+
+    @property
+    def dominant_signature(self) -> dict[str, Any] | None:
+        """The failure signature that fired at the most steps (the earliest on ties)."""
+        return min(self.signatures, key=lambda g: (-g["n_steps"], g["first_step"]), default=None)
+
+    def gain_class(self) -> str:
+        """pos / zero / neg: final - base significantly above 0, within its interval of 0, below; none without."""
+        g = self.curve.gain if self.curve and self.trained_points and self.complete else None
+        if g is None:
+            return "none"
+        return "pos" if g.low > 0 else "neg" if g.high < 0 else "zero"
+
+
+@dataclass
+class SharingComparison:
+    """Isolated vs Shared (or any two sharing modes) for one (workflow, task, model)."""
+
+    workflow: Any
+    task: Any
+    model: Any
+    modes: dict[str, dict[str, float]]  # mode -> peak, peak_se, final, final_se, cells
+    a: str  # the reference mode
+    b: str
+    peak_diff: tuple[float, float] | None  # (b - a, its SE)
+    final_diff: tuple[float, float] | None
+
+
+@dataclass
+class SweepMap:
+    runs_dir: Path
+    cells: list[CellView]
+    matrix: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def train_cells(self) -> list[CellView]:
+        return [c for c in self.cells if c.kind == "train"]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Reading
+
+
+def _short(model: Any) -> Any:
+    return str(model).rstrip("/").split("/")[-1] if isinstance(model, str) else model
+
+
+def _axes_from_config(config: dict[str, Any]) -> dict[str, Any]:
+    def get(section: str, key: str) -> Any:
+        s = config.get(section)
+        return s.get(key) if isinstance(s, dict) else None
+
+    return {
+        "workflow": get("workflow", "name"),
+        "task": get("task", "name"),
+        "model": _short(get("model", "path")),
+        "sharing": get("routing", "sharing"),
+        "seed": config.get("seed"),
+    }
+
+
+def _looks_like_run(d: Path) -> bool:
+    return any((d / f).exists() for f in ("config.yaml", "metrics.jsonl", "eval.jsonl", "DONE.json", "ERROR.txt"))
+
+
+def _last_line(path: Path) -> str | None:
+    try:
+        lines = [ln.strip() for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return None
+    return lines[-1][:500] if lines else None
+
+
+def _sweep_rows(runs_dir: Path, notes: list[str]) -> tuple[list[dict[str, Any]], str | None]:
+    path = runs_dir / "sweep.json"
+    if not path.is_file():
+        return [], None
+    try:
+        data = json.loads(path.read_text())
+        cells = [c for c in data["cells"] if isinstance(c, dict) and isinstance(c.get("name"), str)]
+        return cells, data.get("matrix")
+    except (json.JSONDecodeError, KeyError, TypeError, OSError) as e:
+        notes.append(f"sweep.json unreadable ({e.__class__.__name__}); cells found from the directories instead")
+        return [], None
+
+
+def _state(d: Path, recorded: dict[str, Any]) -> tuple[str, str | None]:
+    """The cell's state from its files first (they are written last), then from sweep.json."""
+    if (d / "DONE.json").is_file():
+        return "done", None
+    if (d / "ERROR.txt").is_file():
+        return "failed", recorded.get("error") or _last_line(d / "ERROR.txt")
+    status = recorded.get("status")
+    if status == "failed":
+        return "failed", recorded.get("error") or "failed (no error recorded)"
+    if status == "running":
+        return "running", None  # or killed while running: sweep.json cannot tell
+    if d.is_dir() and _looks_like_run(d):
+        return "incomplete", None
+    return "pending", None
+
+
+def _protocol(rows: list[dict[str, Any]], config: dict[str, Any]) -> str:
+    ev = config.get("eval") if isinstance(config.get("eval"), dict) else {}
+    temp = ev.get("temperature") if isinstance(ev, dict) else None
+    seen: list[str] = []
+    for r in rows:
+        n = r.get("n_samples", 1)
+        t = r.get("temperature", temp)  # rows written before they carried it: the run's setting
+        desc = f"{r.get('protocol', 'custom')} T={t if t is not None else '?'} x{n}"
+        if desc not in seen:
+            seen.append(desc)
+    return " / ".join(seen) if seen else "-"
+
+
+def _cell_view(
+    name: str, kind: str, axes: dict[str, Any], d: Path, recorded: dict[str, Any], base_rows: list[dict[str, Any]]
+) -> CellView:
+    state, error = _state(d, recorded)
+    cell = CellView(name, kind, axes, d, state, error, recorded.get("base_cell"))
+    if not d.is_dir():
+        return cell
+    run = read_run(d)
+    config = run.config or {}
+    cell.axes = {k: (v if v is not None else _axes_from_config(config).get(k)) for k, v in axes.items()}
+    cell.steps_logged = len(run.metrics)
+    planned = (config.get("train") or {}).get("steps") if isinstance(config.get("train"), dict) else None
+    cell.steps_planned = planned if isinstance(planned, int) else None
+    rows = [*base_rows, *run.evals]
+    cell.curve = summarize_curve(eval_points(rows, cell.notes), source="eval.jsonl", notes=cell.notes)
+    cell.protocol = _protocol(rows, config)
+    try:
+        extract, _ = _answer_extractor(run)
+        cell.signatures = [g for g in group_alerts(replay_warnings(run, extract=extract)) if g["kind"] == "signature"]
+    except Exception as e:  # a report must not die on one cell's odd episodes
+        cell.notes.append(f"failure signatures not checked ({e.__class__.__name__}: {e})")
+    cell.grads = collect_series(run.metrics, _GRAD_ROLE, lambda m: f"{m.group('pid')}/{m.group('role')}")
+    cell.notes += run.notes
+    return cell
+
+
+def collect_map(runs_dir: str | Path) -> SweepMap:
+    """Every cell under a sweep's directory (or a directory of runs, or one run directory) with its numbers."""
+    runs_dir = Path(runs_dir)
+    notes: list[str] = []
+    recorded, matrix = _sweep_rows(runs_dir, notes)
+    entries: list[tuple[str, str, dict[str, Any], Path, dict[str, Any]]] = []
+    if recorded:
+        for r in recorded:
+            raw = r.get("axes")
+            raw = raw if isinstance(raw, dict) else {}
+            axes = {k: raw.get(k) for k in AXES}
+            axes["model"] = _short(axes["model"])
+            entries.append((r["name"], str(r.get("kind", "train")), axes, runs_dir / r["name"], r))
+    elif _looks_like_run(runs_dir) and not any(_looks_like_run(d) for d in runs_dir.iterdir() if d.is_dir()):
+        entries.append((runs_dir.name, "train", dict.fromkeys(AXES), runs_dir, {}))
+    else:
+        for d in sorted(p for p in runs_dir.iterdir() if p.is_dir() and not p.name.startswith(".")):
+            if not _looks_like_run(d):
+                continue
+            cfg = read_run(d).config or {}
+            steps = (cfg.get("train") or {}).get("steps") if isinstance(cfg.get("train"), dict) else None
+            kind = "base_eval" if d.name.startswith("base-") or steps == 0 else "train"
+            entries.append((d.name, kind, _axes_from_config(cfg), d, {}))
+
+    # base rows per (workflow, task, model): from the cell sweep.json names, else from a base cell that matches
+    base_dirs = {name: d for name, kind, _, d, _ in entries if kind == "base_eval"}
+    base_by_key = {
+        tuple(axes[k] for k in ("workflow", "task", "model")): d
+        for _, kind, axes, d, _ in entries
+        if kind == "base_eval"
+    }
+    cells = []
+    for name, kind, axes, d, rec in entries:
+        base_rows: list[dict[str, Any]] = []
+        if kind == "train":
+            bd = base_dirs.get(rec.get("base_cell") or "") or base_by_key.get(
+                tuple(axes[k] for k in ("workflow", "task", "model"))
+            )
+            if bd is not None:
+                base_rows = [r for r in read_jsonl(bd / "eval.jsonl")[0] if r.get("tag") == "base"]
+        cells.append(_cell_view(name, kind, axes, d, rec, base_rows))
+    if not cells:
+        notes.append(f"no cells found in {runs_dir} (no sweep.json, and no subdirectory holding a run)")
+    return SweepMap(runs_dir, cells, matrix, notes)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Which sharing mode won
+
+
+def _pool(cells: list[CellView], which: str) -> tuple[float, float]:
+    """Mean of the cells' peaks (or finals) over seeds, with an SE: the evaluations' own SEs combined, or the
+    spread across seeds when that is larger."""
+    pts = [getattr(c.curve, which) for c in cells if c.curve]
+    k = len(pts)
+    mean = sum(p.value for p in pts) / k
+    se = math.sqrt(sum(p.se**2 for p in pts)) / k
+    if k >= 2:
+        sd = math.sqrt(sum((p.value - mean) ** 2 for p in pts) / (k - 1))
+        se = max(se, sd / math.sqrt(k))
+    return mean, se
+
+
+def compare_sharing(cells: list[CellView]) -> list[SharingComparison]:
+    """Per (workflow, task, model), over finished cells: b - a in pooled
+    peak and final pass@1, a = shared when present (else the first mode), b = isolated (else the next)."""
+    groups: dict[tuple[Any, Any, Any], dict[str, list[CellView]]] = defaultdict(lambda: defaultdict(list))
+    for c in cells:
+        if c.kind == "train" and c.complete and c.trained_points:  # a failed or running cell has no final yet
+            groups[(c.axes.get("workflow"), c.axes.get("task"), c.axes.get("model"))][
+                str(c.axes.get("sharing"))
+            ].append(c)
+    out = []
+    for (wf, task, model), by_mode in groups.items():
+        modes = {}
+        for mode, cs in by_mode.items():
+            peak, peak_se = _pool(cs, "peak")
+            final, final_se = _pool(cs, "final")
+            modes[mode] = {"peak": peak, "peak_se": peak_se, "final": final, "final_se": final_se, "cells": len(cs)}
+        names = sorted(modes, key=lambda m: (m != "shared", m != "isolated", m))
+        a, b = names[0], names[1] if len(names) > 1 else names[0]
+        pd = fd = None
+        if a != b:
+            pd = (modes[b]["peak"] - modes[a]["peak"], math.hypot(modes[a]["peak_se"], modes[b]["peak_se"]))
+            fd = (modes[b]["final"] - modes[a]["final"], math.hypot(modes[a]["final_se"], modes[b]["final_se"]))
+        out.append(SharingComparison(wf, task, model, modes, a, b, pd, fd))
+    return out
+
+
+def _verdict(a: str, b: str, diff: tuple[float, float], z: float = Z_95) -> str:
+    d, se = diff
+    lo, hi = d - z * se, d + z * se
+    if lo > 0:
+        return f"{b} wins by {d:+.3f} [{lo:+.3f}, {hi:+.3f}]"
+    if hi < 0:
+        return f"{a} wins by {-d:+.3f} [{-hi:+.3f}, {-lo:+.3f}]"
+    return f"no clear winner: {b} - {a} = {d:+.3f} [{lo:+.3f}, {hi:+.3f}]"
+
+
+def summary_lines(comparisons: list[SharingComparison]) -> list[str]:
+    lines = []
+    for c in comparisons:
+        key = f"{c.workflow} / {c.task} / {c.model}"
+        if c.final_diff is None or c.peak_diff is None:
+            only = next(iter(c.modes))
+            lines.append(f"{key}: only {only} finished")
+            continue
+        lines.append(
+            f"{key}: final {_verdict(c.a, c.b, c.final_diff)}; peak {_verdict(c.a, c.b, c.peak_diff)}"
+            + ("  (one role: both modes train one policy)" if c.workflow == "single" else "")
+        )
+    return lines
+
+
+def short_summary_lines(comparisons: list[SharingComparison], z: float = Z_95) -> list[str]:
+    """The verdicts for the text map: one line per (workflow, task, model), b - a for final and peak."""
+
+    def part(what: str, a: str, b: str, diff: tuple[float, float]) -> str:
+        d, se = diff
+        lo, hi = d - z * se, d + z * se
+        who = f"{b} wins" if lo > 0 else f"{a} wins" if hi < 0 else "no clear winner"
+        return f"{what} {d:+.3f} [{lo:+.2f},{hi:+.2f}] {who}"
+
+    keys = {(c.task, c.model) for c in comparisons}
+    lines = []
+    for c in comparisons:
+        key = str(c.workflow) if len(keys) == 1 else f"{c.workflow}/{c.task}/{c.model}"
+        if c.final_diff is None or c.peak_diff is None:
+            lines.append(f"{key}: only {c.a} finished")
+            continue
+        lines.append(
+            f"{key}: {c.b} - {c.a}: {part('final', c.a, c.b, c.final_diff)}; {part('peak', c.a, c.b, c.peak_diff)}"
+        )
+    return lines
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Text
+
+
+def _f(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
+
+
+def _row_numbers(c: CellView) -> dict[str, str]:
+    cur = c.curve
+    trained = c.trained_points
+    base = cur.base if cur else None
+    out = {"base": _f(base.value if base else None), "peak": "-", "final": "-", "gain": "-", "cliff": "-"}
+    if cur and trained:
+        out["peak"] = f"{cur.peak.value:.3f}@{cur.peak.step}"
+        if not c.complete:  # the last evaluation so far is no final: no gain or cliff is claimed
+            out["final"] = f"({cur.final.value:.3f}@{cur.final.step})"
+            return out
+        out["final"] = f"{cur.final.value:.3f}"
+        if cur.gain:
+            out["gain"] = f"{cur.gain.value:+.3f} [{cur.gain.low:+.2f},{cur.gain.high:+.2f}]"
+        out["cliff"] = f"yes@{cur.cliff.step}" if cur.cliff else "no"
+    return out
+
+
+def _state_text(c: CellView) -> str:
+    if c.state == "done":
+        return "done"
+    if c.state in ("incomplete", "running") and c.steps_planned:
+        return f"{c.state} {c.steps_logged}/{c.steps_planned}"
+    return c.state
+
+
+def text_map(smap: SweepMap, width: int = 120) -> str:
+    """One screen: a line per training cell (base, peak@step, final, gain [95%], cliff, signature, state), the
+    protocol(s), and which sharing mode won where."""
+    cells = smap.train_cells
+    protocols = sorted({c.protocol for c in smap.cells if c.protocol != "-"})
+    lines = [f"map of {smap.runs_dir}: {len(cells)} training cells; evaluation: {'; '.join(protocols) or '-'}"]
+    header = ("cell", "base", "peak@step", "final", "gain [95%]", "cliff", "signature", "state")
+    rows = []
+    errors: list[str] = []
+    for c in cells:
+        a = c.axes
+        label = "-".join(str(a[k]) for k in ("workflow", "sharing") if a.get(k) is not None) or c.name
+        if a.get("seed") not in (None, 0):
+            label += f"-s{a['seed']}"
+        if len({(x.axes.get("task"), x.axes.get("model")) for x in cells}) > 1:
+            label = f"{a.get('task')}/{a.get('model')}/{label}"
+        n = _row_numbers(c)
+        sig = c.dominant_signature
+        mark = {"pos": "+", "neg": "-", "zero": "="}.get(c.gain_class(), " ")
+        rows.append(
+            (
+                label,
+                n["base"],
+                n["peak"],
+                n["final"],
+                f"{mark} {n['gain']}" if n["gain"] != "-" else "-",
+                n["cliff"],
+                f"{sig['name']}({sig['n_steps']})" if sig else "-",
+                _state_text(c),
+            )
+        )
+        if c.error:
+            errors.append(f"{label}: {c.error}")
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
+    widths[-1] = len(header[-1])
+
+    def fmt(r: tuple[str, ...]) -> str:
+        s = "  ".join(v.ljust(w) if i < len(r) - 1 else v for i, (v, w) in enumerate(zip(r, widths, strict=True)))
+        return s if len(s) <= width else s[: width - 1] + "…"
+
+    lines.append(fmt(header))
+    lines += [fmt(r) for r in rows]
+    lines += [s if len(s) <= width else s[: width - 1] + "…" for s in (f"  error {e}" for e in errors)]
+    lines.append(
+        "gain = final - base, 95% interval; + significantly above 0, = within noise, - below; (x@s): last so far"
+    )
+    lines += [s if len(s) <= width else s[: width - 1] + "…" for s in short_summary_lines(compare_sharing(cells))]
+    bad = [c for c in smap.cells if c.kind == "base_eval" and c.state != "done"]
+    lines += [f"base evaluation {c.name}: {c.state}" + (f": {c.error}" if c.error else "") for c in bad]
+    lines += smap.notes
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# HTML
+
+_CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:1.5em;color:#222;max-width:1400px}
+h1{font-size:1.4em}h2{font-size:1.15em;margin-top:1.6em}h3{font-size:1em;margin:1em 0 .3em}
+table{border-collapse:collapse;font-size:.88em}th,td{border:1px solid #ccc;padding:.25em .5em;text-align:right}
+th{background:#f2f2f2}td.l,th.l{text-align:left}
+tr.gain-pos td.gain{background:#c8ecc8}tr.gain-neg td.gain{background:#f5c6c6}tr.gain-zero td.gain{background:#eee}
+td.cliff-yes{background:#f5c6c6;font-weight:bold}tr.incomplete td{background:#fff6d5;font-style:italic}
+td.err{color:#a00;font-style:normal;text-align:left;max-width:30em}
+.legend span{display:inline-block;padding:.1em .5em;margin-right:.5em;border:1px solid #ccc}
+.cell{border-top:1px solid #ddd;margin-top:1em}.notes{color:#666;font-size:.85em}
+td:not(.l):not(.err){white-space:nowrap}
+.plots{display:flex;flex-wrap:wrap;gap:.5em}.plots img{max-width:min(100%,650px);height:auto;display:block}
+pre{background:#f7f7f7;padding:.6em;overflow-x:auto;font-size:.85em}
+"""
+
+
+def _e(x: Any) -> str:
+    return html.escape("-" if x is None else str(x))
+
+
+def _img(path: Path, alt: str) -> str:
+    data = base64.b64encode(path.read_bytes()).decode("ascii")
+    return f'<img alt="{_e(alt)}" src="data:image/png;base64,{data}">'
+
+
+def _plots(c: CellView, tmp: Path, notes: list[str]) -> list[str]:
+    """The cell's plots, drawn with plots.py into a scratch directory and embedded."""
+    if c.curve is None and not c.grads:
+        return []
+    try:
+        from .plots import plot_accuracy, plot_panels
+
+        out = []
+        title = " / ".join(str(c.axes[k]) for k in ("task", "workflow", "model", "sharing") if c.axes.get(k))
+        if c.curve is not None:
+            events = [(g["first_step"], f"{g['name']} [{g['subject']}]") for g in c.signatures]
+            p = plot_accuracy(
+                tmp / f"{c.name}-accuracy.png",
+                c.curve.points,
+                [],
+                peak=c.curve.peak if c.trained_points else None,
+                cliff=c.curve.cliff,
+                z=c.curve.rule.get("interval_z", Z_95),
+                title=f"{title} ({c.protocol})",
+                events=events,
+            )
+            out.append(_img(p, f"accuracy {c.name}"))
+        panels = [
+            (label, c.grads[stat])
+            for stat, label in (("share", "gradient share s_r = g_r.g/|g|^2"), ("amplification", "amplification"))
+            if stat in c.grads
+        ]
+        if panels:
+            p = plot_panels(tmp / f"{c.name}-gradients.png", panels, title=f"per-role gradients {title}")
+            out.append(_img(p, f"per-role gradients {c.name}"))
+        return out
+    except ImportError as e:
+        if str(e) not in notes:
+            notes.append(str(e))
+        return []
+
+
+def _map_table(cells: list[CellView]) -> str:
+    head = [
+        ("cell", "l"),
+        ("workflow", "l"),
+        ("task", "l"),
+        ("model", "l"),
+        ("sharing", "l"),
+        ("seed", ""),
+        ("base", ""),
+        ("peak (step)", ""),
+        ("final", ""),
+        ("gain final-base [95%]", ""),
+        ("cliff", ""),
+        ("dominant failure signature", "l"),
+        ("eval protocol", "l"),
+        ("state", "l"),
+    ]
+    out = ['<table id="map"><thead><tr>' + "".join(f'<th class="{k}">{_e(h)}</th>' for h, k in head) + "</tr></thead>"]
+    out.append("<tbody>")
+    for c in cells:
+        cur = c.curve
+        trained = c.trained_points
+        classes = [f"gain-{c.gain_class()}"] + ([] if c.complete else ["incomplete"])
+        gain = cliff = peak = final = "-"
+        cliff_cls = ""
+        if cur and trained and not c.complete:
+            peak = f"{cur.peak.value:.3f} ({cur.peak.step})"
+            final = f"({cur.final.value:.3f} at step {cur.final.step}, so far)"
+        elif cur and trained:
+            peak = f"{cur.peak.value:.3f} ({cur.peak.step})"
+            final = f"{cur.final.value:.3f}"
+            if cur.gain:
+                gain = f"{cur.gain.value:+.3f} [{cur.gain.low:+.3f}, {cur.gain.high:+.3f}]"
+            cliff = f"yes, from step {cur.cliff.step}" if cur.cliff else "no"
+            cliff_cls = " cliff-yes" if cur.cliff else ""
+        sig = c.dominant_signature
+        sig_text = (
+            f"{sig['name']} [{sig['subject']}], {sig['n_steps']} step(s) from {sig['first_step']}" if sig else "-"
+        )
+        state = _state_text(c)
+        state_td = f'<td class="l">{_e(state)}</td>'
+        if c.error:
+            state_td = f'<td class="err">{_e(state)}: {_e(c.error)}</td>'
+        a = c.axes
+        out.append(
+            f'<tr class="{" ".join(classes)}" data-cell="{_e(c.name)}">'
+            f'<td class="l"><a href="#cell-{_e(c.name)}">{_e(c.name)}</a></td>'
+            + "".join(f'<td class="l">{_e(a.get(k))}</td>' for k in ("workflow", "task", "model", "sharing"))
+            + f"<td>{_e(a.get('seed'))}</td>"
+            f"<td>{_e(_f(cur.base.value) if cur and cur.base else None)}</td><td>{_e(peak)}</td><td>{_e(final)}</td>"
+            f'<td class="gain">{_e(gain)}</td><td class="{cliff_cls.strip()}">{_e(cliff)}</td>'
+            f'<td class="l">{_e(sig_text)}</td><td class="l">{_e(c.protocol)}</td>{state_td}</tr>'
+        )
+    out.append("</tbody></table>")
+    return "\n".join(out)
+
+
+def _sharing_section(comparisons: list[SharingComparison]) -> str:
+    if not comparisons:
+        return "<p>No (workflow, task, model) has evaluations after training yet.</p>"
+    rows = []
+    for c in comparisons:
+        modes = "; ".join(
+            f"{m}: peak {v['peak']:.3f} ± {Z_95 * v['peak_se']:.3f}, final {v['final']:.3f} ± "
+            f"{Z_95 * v['final_se']:.3f} ({int(v['cells'])} cell(s))"
+            for m, v in c.modes.items()
+        )
+        if c.final_diff is None or c.peak_diff is None:
+            verdict = f"only {c.a} finished"
+        else:
+            verdict = f"final: {_verdict(c.a, c.b, c.final_diff)}<br>peak: {_verdict(c.a, c.b, c.peak_diff)}"
+        rows.append(
+            f'<tr><td class="l">{_e(c.workflow)}</td><td class="l">{_e(c.task)}</td><td class="l">{_e(c.model)}</td>'
+            f'<td class="l">{_e(modes)}</td><td class="l">{verdict}</td></tr>'
+        )
+    return (
+        '<table id="sharing"><thead><tr><th class="l">workflow</th><th class="l">task</th><th class="l">model</th>'
+        '<th class="l">per mode (± 95%)</th><th class="l">which sharing mode won</th></tr></thead><tbody>'
+        + "\n".join(rows)
+        + "</tbody></table>"
+        "<p class='notes'>Differences are isolated - shared of the means over seeds, with a 95% interval from the "
+        "combined standard error (the evaluations' own, or the spread across seeds when larger; unpaired, so "
+        "conservative for evaluations on the same problems). A peak is the best of several noisy evaluations "
+        "and sits above the truth; the final evaluation carries no such selection.</p>"
+    )
+
+
+def render_html(smap: SweepMap) -> str:
+    notes = list(smap.notes)
+    cells = smap.train_cells
+    done = sum(c.complete for c in cells)
+    protocols = sorted({c.protocol for c in smap.cells if c.protocol != "-"})
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        '<link rel="icon" href="data:,">',  # no favicon request: the page fetches nothing
+        f"<title>rolecast map: {_e(smap.runs_dir.name)}</title><style>{_CSS}</style></head><body>",
+        f"<h1>rolecast map: {_e(smap.runs_dir)}</h1>",
+        f"<p>{len(cells)} training cells ({done} complete), "
+        f"{sum(c.kind == 'base_eval' for c in smap.cells)} base evaluations"
+        + (f"; matrix {_e(smap.matrix)}" if smap.matrix else "")
+        + f"; generated {_e(time.strftime('%Y-%m-%d %H:%M:%S'))}.<br>Evaluation protocol(s): "
+        f"{_e('; '.join(protocols) or '-')} (name, sampling temperature, samples per problem; pass@1 is the mean "
+        "over problems of the fraction of samples correct).</p>",
+        "<h2>The map</h2>",
+        '<p class="legend"><span style="background:#c8ecc8">gain &gt; 0</span><span style="background:#eee">'
+        'gain ~ 0</span><span style="background:#f5c6c6">gain &lt; 0 / cliff</span><span style="background:'
+        '#fff6d5">incomplete</span> gain = final - base with its 95% interval; a cliff: every evaluation from '
+        "that step to the end significantly below the peak (docs/analysis.md).</p>",
+        _map_table(cells),
+        "<h2>Shared vs Isolated</h2>",
+        _sharing_section(compare_sharing(cells)),
+    ]
+    bad_base = [c for c in smap.cells if c.kind == "base_eval" and c.state != "done"]
+    if bad_base:
+        parts.append("<h2>Base evaluations not finished</h2><ul>")
+        parts += [f"<li>{_e(c.name)}: {_e(c.state)}{': ' + _e(c.error) if c.error else ''}</li>" for c in bad_base]
+        parts.append("</ul>")
+    parts.append("<h2>Cells</h2>")
+    with tempfile.TemporaryDirectory(prefix="rolecast-report-") as tmp:
+        for c in cells:
+            parts.append(f'<div class="cell" id="cell-{_e(c.name)}"><h3>{_e(c.name)} ({_e(_state_text(c))})</h3>')
+            if c.error:
+                parts.append(f"<pre>{_e(c.error)}</pre>")
+            imgs = _plots(c, Path(tmp), notes)
+            if imgs:
+                parts += ['<div class="plots">', *imgs, "</div>"]
+            if not c.grads and c.curve is not None:
+                parts.append("<p class='notes'>no per-role gradient measurements (diagnostics.gradients.every: 0)</p>")
+            if c.signatures:
+                parts.append("<ul>")
+                parts += [
+                    f"<li>{_e(g['name'])} [{_e(g['subject'])}] at {g['n_steps']} step(s) from step "
+                    f"{g['first_step']}: {_e(g['message'])}</li>"
+                    for g in c.signatures
+                ]
+                parts.append("</ul>")
+            if c.notes:
+                parts.append("<p class='notes'>" + "<br>".join(_e(n) for n in c.notes) + "</p>")
+            parts.append("</div>")
+    if notes:
+        parts.append("<h2>Notes</h2><p class='notes'>" + "<br>".join(_e(n) for n in notes) + "</p>")
+    parts.append("<h2>Text map</h2><pre>" + _e(text_map(smap)) + "</pre>")
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def write_report(runs_dir: str | Path, out: str | Path | None = None) -> tuple[Path, SweepMap]:
+    """Write the HTML report (default RUNS_DIR/report.html, atomically) and return its path and the map."""
+    smap = collect_map(runs_dir)
+    path = Path(out) if out else smap.runs_dir / REPORT_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(render_html(smap), encoding="utf-8")
+    tmp.replace(path)
+    return path, smap

@@ -1,0 +1,254 @@
+"""`rolecast report`: the map of a hand-built sweep (finished, failed, half-written, running and pending cells)
+against hand-computed numbers, in HTML (self-contained, PNGs embedded) and as text."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import struct
+from html.parser import HTMLParser
+
+import pytest
+from report_fixtures import build_sweep
+
+from rolecast.cli import main
+from rolecast.report.html import (
+    collect_map,
+    compare_sharing,
+    short_summary_lines,
+    summary_lines,
+    text_map,
+    write_report,
+)
+
+pytest.importorskip("matplotlib", reason="the report's plots need the `plots` extra (make setup installs it)")
+
+
+class _Page(HTMLParser):
+    """The map table's rows (data-cell and cell texts), every <img> src and every external reference."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: dict[str, list[str]] = {}
+        self.row_class: dict[str, str] = {}
+        self.imgs: list[str] = []
+        self.refs: list[str] = []
+        self.scripts = 0
+        self._in_map = False
+        self._row: str | None = None
+        self._cell: list[str] | None = None
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        for key in ("src", "href"):
+            if key in a:
+                self.refs.append(a[key])
+        if tag == "script":
+            self.scripts += 1
+        if tag == "img":
+            self.imgs.append(a["src"])
+        if tag == "table":
+            self._in_map = a.get("id") == "map"
+        if self._in_map and tag == "tr" and "data-cell" in a:
+            self._row = a["data-cell"]
+            self.rows[self._row] = []
+            self.row_class[self._row] = a.get("class", "")
+        if self._row and tag == "td":
+            self._cell = []
+
+    def handle_endtag(self, tag):
+        if tag == "td" and self._row and self._cell is not None:
+            self.rows[self._row].append("".join(self._cell).strip())
+            self._cell = None
+        if tag == "tr":
+            self._row = None
+        if tag == "table":
+            self._in_map = False
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell.append(data)
+
+
+COLS = [
+    "cell",
+    "workflow",
+    "task",
+    "model",
+    "sharing",
+    "seed",
+    "base",
+    "peak",
+    "final",
+    "gain",
+    "cliff",
+    "signature",
+    "protocol",
+    "state",
+]
+
+
+def parse(path):
+    page = _Page()
+    page.feed(path.read_text())
+    return page, {name: dict(zip(COLS, cells, strict=True)) for name, cells in page.rows.items()}
+
+
+def test_map_numbers_by_hand(tmp_path):
+    smap = collect_map(build_sweep(tmp_path / "sweep"))
+    cells = {c.name: c for c in smap.train_cells}
+    assert len(cells) == 6 and len(smap.cells) == 9
+
+    c = cells["testbed-single-testbed-shared-s0"]
+    assert c.state == "done" and c.curve.base.value == 0.5  # from the base cell's eval.jsonl
+    # gain 0.7 - 0.5 with SE sqrt(2) * 0.03 = 0.042426 -> 95% half-width 0.083153
+    assert c.curve.gain.value == pytest.approx(0.2)
+    assert c.curve.gain.low == pytest.approx(0.2 - 1.959964 * 0.042426, abs=1e-5)
+    assert c.gain_class() == "pos" and c.curve.cliff is None and c.curve.peak.step == 20
+
+    c = cells["testbed-voting-testbed-shared-s0"]
+    # 5 points: cliff z 2.576; 0.4 and 0.3 are 0.4 and 0.5 below the peak 0.8 (at 5, the earliest of two), SE 0.0424
+    assert c.curve.peak.step == 5 and c.curve.cliff.step == 15 and c.curve.cliff.points_below == 2
+    assert c.gain_class() == "neg"
+    sig = c.dominant_signature
+    assert (sig["name"], sig["subject"], sig["n_steps"], sig["first_step"]) == ("length_collapse", "generator", 9, 12)
+    assert set(c.grads) >= {"share", "amplification"}
+    assert c.grads["share"]["pol/generator"] == (list(range(1, 21)), [0.8] * 20)
+
+    assert cells["testbed-voting-testbed-isolated-s0"].gain_class() == "zero"  # 0.5 - 0.5
+    failed = cells["testbed-single-testbed-isolated-s0"]
+    assert failed.state == "failed" and failed.error == "RuntimeError: boom"
+    running = cells["testbed-eval_opt-testbed-shared-s0"]
+    assert running.state == "running" and (running.steps_logged, running.steps_planned) == (3, 20)
+    assert [p.step for p in running.curve.points] == [0, 5]
+    assert any("not valid JSON" in n for n in running.notes)  # the torn lines are skipped, and said
+    assert cells["testbed-eval_opt-testbed-isolated-s0"].state == "pending"
+    assert {c.protocol for c in smap.cells if c.curve} == {"study T=0.7 x4"}
+
+
+def test_sharing_comparison_by_hand(tmp_path):
+    smap = collect_map(build_sweep(tmp_path / "sweep"))
+    comps = {c.workflow: c for c in compare_sharing(smap.train_cells)}
+    # only finished cells count: single's isolated cell failed, eval_opt has none finished
+    assert set(comps) == {"single", "voting"}
+    assert comps["single"].final_diff is None
+    v = comps["voting"]
+    assert (v.a, v.b) == ("shared", "isolated")
+    # final: isolated 0.5 - shared 0.3 = +0.2; peak: 0.6 - 0.8 = -0.2; SE sqrt(2) * 0.03 either way
+    assert v.final_diff == pytest.approx((0.2, 0.042426), abs=1e-6)
+    assert v.peak_diff == pytest.approx((-0.2, 0.042426), abs=1e-6)
+    lines = summary_lines(list(comps.values()))
+    assert "voting / testbed / testbed: final isolated wins by +0.200 [+0.117, +0.283]; " in lines[1]
+    assert "peak shared wins by +0.200 [+0.117, +0.283]" in lines[1]
+    assert lines[0] == "single / testbed / testbed: only shared finished"
+    short = short_summary_lines(list(comps.values()))
+    assert short == [
+        "single: only shared finished",
+        "voting: isolated - shared: final +0.200 [+0.12,+0.28] isolated wins; peak -0.200 [-0.28,-0.12] shared wins",
+    ]
+
+
+def test_seeds_pool_with_the_larger_of_evaluation_and_seed_spread(tmp_path):
+    from rolecast.diagnostics.curves import CurvePoint
+    from rolecast.report.html import _pool
+
+    class C:
+        def __init__(self, v):
+            p = CurvePoint(20, v, 0.01, 400)
+            self.curve = type("Curve", (), {"peak": p, "final": p})()
+
+    mean, se = _pool([C(0.4), C(0.6)], "final")
+    # eval SE sqrt(2) * 0.01 / 2 = 0.00707; seed spread sd 0.141421 / sqrt(2) = 0.1 -> 0.1
+    assert mean == pytest.approx(0.5) and se == pytest.approx(0.1)
+
+
+def test_html_is_self_contained_with_a_row_per_cell(tmp_path):
+    root = build_sweep(tmp_path / "sweep")
+    path, smap = write_report(root)
+    assert path == root / "report.html"
+    page, rows = parse(path)
+    assert len(rows) == 6 and set(rows) == {c.name for c in smap.train_cells}
+    assert page.scripts == 0
+    assert all(r.startswith("data:") or r.startswith("#") for r in page.refs), page.refs
+
+    r = rows["testbed-single-testbed-shared-s0"]
+    assert (r["base"], r["peak"], r["final"], r["cliff"]) == ("0.500", "0.700 (20)", "0.700", "no")
+    assert r["gain"] == "+0.200 [+0.117, +0.283]" and r["protocol"] == "study T=0.7 x4" and r["state"] == "done"
+    assert "gain-pos" in page.row_class["testbed-single-testbed-shared-s0"]
+    r = rows["testbed-voting-testbed-shared-s0"]
+    assert r["cliff"] == "yes, from step 15" and r["signature"].startswith("length_collapse [generator], 9 step(s)")
+    assert "gain-neg" in page.row_class["testbed-voting-testbed-shared-s0"]
+    assert "gain-zero" in page.row_class["testbed-voting-testbed-isolated-s0"]
+    assert rows["testbed-single-testbed-isolated-s0"]["state"] == "failed: RuntimeError: boom"
+    assert "incomplete" in page.row_class["testbed-single-testbed-isolated-s0"]
+    assert rows["testbed-eval_opt-testbed-shared-s0"]["state"] == "running 3/20"
+    assert rows["testbed-eval_opt-testbed-shared-s0"]["peak"] == "0.520 (5)"
+    assert rows["testbed-eval_opt-testbed-shared-s0"]["final"] == "(0.520 at step 5, so far)"
+    assert rows["testbed-eval_opt-testbed-shared-s0"]["gain"] == "-"
+    assert rows["testbed-eval_opt-testbed-isolated-s0"]["state"] == "pending"
+
+    # accuracy plots for the 5 cells with evaluations, gradients for the one that measured them; all real PNGs
+    assert len(page.imgs) == 6
+    for src in page.imgs:
+        head, data = src.split(",", 1)
+        assert head == "data:image/png;base64"
+        png = base64.b64decode(data)
+        assert png[:8] == b"\x89PNG\r\n\x1a\n" and png[-8:-4] == b"IEND"
+        w, h = struct.unpack(">II", png[16:24])
+        assert w == 800 and h >= 300
+    html = path.read_text()
+    assert "isolated wins by +0.200" in html and "shared wins by +0.200" in html
+
+
+def test_text_map_fits_one_screen(tmp_path):
+    smap = collect_map(build_sweep(tmp_path / "sweep"))
+    text = text_map(smap)
+    lines = text.splitlines()
+    assert len(lines) <= 24 and max(map(len, lines)) <= 120
+    assert "evaluation: study T=0.7 x4" in lines[0]
+    row = next(ln for ln in lines if ln.startswith("single-shared "))
+    assert re.search(r"0\.500\s+0\.700@20\s+0\.700\s+\+ \+0\.200 \[\+0\.12,\+0\.28\]\s+no", row), row
+    row = next(ln for ln in lines if ln.startswith("voting-shared "))
+    assert "- -0.200" in row and "yes@15" in row and "length_collapse(9)" in row
+    row = next(ln for ln in lines if ln.startswith("single-isolated "))
+    assert re.search(r"0\.500\s+0\.550@10\s+\(0\.550@10\)\s+-\s+-\s+-\s+failed$", row), row  # no gain claimed
+    assert "  error single-isolated: RuntimeError: boom" in lines
+    assert "running 3/20" in text and "pending" in text
+    assert lines[-1].startswith("voting: isolated - shared: final +0.200")
+
+
+def test_cli_report_and_bad_dirs(tmp_path, capsys):
+    root = build_sweep(tmp_path / "sweep")
+    out = tmp_path / "elsewhere" / "map.html"
+    assert main(["report", str(root), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert f"report: {out}" in printed and "voting-shared" in printed
+    assert out.is_file() and not (root / "report.html").exists()
+    assert main(["report", str(tmp_path / "missing")]) == 2
+
+    # an empty directory and a broken sweep.json: a report that says so, not a crash
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    path, smap = write_report(empty)
+    assert "no cells found" in " ".join(smap.notes) and path.is_file()
+    (root / "sweep.json").write_text("{not json")
+    smap = collect_map(root)
+    assert any("sweep.json unreadable" in n for n in smap.notes)
+    assert len(smap.train_cells) == 5  # found from the directories: the pending cell has none
+    assert {c.name for c in smap.cells if c.kind == "base_eval"} == {
+        f"base-testbed-{w}-testbed" for w in ("single", "voting", "eval_opt")
+    }
+    by_name = {c.name: c for c in smap.train_cells}
+    assert by_name["testbed-single-testbed-isolated-s0"].state == "failed"  # ERROR.txt alone says so
+    assert by_name["testbed-eval_opt-testbed-shared-s0"].state == "incomplete"
+    assert by_name["testbed-single-testbed-shared-s0"].curve.base.value == 0.5  # base cell matched by axes
+
+
+def test_one_run_directory(tmp_path):
+    root = build_sweep(tmp_path / "sweep")
+    smap = collect_map(root / "testbed-voting-testbed-shared-s0")
+    assert [c.name for c in smap.cells] == ["testbed-voting-testbed-shared-s0"]
+    c = smap.cells[0]
+    assert c.axes["workflow"] == "voting" and c.curve.cliff.step == 15 and c.curve.base is None
+    json.dumps(text_map(smap))  # renders without a base
