@@ -699,7 +699,8 @@ class _Session:
         )
         # 2. rollouts (in a data-parallel run, of this process's share of the problems: whole groups)
         dist = self.dist
-        backend.reseed(_step_seed(cfg.seed + 7919 * dist.rank, step, 1))
+        # each process samples its share from its own stream, unless every prompt seeds its own samples
+        backend.reseed(_step_seed(cfg.seed + (0 if cfg.rollout.seed_per_prompt else 7919 * dist.rank), step, 1))
         rstats = RolloutStats()
         episodes = run_episodes(
             spec,
