@@ -363,6 +363,7 @@ OPTIONAL_PACKAGES = (
     ("logging.tensorboard", lambda c: c.logging.tensorboard, "tensorboard", "tensorboard"),
     ("logging.wandb", lambda c: c.logging.wandb, "wandb", "wandb"),
     ("task.options.hub", lambda c: bool(c.task.options.get("hub")), "datasets", "hub"),
+    ("rollout.backend", lambda c: c.rollout.backend == "vllm", "vllm", "vllm"),
 )
 
 

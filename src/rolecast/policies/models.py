@@ -200,6 +200,7 @@ class PolicySet:
             from peft import LoraConfig, get_peft_model
 
             lora = dict(lora or {})
+            self.lora_rank = int(lora.get("r", 64))
             cfg = LoraConfig(
                 r=lora.get("r", 64),
                 lora_alpha=lora.get("alpha", 32),
