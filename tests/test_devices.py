@@ -116,3 +116,12 @@ def test_a_checkpoint_loads_into_a_run_of_another_dtype(tiny_model_dir, tmp_path
         for key in ("exp_avg", "exp_avg_sq"):
             assert dst_state[i][key].dtype == loaded
             assert torch.equal(dst_state[i][key], s[key].to(loaded))
+
+
+def test_a_resume_may_change_the_device_but_not_the_dtype(tmp_path):
+    from rolecast.config import resume_changes
+
+    old = load_config(None, {"model.device": "auto"})
+    assert resume_changes(old, load_config(None, {"model.device": "cpu"})) == {"model.device": ("auto", "cpu")}
+    with pytest.raises(ConfigError, match=r"cannot resume with a changed model.dtype"):
+        resume_changes(old, load_config(None, {"model.dtype": "bfloat16"}))

@@ -155,3 +155,32 @@ def test_per_minibatch_updates_are_refused_on_several_processes(tiny_model_dir, 
     check_supported(cfg, Dist())  # one process: fine
     with pytest.raises(FieldError, match=r"train.update_schedule: 'per_minibatch' is not supported with 2 processes"):
         check_supported(cfg, Dist(rank=0, world=2))
+
+
+def test_seed_per_prompt_samples_do_not_depend_on_the_other_rows(tiny_model_dir):
+    """What makes the comparison above exact: a prompt samples the same tokens alone or beside others."""
+    from rolecast.policies import PolicySet, load_tokenizer
+    from rolecast.rollout.engine import GenRequest
+    from rolecast.rollout.hf import HFBackend
+
+    tok = load_tokenizer(tiny_model_dir)
+    ps = PolicySet(tiny_model_dir, ["p"], mode="full", seed=0)
+
+    def sample(contents: list[str], per_prompt: bool) -> dict[str, list[list[int]]]:
+        backend = HFBackend(ps, tok, max_new_tokens=6, temperature=1.0, seed=0, seed_per_prompt=per_prompt)
+        backend.reseed(11)
+        reqs = [GenRequest("p", [{"role": "user", "content": c}]) for c in contents for _ in range(2)]
+        out: dict[str, list[list[int]]] = {}
+        for r, g in zip(reqs, backend.generate(reqs), strict=True):
+            out.setdefault(r.messages[0]["content"], []).append(g.completion_ids)
+        return out
+
+    together = sample(["solve: 1 + 2", "solve: 3 + 4"], per_prompt=True)
+    alone = sample(["solve: 3 + 4"], per_prompt=True)
+    assert together["solve: 3 + 4"] == alone["solve: 3 + 4"]
+    assert together["solve: 3 + 4"][0] != together["solve: 3 + 4"][1]  # the rows of a group still differ
+    # one seed for the whole batch (the default): the second prompt's rows draw other uniforms beside the first
+    assert (
+        sample(["solve: 1 + 2", "solve: 3 + 4"], False)["solve: 3 + 4"]
+        != sample(["solve: 3 + 4"], False)["solve: 3 + 4"]
+    )
