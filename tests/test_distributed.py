@@ -74,10 +74,14 @@ def _torchrun(nproc: int, args: list[str], cwd: Path) -> subprocess.CompletedPro
     return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
 
 
-def _config_file(model_dir: str, run_dir: Path, **extra) -> str:
+# the plain update: no per-instance gradients, one flat all-reduce per optimizer step
+PLAIN = {**SETTINGS, "diagnostics.gradients.every": 0}
+
+
+def _config_file(model_dir: str, run_dir: Path, settings: dict) -> str:
     """The resolved config the in-process run uses, as a file for the launched processes."""
     path = run_dir.parent / f"{run_dir.name}.yaml"
-    path.write_text(dump_config(tiny_config(model_dir, run_dir, **SETTINGS, **extra)))
+    path.write_text(dump_config(tiny_config(model_dir, run_dir, **settings)))
     return str(path)
 
 
@@ -119,9 +123,16 @@ def one_process_run(tiny_model_dir, tmp_path_factory):
     return run_dir
 
 
+@pytest.fixture(scope="module")
+def one_process_plain(tiny_model_dir, tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("plain") / "run"
+    train(tiny_config(tiny_model_dir, run_dir, **PLAIN))
+    return run_dir
+
+
 def test_two_processes_equal_one_on_the_same_global_batch(tiny_model_dir, one_process_run, tmp_path):
     run_dir = tmp_path / "two"
-    res = _torchrun(2, ["train", "--config", _config_file(tiny_model_dir, run_dir)], cwd=tmp_path)
+    res = _torchrun(2, ["train", "--config", _config_file(tiny_model_dir, run_dir, SETTINGS)], cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-4000:]
     got, want = _rows(run_dir), _rows(one_process_run)
     assert len(got) == 3  # one writer: rank 1 logged nothing
@@ -130,14 +141,17 @@ def test_two_processes_equal_one_on_the_same_global_batch(tiny_model_dir, one_pr
     _assert_weights_match(run_dir, one_process_run)
 
 
-def test_a_two_process_run_resumes_on_one_process(tiny_model_dir, one_process_run, tmp_path):
+def test_a_two_process_run_resumes_on_one_process(tiny_model_dir, one_process_plain, tmp_path):
     run_dir = tmp_path / "resumed"
-    res = _torchrun(2, ["train", "--config", _config_file(tiny_model_dir, run_dir), "--stop-after", "2"], cwd=tmp_path)
+    args = ["train", "--config", _config_file(tiny_model_dir, run_dir, PLAIN), "--stop-after", "2"]
+    res = _torchrun(2, args, cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-4000:]
     assert len(_rows(run_dir)) == 2
-    train(tiny_config(tiny_model_dir, run_dir, **SETTINGS), resume=run_dir)
-    _assert_rows_match(_rows(run_dir), _rows(one_process_run))
-    _assert_weights_match(run_dir, one_process_run)
+    train(tiny_config(tiny_model_dir, run_dir, **PLAIN), resume=run_dir)
+    want = _rows(one_process_plain)
+    assert all(r["policy/generator/grad_norm"] > 0 for r in want)
+    _assert_rows_match(_rows(run_dir), want)
+    _assert_weights_match(run_dir, one_process_plain)
 
 
 def test_shards_are_contiguous_and_cover_everything():
@@ -184,3 +198,13 @@ def test_seed_per_prompt_samples_do_not_depend_on_the_other_rows(tiny_model_dir)
         sample(["solve: 1 + 2", "solve: 3 + 4"], False)["solve: 3 + 4"]
         != sample(["solve: 3 + 4"], False)["solve: 3 + 4"]
     )
+
+
+def test_a_process_without_problems_still_takes_part(tiny_model_dir, tmp_path):
+    """One problem over two processes: rank 1 has no episodes, yet joins every reduction (no deadlock)."""
+    run_dir = tmp_path / "idle"
+    settings = {**PLAIN, "train.problems_per_step": 1, "train.steps": 1}
+    res = _torchrun(2, ["train", "--config", _config_file(tiny_model_dir, run_dir, settings)], cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-4000:]
+    (row,) = _rows(run_dir)
+    assert row["episodes"] == 2 and row["policy/generator/grad_norm"] > 0
