@@ -290,6 +290,8 @@ class DirectionEMA:
         if self.state is None or self.state.shape != g.shape:
             self.state = g.detach().clone()
             return float("nan")
+        if self.state.device != g.device:  # restored from a checkpoint (loaded on the CPU) into a GPU run
+            self.state = self.state.to(g.device)
         c = cosine(g, self.state)
         self.state.mul_(self.decay).add_(g.detach(), alpha=1 - self.decay)
         return c

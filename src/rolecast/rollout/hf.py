@@ -205,7 +205,7 @@ class HFBackend:
             (tuple(p), adapter_names[i] if adapter_names else None) for i, p in enumerate(prompts)
         )
         share = self.share_prefill and len(first) < B
-        rows = torch.tensor(first) if share else slice(None)
+        rows = torch.tensor(first, device=dev) if share else slice(None)
         if adapter_names is not None:
             kwargs["adapter_names"] = [adapter_names[i] for i in first] if share else adapter_names
         logits = model(
