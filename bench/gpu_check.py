@@ -64,13 +64,18 @@ def write(path: Path, results: dict[str, Any]) -> None:
     tmp.replace(path)
 
 
-def device_used_gib() -> float:
+def device_used_gib() -> float | None:
+    if not torch.cuda.is_available():
+        return None
     free, total = torch.cuda.mem_get_info()
     return (total - free) / 2**30
 
 
-def run_cell(model_dir: Path, backend: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    """Two Voting steps on `backend`; rollout/training throughput, memory, adapter sync."""
+def run_cell(
+    model_dir: Path, backend: str, args: argparse.Namespace, work: Path, device: str = "cuda", dtype: str = "bfloat16"
+) -> dict[str, Any]:
+    """Two Voting steps on `backend`; rollout/training throughput, memory, adapter sync. (`device`/`dtype`: a
+    CPU run of the same code is how tests/test_gpu_check.py checks the measuring without a GPU.)"""
     from rolecast.config import load_config
     from rolecast.report.console import Console
     from rolecast.rollout.engine import GenRequest
@@ -82,8 +87,8 @@ def run_cell(model_dir: Path, backend: str, args: argparse.Namespace, work: Path
         None,
         {
             "model.path": str(model_dir),
-            "model.device": "cuda",
-            "model.dtype": "bfloat16",
+            "model.device": device,
+            "model.dtype": dtype,
             "model.lora.r": 64,
             "model.lora.alpha": 32,
             "workflow.name": "voting",
@@ -106,7 +111,9 @@ def run_cell(model_dir: Path, backend: str, args: argparse.Namespace, work: Path
         },
     )
     prepare_new_run_dir(run_dir)
-    torch.cuda.reset_peak_memory_stats()
+    cuda = device.startswith("cuda")
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
     session = _Session.open(cfg, run_dir, resume=False, changes={}, console=Console(enabled=False))
     res: dict[str, Any] = {"load_s": time.perf_counter() - t0, "device_used_gib_after_load": device_used_gib()}
@@ -127,7 +134,7 @@ def run_cell(model_dir: Path, backend: str, args: argparse.Namespace, work: Path
             "rollout_tokens_per_s": gen_tokens / last["time/rollout"],
             "train_tokens": trained,
             "train_tokens_per_s": trained / last["time/update"],
-            "peak_gpu_gib_this_process": torch.cuda.max_memory_allocated() / 2**30,
+            "peak_gpu_gib_this_process": torch.cuda.max_memory_allocated() / 2**30 if cuda else None,
             "device_used_gib_after_steps": device_used_gib(),
             "loss": {k: v for k, v in last.items() if k.endswith("/loss")},
         }
