@@ -86,6 +86,10 @@ def run(args) -> int:
         model_dir = build_tiny_model(Path(tmp) / "model", vocab="tiny")
         tok = load_tokenizer(model_dir)
         print(f"machine: {machine()}")
+        from rolecast.devices import resolve_mixed_adapters
+
+        auto = resolve_mixed_adapters("auto", "cpu")
+        print(f"rollout.mixed_adapters auto on the CPU: {'mixed batch' if auto else 'one pass per adapter'}")
         print(
             f"workload: voting (n=3) x {len(probs)} problems x group {args.group} = {len(probs) * args.group} "
             f"episodes, greedy, max_new_tokens {args.max_new_tokens}, max_batch {args.max_batch}, "

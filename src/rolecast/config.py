@@ -37,7 +37,13 @@ class ModelSettings(_Strict):
     path: str = "testbed"  # "testbed" (embedded), a local directory, or a hub id
     trainable: Literal["lora", "full"] = "lora"
     lora: LoraSettings = LoraSettings()
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    # auto: float32 on a CPU, bfloat16 on a GPU (runtime.resolve_dtype). With LoRA the adapters, and so their
+    # optimizer state, stay float32 whatever the base's dtype (PEFT upcasts them); full fine-tuning in bf16
+    # keeps bf16 weights and AdamW state (docs/training.md, "Devices and precision")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    # cpu, cuda, cuda:N or auto (cuda when torch sees a GPU, else cpu); under torchrun a bare cuda/auto means
+    # the process's own GPU, cuda:LOCAL_RANK. Checked at load: cuda on a machine without CUDA is refused.
+    device: str = "auto"
 
 
 class TaskSettings(_Strict):
@@ -60,7 +66,7 @@ class RoutingSettings(_Strict):
 
 
 class RolloutSettings(_Strict):
-    backend: Literal["hf"] = "hf"  # a vLLM backend is planned, not yet available
+    backend: Literal["hf", "vllm"] = "hf"  # vllm: rollout/vllm_backend.py (pip install 'rolecast[vllm]', GPU)
     temperature: float = Field(0.7, ge=0)
     top_p: float = Field(1.0, gt=0, le=1)
     max_new_tokens: int = Field(1024, gt=0)
@@ -71,9 +77,14 @@ class RolloutSettings(_Strict):
     # step is small: on a loaded, shared machine OpenMP's threads wait for a free core at every op, see
     # rollout/hf.py and docs/benchmarks.md); the update always uses the run's threads.
     decode_threads: int | Literal["auto"] | None = None
-    # LoRA only: a wave holding several adapters decodes as one mixed batch (PEFT adapter_names, the default);
-    # False: one pass per adapter, each on the fast decode path (about 2x faster on a CPU, docs/benchmarks.md)
-    mixed_adapters: bool = True
+    # LoRA only: a wave holding several adapters decodes as one mixed batch (PEFT adapter_names); False: one
+    # pass per adapter, each on the fast decode path (about 2x faster on a CPU, docs/benchmarks.md). auto: the
+    # faster per device, one pass per adapter on a CPU and the mixed batch on a GPU
+    mixed_adapters: bool | Literal["auto"] = "auto"
+    # Each distinct prompt decodes in its own batch, seeded from (step seed, prompt): a row's samples then
+    # do not depend on which other rows share its batch, so a run on N processes samples exactly what it
+    # samples on one (slower: smaller batches). Off: one seed per step for the whole batch (the default).
+    seed_per_prompt: bool = False
 
 
 class TrainSettings(_Strict):
@@ -337,6 +348,7 @@ def check_run_config(cfg: RunConfig) -> None:
     if cfg.train.loss_agg not in AGGREGATIONS:
         raise FieldError("train.loss_agg", f"unknown mode {cfg.train.loss_agg!r}; known: {sorted(AGGREGATIONS)}")
     _check_model_path(cfg.model.path)
+    _check_device(cfg.model.device)
     _check_interventions(cfg.interventions, spec.roles)
     if cfg.train.attribution not in ATTRIBUTIONS and ":" not in cfg.train.attribution:
         raise FieldError(
@@ -351,6 +363,7 @@ OPTIONAL_PACKAGES = (
     ("logging.tensorboard", lambda c: c.logging.tensorboard, "tensorboard", "tensorboard"),
     ("logging.wandb", lambda c: c.logging.wandb, "wandb", "wandb"),
     ("task.options.hub", lambda c: bool(c.task.options.get("hub")), "datasets", "hub"),
+    ("rollout.backend", lambda c: c.rollout.backend == "vllm", "vllm", "vllm"),
 )
 
 
@@ -379,6 +392,16 @@ def _check_interventions(iv: InterventionSettings, roles: list[str]) -> None:
                     f"interventions.{field}.{role}",
                     f"must be {'> 0' if field == 'balance_shares' else '>= 0'}, got {value}",
                 )
+
+
+def _check_device(device: str) -> None:
+    """cpu, auto, cuda or cuda:N, and a cuda device must exist on this machine (the message names the field)."""
+    from .devices import DeviceError, check_device
+
+    try:
+        check_device(device)
+    except DeviceError as e:
+        raise FieldError("model.device", str(e)) from None
 
 
 def _check_model_path(path: str) -> None:
@@ -516,6 +539,7 @@ RESUME_CHANGEABLE = (
     "logging.",
     "checkpoint.",
     "threads",
+    "model.device",
     "rollout.decode_threads",
     "run_dir",
 )

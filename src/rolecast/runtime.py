@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .config import ConfigError, RunConfig
+from .devices import resolve_device, resolve_dtype, resolve_mixed_adapters
 from .errors import DatasetError, UserError
 from .policies import PolicySet, Routing, build_routing, load_tokenizer
 from .prompts import PromptBook
@@ -30,6 +31,10 @@ class Runtime:
 
 
 def make_backend(cfg: RunConfig, policies: PolicySet, tokenizer: Any) -> Backend:
+    if cfg.rollout.backend == "vllm":
+        from .rollout.vllm_backend import VLLMBackend
+
+        return VLLMBackend.from_config(cfg, policies, tokenizer)
     from .rollout.hf import HFBackend
 
     return HFBackend(
@@ -42,6 +47,7 @@ def make_backend(cfg: RunConfig, policies: PolicySet, tokenizer: Any) -> Backend
         seed=cfg.seed,
         decode_threads=cfg.rollout.decode_threads,
         max_new_tokens_by_role=cfg.rollout.max_new_tokens_by_role,
+        seed_per_prompt=cfg.rollout.seed_per_prompt,
     )
 
 
@@ -92,13 +98,15 @@ def build_runtime(cfg: RunConfig, data_splits: Sequence[str] | None = None) -> R
             field = "task.train_split" if split == cfg.task.train_split else "task.eval_split"
             raise DatasetError(f"{field} {split!r}: {e}") from e
     tokenizer = load_tokenizer(cfg.model.path)
+    device = resolve_device(cfg.model.device)
     policies = PolicySet(
         cfg.model.path,
         routing.policy_ids,
         mode=cfg.model.trainable,
         lora=cfg.model.lora.model_dump(),
-        dtype=cfg.model.dtype,
+        dtype=resolve_dtype(cfg.model.dtype, device),
         seed=cfg.seed,
-        mixed_adapters=cfg.rollout.mixed_adapters,
+        mixed_adapters=resolve_mixed_adapters(cfg.rollout.mixed_adapters, device),
+        device=device,
     )
     return Runtime(spec, routing, task, prompts, tokenizer, policies, make_backend(cfg, policies, tokenizer))

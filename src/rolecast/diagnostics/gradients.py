@@ -138,6 +138,33 @@ class InstanceGradients:
             out[r] = out[r] + v if r in out else v
         return out
 
+    def all_reduce(self, dist: Any) -> None:
+        """Sum every instance's vector over the processes of a data-parallel run (`train.distributed.Dist`), so
+        role norms, cosines and any rescaling see the GLOBAL gradient of each instance. An instance a process
+        did not see contributes zeros there; sketches are linear, so summed sketches are the sketch of the sum."""
+        if not dist.active:
+            return
+        role_of: dict[str, str] = {}
+        for part in dist.gather(self.role_of):
+            role_of.update(part)
+        dim = self.sketch.dim if self.sketch is not None else sum(p.numel() for p in self.params)
+        dtype, device = _flat_dtype(self.params), self.params[0].device if self.params else torch.device("cpu")
+        full = sum(p.numel() for p in self.params)
+
+        def summed(table: dict[str, Vector], keys: list[str], n: int) -> dict[str, Vector]:
+            for k in keys:
+                table[k] = dist.sum_(table[k] if k in table else torch.zeros(n, dtype=dtype, device=device))
+            return table
+
+        self.role_of = role_of
+        self.vectors = summed(self.vectors, sorted(role_of), dim)
+        if self.sketch is not None:
+            self._total = summed({} if self._total is None else {"": self._total}, [""], full)[""]
+            if self.keep_roles:
+                self._roles = summed(self._roles, sorted(set(role_of.values())), full)
+        flags = dist.sum_(torch.tensor([float(h) for h in self._has_grad], dtype=torch.float64))
+        self._has_grad = [bool(f > 0) for f in flags.tolist()]
+
     def write_back(self, coefs: dict[str, float] | None = None) -> None:
         if coefs is None or all(c == 1.0 for c in coefs.values()):
             total = self._total if self.sketch is not None else _sum(self.vectors.values())
@@ -263,6 +290,8 @@ class DirectionEMA:
         if self.state is None or self.state.shape != g.shape:
             self.state = g.detach().clone()
             return float("nan")
+        if self.state.device != g.device:  # restored from a checkpoint (loaded on the CPU) into a GPU run
+            self.state = self.state.to(g.device)
         c = cosine(g, self.state)
         self.state.mul_(self.decay).add_(g.detach(), alpha=1 - self.decay)
         return c

@@ -73,17 +73,23 @@ def load_tokenizer(path: str):
     return tok
 
 
-def load_model(path: str, dtype: str = "float32") -> nn.Module:
+def load_model(path: str, dtype: str | torch.dtype = "float32", device: str | torch.device = "cpu") -> nn.Module:
+    """`dtype` a torch dtype or its name ("auto": float32 on a CPU, bfloat16 on a GPU); `device` where the
+    weights go (a torch device, or a setting as `devices.resolve_device` takes it)."""
     from transformers import AutoModelForCausalLM
 
+    from ..devices import resolve_device, resolve_dtype
+
+    device = device if isinstance(device, torch.device) else resolve_device(device)
+    torch_dtype = dtype if isinstance(dtype, torch.dtype) else resolve_dtype(dtype, device)
     path = resolve_model_path(path)
     _fail_fast_if_hub_unreachable(path)
     where, extra = _from_pretrained_args(path)
     try:
-        model = AutoModelForCausalLM.from_pretrained(where, dtype=getattr(torch, dtype), **extra)
+        model: Any = AutoModelForCausalLM.from_pretrained(where, dtype=torch_dtype, **extra)
     except Exception as e:
         raise ModelNotFoundError(_not_found(path, "model", e)) from e
-    return model
+    return model if device.type == "cpu" else model.to(device)
 
 
 def _not_found(path: str, what: str, err: Exception) -> str:
@@ -170,23 +176,31 @@ class PolicySet:
         *,
         mode: str = "lora",
         lora: dict | None = None,
-        dtype: str = "float32",
+        dtype: str | torch.dtype = "float32",
         seed: int = 0,
         mixed_adapters: bool = True,
+        device: str | torch.device = "cpu",
     ):
         """`mixed_adapters` (LoRA only): generate every policy's requests in one batch, each row with its own
-        adapter (PEFT `adapter_names`); False: one forward pass per adapter, activated with `set_adapter`."""
+        adapter (PEFT `adapter_names`); False: one forward pass per adapter, activated with `set_adapter`.
+        `dtype`/`device`: the base weights' (see `load_model`). LoRA adapters stay float32 over a bf16/fp16
+        base (PEFT's autocast_adapter_dtype), so their optimizer state is float32 too."""
+        from ..devices import resolve_device, resolve_dtype
+
         if not policy_ids:
             raise ValueError("PolicySet needs at least one policy id")
         self.mode = mode
         self.mixed_adapters = mixed_adapters
         self.policy_ids = list(policy_ids)
+        self.device = device if isinstance(device, torch.device) else resolve_device(device)
+        self.dtype = dtype if isinstance(dtype, torch.dtype) else resolve_dtype(dtype, self.device)
         torch.manual_seed(seed)  # LoRA initialisation is random: make it depend on the run seed only
-        base = load_model(model_path, dtype)
+        base = load_model(model_path, self.dtype, self.device)
         if mode == "lora":
             from peft import LoraConfig, get_peft_model
 
             lora = dict(lora or {})
+            self.lora_rank = int(lora.get("r", 64))
             cfg = LoraConfig(
                 r=lora.get("r", 64),
                 lora_alpha=lora.get("alpha", 32),
@@ -202,7 +216,7 @@ class PolicySet:
         elif mode == "full":
             self.models = {pid: (base if i == 0 else copy.deepcopy(base)) for i, pid in enumerate(self.policy_ids)}
             self.reference = None  # created lazily: only KL needs it
-            self._model_path, self._dtype = model_path, dtype
+            self._model_path = model_path
         else:
             raise ValueError(f"model.trainable must be 'lora' or 'full', got {mode!r}")
         for m in self.unique_models():
@@ -271,7 +285,7 @@ class PolicySet:
                 yield self.reference
             return
         if self.reference is None:
-            self.reference = load_model(self._model_path, self._dtype).eval().requires_grad_(False)
+            self.reference = load_model(self._model_path, self.dtype, self.device).eval().requires_grad_(False)
         yield self.reference
 
     def generation_groups(self, pids: list[str]) -> list[tuple[Any, list[int], list[str] | None]] | _AdapterPasses:
@@ -306,14 +320,15 @@ class PolicySet:
         if not all(bool(torch.isfinite(p).all()) for p in self.parameters(pid)):
             return False
         with self.training(pid) as model:
-            logits = model(input_ids=torch.tensor([input_ids], dtype=torch.long)).logits
+            logits = model(input_ids=torch.tensor([input_ids], dtype=torch.long, device=self.device)).logits
         return bool(torch.isfinite(logits).all())
 
     def state_dict(self, pid: str) -> dict[str, torch.Tensor]:
+        """Copies on the CPU, in the weights' own dtype (`load_state_dict` casts to the loading run's)."""
         model = self.models[pid]
         if self.mode == "lora":
-            return {n: p.detach().clone() for n, p in self._named_adapter_parameters(pid).items()}
-        return {k: v.detach().clone() for k, v in model.state_dict().items()}
+            return {n: p.detach().to("cpu", copy=True) for n, p in self._named_adapter_parameters(pid).items()}
+        return {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
 
     def load_state_dict(self, pid: str, state: dict[str, torch.Tensor]) -> None:
         model = self.models[pid]

@@ -39,7 +39,7 @@ class Generation:
 @runtime_checkable
 class Backend(Protocol):
     """What the engine, the trainer and evaluation need from a generation backend (`hf.HFBackend`,
-    `scripted.ScriptedBackend`)."""
+    `vllm_backend.VLLMBackend`, `scripted.ScriptedBackend`; tests/test_backend_conformance.py)."""
 
     # sampling temperature of every later `generate` (0 = greedy); evaluation sets it and restores it
     temperature: float

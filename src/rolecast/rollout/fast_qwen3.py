@@ -47,13 +47,15 @@ def supports(model: Any) -> bool:
     `nn.Linear`, or a PEFT LoRA layer over one whose active adapters are plain LoRA (merged into a weight copy
     per generation call, `_projection`), full attention only, SiLU MLP, fp32 or bf16 weights, and a static
     RoPE (cos/sin are tabulated once per call; dynamic and longrope variants recompute frequencies from the
-    sequence length as it grows). Rows routed to different adapters (PEFT `adapter_names`) stay on the stock
+    sequence length as it grows), on the CPU. Rows routed to different adapters (PEFT `adapter_names`) stay on the stock
     forward: the caller passes those separately."""
     model = model.get_base_model() if hasattr(model, "get_base_model") else model
     if type(model).__name__ not in ARCHITECTURES:
         return False
     cfg = model.config
     inner = model.model
+    if inner.embed_tokens.weight.device.type != "cpu":
+        return False  # a CPU path: on a GPU the stock forward's fused kernels and CUDA graphs are the fast choice
     if getattr(cfg, "hidden_act", None) != "silu" or inner.embed_tokens.weight.dtype not in (
         torch.float32,
         torch.bfloat16,

@@ -11,6 +11,7 @@ forward.
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -64,6 +65,7 @@ class HFBackend:
         cpu_kernels: bool = True,
         share_prefill: bool = True,
         max_new_tokens_by_role: dict[str, int] | None = None,
+        seed_per_prompt: bool = False,
     ):
         """`fast`: decode steps through `fast_qwen3` where `fast_qwen3.supports(model)`; False: every decode step
         through the stock forward. `cpu_kernels`: the fast path's and the sampler's numba kernels where installed
@@ -72,7 +74,10 @@ class HFBackend:
         when a decode step is under AUTO_SINGLE_THREAD_FLOPS (2 x parameters x rows), else leaves threads as
         set: for loaded machines, where small decode steps lose most to waiting threads.
         `max_new_tokens_by_role`: a generation cap per calling role (a judge needs fewer tokens than a solver);
-        other roles use `max_new_tokens`. Rows with different caps decode in separate batches, each exact."""
+        other roles use `max_new_tokens`. Rows with different caps decode in separate batches, each exact.
+        `seed_per_prompt`: each distinct prompt decodes in its own batch from a seed of (the last `reseed`,
+        the prompt), so what a row samples does not depend on the other rows of the call (a run split over
+        several processes samples what one process would); slower, as batches are smaller."""
         self.fast = fast
         self.cpu_kernels = cpu_kernels
         self.share_prefill = share_prefill
@@ -84,7 +89,11 @@ class HFBackend:
         self.temperature = temperature
         self.top_p = top_p
         self.max_batch = max_batch
-        self.generator = torch.Generator().manual_seed(seed)
+        self.device = policies.device
+        self.seed_per_prompt = seed_per_prompt
+        self._seed = seed
+        # on the weights' device: the sampler draws its uniforms where the logits are
+        self.generator = torch.Generator(device=self.device).manual_seed(seed)
         self.pad_id = tokenizer.pad_token_id
         stops = {
             tokenizer.eos_token_id,
@@ -108,6 +117,7 @@ class HFBackend:
         return int(self.decode_threads) if self.decode_threads else default
 
     def reseed(self, seed: int) -> None:
+        self._seed = seed
         self.generator.manual_seed(seed)
 
     def encode(self, messages: list[dict[str, str]]) -> list[int]:
@@ -125,6 +135,26 @@ class HFBackend:
         return self.max_new_tokens_by_role.get(request.role or "", self.max_new_tokens)
 
     def generate(self, requests: Sequence[GenRequest]) -> list[Generation]:
+        if self.seed_per_prompt:
+            return self._generate_per_prompt(requests)
+        return self._generate(requests)
+
+    def _generate_per_prompt(self, requests: Sequence[GenRequest]) -> list[Generation]:
+        """Each distinct (prompt, policy) in its own `_generate` call, seeded from (step seed, prompt, policy)."""
+        groups: dict[tuple[str, str], list[int]] = {}
+        for i, r in enumerate(requests):
+            groups.setdefault((repr(r.messages), r.policy_id), []).append(i)
+        out: list[Generation | None] = [None] * len(requests)
+        for (messages, pid), idx in groups.items():
+            digest = hashlib.sha256(f"{self._seed}|{pid}|{messages}".encode()).digest()
+            self.generator.manual_seed(int.from_bytes(digest[:8], "little") % (2**63))
+            for i, gen in zip(idx, self._generate([requests[i] for i in idx]), strict=True):
+                out[i] = gen
+        done = [gen for gen in out if gen is not None]
+        assert len(done) == len(out), "every request is generated"
+        return done
+
+    def _generate(self, requests: Sequence[GenRequest]) -> list[Generation]:
         t0 = time.perf_counter()
         prompts = [self.encode(r.messages) for r in requests]
         caps = [self.cap_for(r) for r in requests]
@@ -161,6 +191,9 @@ class HFBackend:
             input_ids[i, P - len(p) :] = torch.tensor(p)
             mask[i, P - len(p) :] = 1
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        dev = self.device
+        if dev.type != "cpu":
+            input_ids, mask, positions = input_ids.to(dev), mask.to(dev), positions.to(dev)
         # Decode-step inputs are views of buffers allocated once: the KV cache (no per-step torch.cat per
         # layer), the attention mask and the position ids. Without padding the single-query decode steps need
         # no mask at all; with padding and SDPA, a ready 4D boolean mask skips transformers' mask building.
@@ -172,20 +205,20 @@ class HFBackend:
             (tuple(p), adapter_names[i] if adapter_names else None) for i, p in enumerate(prompts)
         )
         share = self.share_prefill and len(first) < B
-        rows = torch.tensor(first) if share else slice(None)
+        rows = torch.tensor(first, device=dev) if share else slice(None)
         if adapter_names is not None:
             kwargs["adapter_names"] = [adapter_names[i] for i in first] if share else adapter_names
         logits = model(
             input_ids=input_ids[rows], attention_mask=mask[rows], position_ids=positions[rows], **kwargs
         ).logits[:, -1]
         if share:
-            expand = torch.tensor(of_row)
+            expand = torch.tensor(of_row, device=dev)
             logits = logits[expand]
             for layer in _preallocated_layers(cache):
                 layer.select_rows(expand)
             if adapter_names is not None:
                 kwargs["adapter_names"] = adapter_names
-        step_pos = positions[:, -1:] + torch.arange(1, T + 1)  # [B, T]: row b's position of new token t+1
+        step_pos = positions[:, -1:] + torch.arange(1, T + 1, device=dev)  # [B, T]: position of new token t+1
         fast = None
         if self.fast and adapter_names is None and fast_qwen3.supports(model):
             # built per call: the trainer updates weights in place between calls (fused copies would go stale)
@@ -196,11 +229,11 @@ class HFBackend:
                 [layer._v for layer in _preallocated_layers(cache)],
             )
         step_mask = _decode_mask(model, mask, T, bool_4d=fast is not None)
-        stops = self.stop_ids if self.stop_ids.numel() else None
-        finished = torch.zeros(B, dtype=torch.bool)
-        toks = torch.empty((B, T), dtype=torch.long)
-        lps = torch.empty((B, T), dtype=torch.float32)
-        pad = torch.full((B,), self.pad_id, dtype=torch.long)
+        stops = self.stop_ids.to(dev) if self.stop_ids.numel() else None
+        finished = torch.zeros(B, dtype=torch.bool, device=dev)
+        toks = torch.empty((B, T), dtype=torch.long, device=dev)
+        lps = torch.empty((B, T), dtype=torch.float32, device=dev)
+        pad = torch.full((B,), self.pad_id, dtype=torch.long, device=dev)
         self.stats.batches.append(B)
         n = 0
         for step in range(T):
@@ -310,9 +343,9 @@ def _decode_mask(model, prompt_mask: torch.Tensor, new_tokens: int, bool_4d: boo
     B, P = prompt_mask.shape
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     if bool_4d or getattr(base.config, "_attn_implementation", None) == "sdpa":
-        full = torch.ones((B, 1, 1, P + new_tokens), dtype=torch.bool)
+        full = torch.ones((B, 1, 1, P + new_tokens), dtype=torch.bool, device=prompt_mask.device)
         full[:, 0, 0, :P] = prompt_mask.bool()
         return full
-    full = torch.ones((B, P + new_tokens), dtype=prompt_mask.dtype)
+    full = torch.ones((B, P + new_tokens), dtype=prompt_mask.dtype, device=prompt_mask.device)
     full[:, :P] = prompt_mask
     return full

@@ -27,6 +27,7 @@ import torch.utils.checkpoint
 from transformers import DynamicCache
 
 from ..config import ConfigError, RunConfig, dump_config, resume_changes
+from ..devices import resolve_device
 from ..diagnostics.gradients import GradientMonitor, InstanceGradients, flat_params, instance_segments
 from ..diagnostics.metrics import episode_metrics
 from ..diagnostics.warnings import EarlyWarning, metric_entries
@@ -37,9 +38,11 @@ from ..policies.models import cache_keyword
 from ..rollout.engine import RolloutStats, run_episodes
 from ..runtime import Runtime, build_runtime
 from ..tasks.base import Problem
+from . import distributed
 from .advantages import episode_turn_advantages
 from .attribution import attribute, score_episodes
 from .checkpoint import latest_step, load_latest_intact, restore_trainer_state, save_checkpoint, trainer_state
+from .distributed import Dist
 from .interventions import Interventions
 from .losses import clipped_surrogate, clipped_tokens, k3_kl, linear_logprobs, token_entropy, token_logprobs
 from .run_dir import check_resume_dir, cut_back_jsonl, discard_new_run, prepare_new_run_dir, read_jsonl
@@ -244,6 +247,7 @@ def update_policy(
     check_logprobs: bool,
     monitor: GradientMonitor | None = None,
     interventions: Interventions | None = None,
+    dist: Dist | None = None,
 ) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
     """Update one policy on its turns. Returns the policy's stats and per-role token tallies (summed over
     tokens, so the caller can merge roles that span several policies).
@@ -252,8 +256,12 @@ def update_policy(
     over the data and each optimizer step's size. `interventions` defaults to the config's (None when all are
     off). Per-instance gradients need each mini-batch's rows grouped by agent instance before micro-batching,
     which changes the summation order of the accumulated gradient (equal to float tolerance, not bit for
-    bit); without a monitor and without a rescaling intervention the rows are batched exactly as before."""
+    bit); without a monitor and without a rescaling intervention the rows are batched exactly as before.
+
+    `dist` (a data-parallel run, train/distributed.py): `turns` are this process's share; counts, gradients,
+    losses and tallies are summed over processes, so the step equals one process's on all the turns."""
     tc = cfg.train
+    dist = dist or Dist()
     if interventions is None:
         interventions = Interventions.from_config(cfg)
     instance_counts: dict[str, int] = {}  # a role's parallel instances on this policy (multiplicity_norm)
@@ -265,7 +273,7 @@ def update_policy(
     # skipped_in_a_row: skipped updates since the last good one (train() adds it up across steps and pops it)
     stats = {"optimizer_steps": 0.0, "skipped_nan": 0.0, "loss": 0.0, "skipped_in_a_row": 0.0}
     tally: dict[str, dict[str, float]] = {}
-    if not turns:
+    if not dist.total(len(turns))[0]:
         if monitor is not None:
             monitor.finish_policy(pid, turns, policies.parameters(pid))
         return stats, tally
@@ -283,10 +291,8 @@ def update_policy(
         for mb in minibatches:
             optimizer.zero_grad(set_to_none=True)
             # the whole mini-batch's counts normalise every micro-batch, so accumulation equals one big batch
-            norms = {
-                "total_tokens": sum(len(t.completion_ids) for t in mb),
-                "total_seqs": sum(1 for t in mb if t.completion_ids),
-            }
+            tokens, seqs = dist.total(sum(len(t.completion_ids) for t in mb), sum(1 for t in mb if t.completion_ids))
+            norms = {"total_tokens": int(tokens), "total_seqs": int(seqs)}
             finite, loss_sum = True, 0.0
             mb_tally: dict[str, dict[str, float]] = {}
             diagnose = monitor is not None and epoch == 0
@@ -302,14 +308,14 @@ def update_policy(
                 # the loss is normalised over the whole mini-batch, so any split into micro-batches is exact
                 for segment in segments:
                     for micro in micro_batches(batching_order(segment), tc.micro_batch_tokens):
-                        batch = collate(micro, pad_id)
+                        batch = to_device(collate(micro, pad_id), policies.device)
                         logp, entropy = completion_logprobs(model, batch, temperature)
                         mask, old, adv = batch["mask"], batch["old_logp"], batch["advantages"]
                         roles = [t.role for t in micro]
                         kl_coef: float | torch.Tensor = tc.kl_coef
                         row_kl = interventions.kl_coefs(roles) if interventions is not None else None
                         if row_kl is not None:
-                            kl_coef = row_kl
+                            kl_coef = row_kl.to(logp.device)
                         ref_logp = None
                         if tc.kl_coef > 0 or (row_kl is not None and bool((row_kl > 0).any())):
                             with torch.no_grad(), policies.reference_model() as ref:
@@ -337,8 +343,8 @@ def update_policy(
                             tc.loss_agg,
                             ref_logp=ref_logp,
                             kl_coef=kl_coef,
-                            max_len=generation_caps(cfg, micro),
-                            row_weights=weights,
+                            max_len=to_device(generation_caps(cfg, micro), logp.device),
+                            row_weights=to_device(weights, logp.device),
                             **norms,
                         )
                         if not torch.isfinite(loss):
@@ -358,24 +364,29 @@ def update_policy(
                                 "kl": (
                                     (k3_kl(lp, ref_logp) * mask).sum(-1)
                                     if ref_logp is not None
-                                    else torch.zeros(len(micro))
+                                    else torch.zeros(len(micro), device=lp.device)
                                 ),
                             }
+                        seq_values = {k: v.tolist() for k, v in per_seq.items()}  # one device sync, not one per row
                         for i, t in enumerate(micro):
                             row = mb_tally.setdefault(t.role, dict.fromkeys(TALLY_KEYS, 0.0))
                             for k in TALLY_KEYS:
-                                row[k] += float(per_seq[k][i])
+                                row[k] += seq_values[k][i]
                     if not finite:
                         break
                     if grads is not None:
                         grads.capture(segment[0].role, segment[0].instance)
+            finite = dist.all_true(finite)  # every process skips a non-finite step, or none does
             if finite and grads is not None:
+                grads.all_reduce(dist)  # per-instance gradients of the global batch
                 if diagnose and monitor is not None:
                     monitor.add_gradients(pid, grads)  # the raw role gradients, before any intervention
                 coefs = (
                     interventions.role_coefficients(pid, grads.role_vectors()) if rescale and interventions else None
                 )
                 grads.write_back(coefs)
+            elif finite:
+                dist.sum_gradients(params)
             grad_norm = (
                 torch.nn.utils.clip_grad_norm_(params, tc.max_grad_norm) if finite else torch.tensor(float("nan"))
             )
@@ -395,17 +406,25 @@ def update_policy(
                 raise NonFiniteUpdate(f"policy {pid!r}: the optimizer step overflowed ({e})") from None
             stats["skipped_in_a_row"] = 0.0
             if monitor is not None and before is not None:
-                monitor.add_update(pid, float((flat_params(params) - before).norm()), (t.role for t in mb))
+                roles = dist.concat(sorted({t.role for t in mb}))
+                monitor.add_update(pid, float((flat_params(params) - before).norm()), roles)
             stats["optimizer_steps"] += 1
-            stats["loss"] += loss_sum
+            stats["loss"] += dist.total(loss_sum)[0]
             grad_norms.append(float(grad_norm))
-            merge_tallies(tally, mb_tally)
+            merge_tallies(tally, dist.merge_tallies(mb_tally))
     stats["loss"] /= max(stats["optimizer_steps"], 1)
     stats["grad_norm"] = sum(grad_norms) / len(grad_norms) if grad_norms else float("nan")
     stats.update(tally_means({k: sum(row[k] for row in tally.values()) for k in TALLY_KEYS}))
     if monitor is not None:
-        monitor.finish_policy(pid, turns, params)
+        monitor.finish_policy(pid, dist.concat(turns), params)
     return stats, tally
+
+
+def to_device(x: Any, device: torch.device) -> Any:
+    """A tensor, or each tensor of a dict, on `device` (unchanged where it already is: the CPU path copies nothing)."""
+    if isinstance(x, dict):
+        return {k: to_device(v, device) for k, v in x.items()}
+    return x.to(device) if isinstance(x, torch.Tensor) and x.device != device else x
 
 
 def merge_tallies(into: dict[str, dict[str, float]], tally: dict[str, dict[str, float]]) -> dict:
@@ -442,7 +461,10 @@ def train(
     holds one unless `overwrite`. Raises TrainingDiverged when training diverges (docs/training.md)."""
     from ..report.console import Console
 
-    console = console or Console(enabled=cfg.logging.progress)
+    # one process, or this process's place in a torchrun launch (train/distributed.py)
+    dist = distributed.from_env(resolve_device(cfg.model.device))
+    distributed.check_supported(cfg, dist)
+    console = console if dist.is_main and console else Console(enabled=cfg.logging.progress and dist.is_main)
     # --- the run directory, checked before anything is loaded or written ---
     changes: dict[str, tuple[Any, Any]] = {}
     created: list[Path] = []
@@ -453,15 +475,20 @@ def train(
         if newest is not None and cfg.train.steps < newest:
             raise ConfigError(f"train.steps: {cfg.train.steps} is below the step {newest} {run_dir} has reached")
     else:
-        run_dir = Path(cfg.run_dir) if cfg.run_dir else default_run_dir(cfg)
-        created = prepare_new_run_dir(run_dir, overwrite)
+        # rank 0 names (a default name holds the time) and prepares the directory; the others wait for it
+        run_dir = dist.gather(Path(cfg.run_dir) if cfg.run_dir else default_run_dir(cfg))[0]
+        created = prepare_new_run_dir(run_dir, overwrite) if dist.is_main else []
+        dist.barrier()
     try:
-        session = _Session.open(cfg, run_dir, resume=bool(resume), changes=changes, console=console)
+        session = _Session.open(cfg, run_dir, resume=bool(resume), changes=changes, console=console, dist=dist)
     except BaseException:
-        if not resume:
+        if not resume and dist.is_main:
             discard_new_run(run_dir, created)
         raise
-    return session.run(stop_after, discard_on_early_failure=None if resume else created)
+    try:
+        return session.run(stop_after, discard_on_early_failure=None if resume else created)
+    finally:
+        dist.close()
 
 
 def _apply_lr(cfg: RunConfig, optimizers: dict[str, torch.optim.Optimizer], schedulers: dict[str, Any]) -> None:
@@ -494,10 +521,18 @@ class _Session:
     monitor: GradientMonitor | None  # per-role gradient diagnostics (None when off)
     interventions: Interventions | None  # None when all are off
     warn: EarlyWarning
+    dist: Dist  # one process, or this one's place in a data-parallel run; only rank 0 writes run files
 
     @classmethod
     def open(
-        cls, cfg: RunConfig, run_dir: Path, *, resume: bool, changes: dict[str, tuple[Any, Any]], console: Any
+        cls,
+        cfg: RunConfig,
+        run_dir: Path,
+        *,
+        resume: bool,
+        changes: dict[str, tuple[Any, Any]],
+        console: Any,
+        dist: Dist | None = None,
     ) -> _Session:
         from ..report.console import MetricLoggers
 
@@ -543,28 +578,31 @@ class _Session:
             if "train.lr" in changes or "train.steps" in changes:
                 _apply_lr(cfg, optimizers, schedulers)
 
-        # --- from here on the run directory is written ---
-        (run_dir / "episodes").mkdir(exist_ok=True)
-        (run_dir / "config.yaml").write_text(dump_config(cfg))
-        # forget what was logged after the checkpoint we resume from (it is redone); rows of `rolecast eval`
-        # (tag "checkpoint") are not the trainer's to cut
-        cut_back_jsonl(run_dir / "metrics.jsonl", lambda r: 0 < r.get("step", 0) <= start)
-        cut_back_jsonl(
-            run_dir / "eval.jsonl",
-            lambda r: r.get("tag") not in _TRAINER_EVAL_TAGS or (start > 0 and r.get("step", 0) <= start),
-        )
-        if resume:
-            note = {
-                "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                "step": start,
-                "changed": {k: list(v) for k, v in changes.items()},
-                "damaged_checkpoints": damaged,
-            }
-            with open(run_dir / "resumes.jsonl", "a") as f:
-                f.write(json.dumps(note) + "\n")
-            what = "; ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in changes.items())
-            console.print(f"resumed from {run_dir} at step {start}" + (f" (changed: {what})" if what else ""))
-        loggers = MetricLoggers(cfg.logging, run_dir)
+        # --- from here on the run directory is written (by rank 0 alone) ---
+        dist = dist or Dist()
+        if dist.is_main:
+            (run_dir / "episodes").mkdir(exist_ok=True)
+            (run_dir / "config.yaml").write_text(dump_config(cfg))
+            # forget what was logged after the checkpoint we resume from (it is redone); rows of `rolecast eval`
+            # (tag "checkpoint") are not the trainer's to cut
+            cut_back_jsonl(run_dir / "metrics.jsonl", lambda r: 0 < r.get("step", 0) <= start)
+            cut_back_jsonl(
+                run_dir / "eval.jsonl",
+                lambda r: r.get("tag") not in _TRAINER_EVAL_TAGS or (start > 0 and r.get("step", 0) <= start),
+            )
+            if resume:
+                note = {
+                    "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                    "step": start,
+                    "changed": {k: list(v) for k, v in changes.items()},
+                    "damaged_checkpoints": damaged,
+                }
+                with open(run_dir / "resumes.jsonl", "a") as f:
+                    f.write(json.dumps(note) + "\n")
+                what = "; ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in changes.items())
+                console.print(f"resumed from {run_dir} at step {start}" + (f" (changed: {what})" if what else ""))
+        extras = {} if dist.is_main else {"tensorboard": False, "wandb": False}
+        loggers = MetricLoggers(cfg.logging.model_copy(update=extras), run_dir)
         return cls(
             cfg=cfg,
             run_dir=run_dir,
@@ -580,6 +618,7 @@ class _Session:
             monitor=monitor,
             interventions=interventions,
             warn=warn,
+            dist=dist,
         )
 
     def run_eval(self, step: int, tag: str) -> dict[str, Any]:
@@ -612,7 +651,7 @@ class _Session:
         progress = self.console.progress(total_steps, start)
         try:
             try:
-                if cfg.eval.at_start and start == 0 and self.eval_set:
+                if cfg.eval.at_start and start == 0 and self.eval_set and self.dist.is_main:
                     row = self.run_eval(0, "base")
                     summary["base_accuracy"] = row["pass@1"]
                     self.console.print(
@@ -624,7 +663,8 @@ class _Session:
             except BaseException:
                 # a new run that failed before logging its first step leaves nothing; one that stopped after
                 # (diverged on step 1) keeps its logs, which show why
-                if discard_on_early_failure is not None and not (run_dir / "metrics.jsonl").exists():
+                first = not (run_dir / "metrics.jsonl").exists()
+                if discard_on_early_failure is not None and self.dist.is_main and first:
                     self.loggers.close()
                     discard_new_run(run_dir, discard_on_early_failure)
                 raise
@@ -637,7 +677,7 @@ class _Session:
         # the final evaluation also runs when a resumed run finds its last step done but no final row (killed
         # during that evaluation)
         done = any(r.get("tag") == "final" and r.get("step") == total_steps for r in read_jsonl(run_dir / "eval.jsonl"))
-        if cfg.eval.at_end and self.eval_set and end == total_steps and not done:
+        if cfg.eval.at_end and self.eval_set and end == total_steps and not done and self.dist.is_main:
             row = self.run_eval(total_steps, "final")
             summary["final_accuracy"] = row["pass@1"]
             self.console.print(
@@ -657,12 +697,14 @@ class _Session:
         problems = step_problems(
             self.train_pool, seed=cfg.seed, step=step, per_step=cfg.train.problems_per_step, mode=cfg.train.sampling
         )
-        # 2. rollouts
-        backend.reseed(_step_seed(cfg.seed, step, 1))
+        # 2. rollouts (in a data-parallel run, of this process's share of the problems: whole groups)
+        dist = self.dist
+        # each process samples its share from its own stream, unless every prompt seeds its own samples
+        backend.reseed(_step_seed(cfg.seed + (0 if cfg.rollout.seed_per_prompt else 7919 * dist.rank), step, 1))
         rstats = RolloutStats()
         episodes = run_episodes(
             spec,
-            problems,
+            dist.shard(problems),
             cfg.train.group_size,
             task=task,
             prompts=prompts,
@@ -698,6 +740,7 @@ class _Session:
                     check_logprobs=(step == self.start),
                     monitor=monitor if monitor and monitor.due(step) else None,
                     interventions=self.interventions,
+                    dist=dist,
                 )
             except NonFiniteUpdate as e:
                 raise self.diverged(step + 1, str(e)) from None
@@ -706,7 +749,10 @@ class _Session:
             self.schedulers[pid].step()
         t_update = time.perf_counter()
 
-        # 6. metrics, samples, evaluation, checkpoint
+        # 6. metrics, samples, evaluation, checkpoint (over every process's episodes; rank 0 writes)
+        if dist.active:
+            episodes = dist.concat(episodes)
+            by_policy = turns_by_policy(episodes, routing.policy_ids)
         metrics: dict[str, Any] = {"step": step + 1, **episode_metrics(episodes)}
         for pid, st in policy_stats.items():
             skipped = st.pop("skipped_in_a_row")
@@ -750,11 +796,13 @@ class _Session:
         for a in alerts:
             log.info("step %d: early warning %s (%s)", step + 1, a.name, a.subject)
         stop = self.guard.reason(step + 1)
-        if not stop and cfg.eval.every and (step + 1) % cfg.eval.every == 0 and step + 1 < total_steps:
+        due_eval = cfg.eval.every and (step + 1) % cfg.eval.every == 0 and step + 1 < total_steps
+        if not stop and due_eval and dist.is_main:
             metrics["eval/pass@1"] = self.run_eval(step + 1, "periodic")["pass@1"]
-        with open(run_dir / "metrics.jsonl", "a") as f:
-            f.write(json.dumps(_finite_or_none(metrics)) + "\n")
-        if cfg.logging.episodes_every and (step + 1) % cfg.logging.episodes_every == 0:
+        if dist.is_main:
+            with open(run_dir / "metrics.jsonl", "a") as f:
+                f.write(json.dumps(_finite_or_none(metrics)) + "\n")
+        if cfg.logging.episodes_every and (step + 1) % cfg.logging.episodes_every == 0 and dist.is_main:
             _write_episodes(run_dir / "episodes" / f"step_{step + 1}.jsonl", episodes[: cfg.logging.max_episodes])
         self.loggers.log(metrics, step + 1)
         progress.advance(step + 1, metrics["reward"])
@@ -763,7 +811,8 @@ class _Session:
         # A policy on a streak towards a stop is suspect: its weights are not checkpointed, except at the end of
         # this session (a run not declared diverged must stay resumable).
         suspect = self.guard.suspect()
-        if (cfg.checkpoint.every and (step + 1) % cfg.checkpoint.every == 0 and not suspect) or step + 1 == end:
+        due = (cfg.checkpoint.every and (step + 1) % cfg.checkpoint.every == 0 and not suspect) or step + 1 == end
+        if due and dist.is_main:
             state = trainer_state(step + 1, policies, self.optimizers, self.schedulers, guard=self.guard.counts)
             state["early_warning"] = self.warn.state_dict()
             if monitor is not None and monitor.state_dict():

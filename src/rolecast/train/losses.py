@@ -64,7 +64,7 @@ class _LinearLogprobs(torch.autograd.Function):
             e = (z - m).exp_()
             total = e.sum(-1, keepdim=True)
             lse_c = (m + total.log()).squeeze(-1)
-            rows = torch.arange(z.shape[0])
+            rows = torch.arange(z.shape[0], device=z.device)
             lse[s : s + chunk] = lse_c
             logp[s : s + chunk] = z[rows, targets[s : s + chunk]] - lse_c
             # H = lse - sum_v p_v z_v, with p = e / total; a batched dot avoids another [rows, V] temporary
@@ -87,7 +87,7 @@ class _LinearLogprobs(torch.autograd.Function):
             # d loss / d z = g * (onehot(t) - p), then times the scale of z = scale * (h W^T + b)
             dz = _scaled_logits(h, weight, bias, ctx.scale).sub_(lse[s : s + ctx.chunk, None]).exp_()
             dz.mul_(-g[:, None])
-            dz[torch.arange(h.shape[0]), targets[s : s + ctx.chunk]] += g
+            dz[torch.arange(h.shape[0], device=dz.device), targets[s : s + ctx.chunk]] += g
             if ctx.scale != 1.0:
                 dz.mul_(ctx.scale)
             if grad_w is not None:  # accumulated in the compute dtype, before dz is cast to the model's

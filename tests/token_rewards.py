@@ -1,0 +1,13 @@
+"""A custom attribution for tests on random-weight models, whose answers are never correct: each turn is
+rewarded by the share of even token ids in its own completion, so rewards vary within a group, advantages are
+non-zero and every step has a gradient (`train.attribution: token_rewards:even_tokens`)."""
+
+from __future__ import annotations
+
+from rolecast.episode import Episode
+
+
+def even_tokens(ep: Episode) -> None:
+    for t in ep.turns:
+        ids = t.completion_ids
+        t.reward = sum(1 for i in ids if i % 2 == 0) / len(ids) if ids else 0.0
