@@ -1,6 +1,6 @@
 """Side-by-side tables of a role-dynamics sweep (docs/experiments/role_dynamics.md) from its run directories.
 
-    python scripts/role_dynamics_table.py runs/role_dynamics
+    python scripts/role_dynamics_table.py runs/role_dynamics [--plot accuracy.png]
 
 Reads each training cell's metrics.jsonl and, where `rolecast analyze` has run, analysis/summary.json; prints
 Markdown. Means are over the diagnosed steps; "first"/"last" are the means of the first and last 5 steps.
@@ -99,5 +99,41 @@ def main(out: Path) -> None:
         )
 
 
+def plot(out: Path, path: Path) -> None:
+    """Every cell's held-out pass@1 (with 1.96-SE bars) on one figure: Voting left, Orch-Workers right."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cells = sorted(d for d in out.iterdir() if d.is_dir() and not d.name.startswith(("base-", ".")))
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True)
+    for ax, wf in zip(axes, ("voting", "orch_workers"), strict=True):
+        for d in cells:
+            if f"-{wf}-" not in d.name:
+                continue
+            pts = sorted((r["step"], r["pass@1"], r["stderr"]) for r in rows(d / "eval.jsonl"))
+            ax.errorbar(
+                [p[0] for p in pts],
+                [p[1] for p in pts],
+                yerr=[1.96 * p[2] for p in pts],
+                marker="o",
+                capsize=3,
+                label=cell_label(d).removeprefix(wf + " "),
+            )
+        ax.set_title(wf)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    axes[0].set_ylabel("held-out pass@1 (greedy)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+
+
 if __name__ == "__main__":
-    main(Path(sys.argv[1] if len(sys.argv) > 1 else "runs/role_dynamics"))
+    args = sys.argv[1:]
+    out = Path(args[0] if args and not args[0].startswith("--") else "runs/role_dynamics")
+    if "--plot" in args:
+        plot(out, Path(args[args.index("--plot") + 1]))
+    else:
+        main(out)
