@@ -39,6 +39,10 @@ def fmt(point: dict[str, Any], z: float) -> str:
     return f"{point['value']:.3f} ± {z * point['se']:.3f}"
 
 
+def interval(d: dict[str, Any] | None) -> str:
+    return f"{d['value']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]" if d else "–"
+
+
 def cell_label(d: Path) -> str:
     return d.name.removeprefix("testbed-").replace("-testbed-", " ").removesuffix("-s0")
 
@@ -77,25 +81,28 @@ def main(out: Path) -> None:
                 f"| {lr[0] if lr else float('nan'):g} |"
             )
     print()
-    print("| cell | train reward | base | peak (step) | final | final − peak [95%] | cliff | warnings (steps fired) |")
-    print("|---|---|---|---|---|---|---|---|")
+    print(
+        "| cell | train reward | base | peak (step) | final | final − base [95%] | final − peak [95%] | cliff "
+        "| warnings (steps fired) |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
     for d in cells:
         m = rows(d / "metrics.jsonl")
         fired = Counter(k.removeprefix("warn/") for r in m for k in r if k.startswith("warn/"))
         warn = ", ".join(f"{k} ({n})" for k, n in sorted(fired.items())) or "none"
         s_path = d / "analysis" / "summary.json"
-        base = peak = final = drop = cliff = "–"
+        base = peak = final = gain = drop = cliff = "–"
         if s_path.exists():
             c = json.loads(s_path.read_text())["curve"]
             if c:
                 z = c["rule"]["interval_z"]
                 base = fmt(c["base"], z) if c["base"] else "–"
                 peak, final = f"{fmt(c['peak'], z)} ({c['peak']['step']})", fmt(c["final"], z)
-                f = c["final_vs_peak"]
-                drop = f"{f['value']:+.3f} [{f['low']:+.3f}, {f['high']:+.3f}]" if f else "–"
+                drop, gain = interval(c["final_vs_peak"]), interval(c["gain"])
                 cliff = f"yes, from step {c['cliff']['step']}" if c["cliff"] else "no"
         print(
-            f"| {cell_label(d)} | {three(series(m, 'reward'))} | {base} | {peak} | {final} | {drop} | {cliff} | {warn} |"
+            f"| {cell_label(d)} | {three(series(m, 'reward'))} | {base} | {peak} | {final} | {gain} | {drop} | {cliff} "
+            f"| {warn} |"
         )
 
 
