@@ -114,8 +114,9 @@ def plot(out: Path, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     cells = sorted(d for d in out.iterdir() if d.is_dir() and not d.name.startswith(("base-", ".")))
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True)
-    for ax, wf in zip(axes, ("voting", "orch_workers"), strict=True):
+    workflows = [wf for wf in ("voting", "orch_workers") if any(f"-{wf}-" in d.name for d in cells)]
+    fig, axes = plt.subplots(1, len(workflows), figsize=(5 * len(workflows), 3.6), sharey=True, squeeze=False)
+    for ax, wf in zip(axes[0], workflows, strict=True):
         for d in cells:
             if f"-{wf}-" not in d.name:
                 continue
@@ -132,7 +133,7 @@ def plot(out: Path, path: Path) -> None:
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    axes[0].set_ylabel("held-out pass@1 (greedy)")
+    axes[0][0].set_ylabel("held-out pass@1 (greedy)")
     fig.tight_layout()
     fig.savefig(path, dpi=80)
 

@@ -169,12 +169,38 @@ def test_forced_warning_rolls_back_to_the_best_checkpoint(tmp_path, forced_warni
     assert after["sched/shared"]["last_epoch"] == 5  # the schedule keeps its position
     assert after["rollback"]["count"] == 1 and after["rollback"]["events"][0]["to_step"] == best
 
+    from rolecast.report.analyze import analyze, format_summary
+
+    summary = analyze(rb_dir, plots=False)
+    assert summary["rollbacks"] == [
+        {
+            "step": 5,
+            "to_step": best,
+            "count": 1,
+            "lr_scale": 0.25,
+            "signals": "grad_spike:shared",
+            "accuracy": periodic[best],
+        }
+    ]
+    assert f"rollback 1: at step 5 to checkpoint step_{best} (eval pass@1" in format_summary(summary)
+
     # resumed: step 6 warns again, but max_rollbacks 1 was reached (the count came back from the checkpoint)
     rows = _run(rb_dir, resume=True, **ROLLBACK)
     assert len(rows) == 6 and rows[5]["warn/grad_spike"] == 1.0
     assert not any(k.startswith("rollback/") for k in rows[5])
     assert rows[5]["policy/shared/lr"] == pytest.approx(0.25e-3)  # the lowered lr goes on
     assert _ckpt(rb_dir, 6)["rollback"]["count"] == 1
+
+    # an uninterrupted run rolls back at the same step to the same checkpoint and ends where the resumed one does
+    # (to float tolerance: a resumed run's sampler log-probs differ in the last bits, see tests/test_gradients.py)
+    full = _run(tmp_path / "full", **ROLLBACK)
+    assert [sorted(r) for r in full] == [sorted(r) for r in rows]
+    for f, r in zip(full, rows, strict=True):
+        for k, v in f.items():
+            assert (r[k] == pytest.approx(v, rel=1e-5, abs=1e-8)) if isinstance(v, float) else r[k] == v, k
+    w_full, w_resumed = _ckpt(tmp_path / "full", 6)["policy/shared"], _ckpt(rb_dir, 6)["policy/shared"]
+    for k in w_full:
+        torch.testing.assert_close(w_resumed[k], w_full[k], atol=1e-6, rtol=1e-5)
 
     # until it fires, a run with rollback configured trains bit for bit like one without
     plain = _run(plain_dir, stop_after=4)
