@@ -183,6 +183,8 @@ def test_balance_shares_on_the_real_update(tiny_model_dir):
             False,
         ),  # every switch at its off value
         ({"interventions.multiplicity_norm": True}, True),  # no role has 2 instances: every weight is 1
+        # rollback acts between steps, never inside an update (the loop, before and after one: test_rollback.py)
+        ({"interventions.rollback.signals": ["grad_spike"], "interventions.rollback.lr_factor": 0.1}, False),
     ],
 )
 def test_interventions_that_change_nothing_leave_the_update_bit_identical(tiny_model_dir, over, one_instance_per_role):

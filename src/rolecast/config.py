@@ -198,6 +198,17 @@ class DiagnosticsSettings(_Strict):
     gradients: GradientDiagnosticsSettings = GradientDiagnosticsSettings()
 
 
+class RollbackSettings(_Strict):
+    """Rollback on early warning (train/rollback.py; docs/training.md): off while `signals` is empty."""
+
+    # early-warning signal names (diagnostics/warnings.py SIGNALS) that trigger a rollback to the best checkpoint
+    signals: list[str] = []
+    lr_factor: float = Field(0.5, gt=0, le=1)  # train.lr is multiplied by this at each rollback
+    max_rollbacks: int = Field(1, ge=1)
+    patience: int = Field(1, ge=1)  # consecutive steps a configured signal must fire
+    cooldown: int = Field(5, ge=0)  # steps after a rollback during which no other one fires
+
+
 class InterventionSettings(_Strict):
     """Changes to the update aimed at role-level gradient dynamics; every one is off by default."""
 
@@ -206,6 +217,7 @@ class InterventionSettings(_Strict):
     coherence_ema: float = Field(0.9, ge=0, lt=1)  # decay of the EMA that damping compares with
     multiplicity_norm: bool = False  # divide a role's loss by its number of instances on the policy
     balance_shares: bool | dict[str, float] = False  # true: equal projection shares; {role: share}: those shares
+    rollback: RollbackSettings = RollbackSettings()
 
 
 class RunConfig(_Strict):
@@ -350,6 +362,7 @@ def check_run_config(cfg: RunConfig) -> None:
     _check_model_path(cfg.model.path)
     _check_device(cfg.model.device)
     _check_interventions(cfg.interventions, spec.roles)
+    _check_rollback(cfg)
     if cfg.train.attribution not in ATTRIBUTIONS and ":" not in cfg.train.attribution:
         raise FieldError(
             "train.attribution",
@@ -402,6 +415,25 @@ def _check_device(device: str) -> None:
         check_device(device)
     except DeviceError as e:
         raise FieldError("model.device", str(e)) from None
+
+
+def _check_rollback(cfg: RunConfig) -> None:
+    from .diagnostics.warnings import GRADIENT_SIGNALS, SIGNALS
+
+    rb = cfg.interventions.rollback
+    unknown = [s for s in rb.signals if s not in SIGNALS]
+    if unknown:
+        raise FieldError("interventions.rollback.signals", f"unknown signal(s) {unknown}; known: {list(SIGNALS)}")
+    if rb.signals and cfg.checkpoint.every == 0:
+        raise FieldError(
+            "interventions.rollback.signals", "a rollback needs checkpoints to go back to; set checkpoint.every > 0"
+        )
+    needs_grads = [s for s in rb.signals if s in GRADIENT_SIGNALS and s != "grad_spike"]
+    if needs_grads and cfg.diagnostics.gradients.every == 0:
+        raise FieldError(
+            "interventions.rollback.signals",
+            f"{needs_grads} come from gradient diagnostics, which are off; set diagnostics.gradients.every > 0",
+        )
 
 
 def _check_model_path(path: str) -> None:

@@ -39,6 +39,25 @@ from typing import Any
 from ..workflows.parsing import last_boxed
 from .signatures import AnswerExtractor, Example, Finding, SeriesSignatures, SignatureThresholds, episode_findings
 
+# Every name an Alert can carry: the failure signatures of signatures.py, then the gradient signals above
+# (config `interventions.rollback.signals` is checked against it; the gradient ones need gradient diagnostics).
+SIGNATURE_SIGNALS = (
+    "planner_solves",
+    "parallel_echo",
+    "evaluator_rewrites",
+    "aggregator_answers",
+    "position_bias",
+    "blind_majority",
+    "format_failure",
+    "length_collapse",
+    "length_blowup",
+    "entropy_collapse",
+    "truncation_surge",
+    "rubber_stamping",
+)
+GRADIENT_SIGNALS = ("amplification", "capture", "persistence", "grad_spike", "update_spike")
+SIGNALS = SIGNATURE_SIGNALS + GRADIENT_SIGNALS
+
 
 @dataclass
 class WarningConfig:

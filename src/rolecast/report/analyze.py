@@ -126,6 +126,15 @@ def _clean(x: Any) -> Any:
     return x
 
 
+def rollbacks(metrics: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rollbacks on early warning the trainer logged (`rollback/*` keys of metrics.jsonl), in step order."""
+    return [
+        {"step": r["step"], **{k.removeprefix("rollback/"): v for k, v in r.items() if k.startswith("rollback/")}}
+        for r in metrics
+        if "rollback/to_step" in r
+    ]
+
+
 def analyze(run_dir: str | Path, *, plots: bool = True, cfg: WarningConfig | None = None) -> dict[str, Any]:
     """Analyse a run directory; write analysis/summary.json (and the PNGs unless plots=False); return the summary."""
     run = read_run(run_dir)
@@ -184,6 +193,7 @@ def analyze(run_dir: str | Path, *, plots: bool = True, cfg: WarningConfig | Non
         "train_curve": train_curve.to_dict() if train_curve else None,
         "signatures": [g for g in groups if g["kind"] == "signature"],
         "warnings": [g for g in groups if g["kind"] == "gradient"],
+        "rollbacks": rollbacks(run.metrics),
         "episode_steps": run.episode_steps,
         "answer_extractor": extractor_name,
         "plots": plot_files,
@@ -329,6 +339,12 @@ def format_summary(s: dict[str, Any]) -> str:
                     f"      e.g. step {e['step']} problem {e['problem_id']} sample {e['sample']} "
                     f'{e["instance"]}: "{e["excerpt"]}"'
                 )
+    for rb in s.get("rollbacks", []):
+        basis = f"eval pass@1 {rb['accuracy']:.3f}" if isinstance(rb.get("accuracy"), float) else "latest checkpoint"
+        lines.append(
+            f"rollback {rb.get('count')}: at step {rb['step']} to checkpoint step_{rb.get('to_step')} ({basis}; lr "
+            f"x{rb.get('lr_scale')}) on {rb.get('signals')}"
+        )
     if s["plots"]:
         lines.append("plots: " + ", ".join(s["plots"]))
     lines.append("summary: analysis/summary.json")

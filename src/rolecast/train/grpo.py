@@ -41,10 +41,20 @@ from ..tasks.base import Problem
 from . import distributed
 from .advantages import episode_turn_advantages
 from .attribution import attribute, score_episodes
-from .checkpoint import latest_step, load_latest_intact, restore_trainer_state, save_checkpoint, trainer_state
+from .checkpoint import (
+    capture_rng_state,
+    latest_step,
+    load_checkpoint,
+    load_latest_intact,
+    restore_rng_state,
+    restore_trainer_state,
+    save_checkpoint,
+    trainer_state,
+)
 from .distributed import Dist
 from .interventions import Interventions
 from .losses import clipped_surrogate, clipped_tokens, k3_kl, linear_logprobs, token_entropy, token_logprobs
+from .rollback import Rollback, RollbackEvent
 from .run_dir import check_resume_dir, cut_back_jsonl, discard_new_run, prepare_new_run_dir, read_jsonl
 from .sampling import step_problems
 from .schedule import constant, warmup_cosine
@@ -491,14 +501,25 @@ def train(
         dist.close()
 
 
-def _apply_lr(cfg: RunConfig, optimizers: dict[str, torch.optim.Optimizer], schedulers: dict[str, Any]) -> None:
+def _apply_lr(
+    cfg: RunConfig,
+    optimizers: dict[str, torch.optim.Optimizer],
+    schedulers: dict[str, Any],
+    scale: float = 1.0,
+    last_epoch: int | None = None,
+) -> None:
     """After restoring optimizer and scheduler state, make a changed train.lr (or train.steps, which moves
-    the cosine schedule) take effect: the restored state carries the old base lr and the lr it last set."""
+    the cosine schedule) take effect: the restored state carries the old base lr and the lr it last set.
+    `scale`: the rollbacks' multiplier on train.lr; `last_epoch`: move the schedule to that position (a
+    rollback restores an earlier scheduler state, but the run goes on from the step it reached)."""
+    base = cfg.train.lr * scale
     for pid, sched in schedulers.items():
-        sched.base_lrs = [cfg.train.lr] * len(sched.base_lrs)
-        lrs = [base * lam(sched.last_epoch) for lam, base in zip(sched.lr_lambdas, sched.base_lrs, strict=True)]
+        if last_epoch is not None:
+            sched.last_epoch = last_epoch
+        sched.base_lrs = [base] * len(sched.base_lrs)
+        lrs = [b * lam(sched.last_epoch) for lam, b in zip(sched.lr_lambdas, sched.base_lrs, strict=True)]
         for group, lr in zip(optimizers[pid].param_groups, lrs, strict=True):
-            group["initial_lr"], group["lr"] = cfg.train.lr, lr
+            group["initial_lr"], group["lr"] = base, lr
         sched._last_lr = lrs
 
 
@@ -522,6 +543,7 @@ class _Session:
     interventions: Interventions | None  # None when all are off
     warn: EarlyWarning
     dist: Dist  # one process, or this one's place in a data-parallel run; only rank 0 writes run files
+    rollback: Rollback | None  # rollback on early warning (None when off)
 
     @classmethod
     def open(
@@ -561,6 +583,7 @@ class _Session:
         monitor = GradientMonitor.from_config(cfg, rt.policies, rt.routing.policy_ids)
         interventions = Interventions.from_config(cfg)
         warn = EarlyWarning(extract=rt.task.extract_answer)
+        rollback = Rollback.from_config(cfg)
 
         start, damaged = 0, list[str]()
         guard = DivergenceGuard(cfg.train, rt.policies.vocab_size)
@@ -575,8 +598,10 @@ class _Session:
                 interventions.load_state_dict(state.get("interventions"))
             if "early_warning" in state:
                 warn.load_state_dict(state["early_warning"])
+            if rollback is not None:
+                rollback.load_state_dict(state.get("rollback"))
             if "train.lr" in changes or "train.steps" in changes:
-                _apply_lr(cfg, optimizers, schedulers)
+                _apply_lr(cfg, optimizers, schedulers, scale=rollback.lr_scale if rollback else 1.0)
 
         # --- from here on the run directory is written (by rank 0 alone) ---
         dist = dist or Dist()
@@ -619,6 +644,7 @@ class _Session:
             interventions=interventions,
             warn=warn,
             dist=dist,
+            rollback=rollback,
         )
 
     def run_eval(self, step: int, tag: str) -> dict[str, Any]:
@@ -796,6 +822,13 @@ class _Session:
         for a in alerts:
             log.info("step %d: early warning %s (%s)", step + 1, a.name, a.subject)
         stop = self.guard.reason(step + 1)
+        if self.rollback is not None and not stop:
+            event = self.rollback.decide(step + 1, alerts, run_dir)
+            if event is not None:
+                self.roll_back(event)
+                metrics.update(event.metrics())
+                log.warning("%s", event.message(self.rollback.max_rollbacks))
+                self.console.print(event.message(self.rollback.max_rollbacks))
         due_eval = cfg.eval.every and (step + 1) % cfg.eval.every == 0 and step + 1 < total_steps
         if not stop and due_eval and dist.is_main:
             metrics["eval/pass@1"] = self.run_eval(step + 1, "periodic")["pass@1"]
@@ -819,9 +852,28 @@ class _Session:
                 state["diagnostics/gradients"] = monitor.state_dict()
             if interventions is not None and interventions.state_dict():
                 state["interventions"] = interventions.state_dict()
+            if self.rollback is not None:
+                state["rollback"] = self.rollback.state_dict()
             save_checkpoint(
                 run_dir, step + 1, state, keep_last=cfg.checkpoint.keep_last, keep_every=cfg.checkpoint.keep_every
             )
+
+    def roll_back(self, event: RollbackEvent) -> None:
+        """Restore checkpoint `event.to_step` (weights, optimizer and scheduler state, the divergence streaks, the
+        diagnostics' and interventions' state, all of one checkpoint), keep the schedule at the step reached and
+        lower the lr to `event.lr_scale` x train.lr. The early warning and the random streams go on (every
+        step reseeds its own streams from (seed, step))."""
+        _, state = load_checkpoint(self.run_dir, event.to_step)
+        rng = capture_rng_state()
+        self.guard.counts = restore_trainer_state(state, self.rt.policies, self.optimizers, self.schedulers).get(
+            "guard", {}
+        )
+        restore_rng_state(rng)
+        if self.monitor is not None:
+            self.monitor.load_state_dict(state.get("diagnostics/gradients"))
+        if self.interventions is not None:
+            self.interventions.load_state_dict(state.get("interventions"))
+        _apply_lr(self.cfg, self.optimizers, self.schedulers, scale=event.lr_scale, last_epoch=event.step)
 
     def diverged(self, step: int, why: str) -> TrainingDiverged:
         ckpt = latest_step(self.run_dir)

@@ -1,0 +1,147 @@
+"""Side-by-side tables of a role-dynamics sweep (docs/experiments/role_dynamics.md) from its run directories.
+
+    python scripts/role_dynamics_table.py runs/role_dynamics [--plot accuracy.png]
+
+Reads each training cell's metrics.jsonl and, where `rolecast analyze` has run, analysis/summary.json; prints
+Markdown. Means are over the diagnosed steps; "first"/"last" are the means of the first and last 5 steps.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+WINDOW = 5
+
+
+def rows(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+
+
+def series(metrics: list[dict[str, Any]], key: str) -> list[float]:
+    return [float(r[key]) for r in metrics if isinstance(r.get(key), (int, float))]
+
+
+def mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs) if xs else float("nan")
+
+
+def three(xs: list[float]) -> str:
+    """mean (first 5 -> last 5)"""
+    return f"{mean(xs):.2f} ({mean(xs[:WINDOW]):.2f} → {mean(xs[-WINDOW:]):.2f})" if xs else "–"
+
+
+def fmt(point: dict[str, Any], z: float) -> str:
+    return f"{point['value']:.3f} ± {z * point['se']:.3f}"
+
+
+def interval(d: dict[str, Any] | None) -> str:
+    return f"{d['value']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]" if d else "–"
+
+
+def cell_label(d: Path) -> str:
+    return d.name.removeprefix("testbed-").replace("-testbed-", " ").removesuffix("-s0")
+
+
+def main(out: Path) -> None:
+    cells = sorted(d for d in out.iterdir() if d.is_dir() and not d.name.startswith(("base-", ".")))
+    grad_role = re.compile(r"^grad/(?P<pid>[^/]+)/(?P<role>[^/]+)/norm$")
+    print("| cell | policy/role | grad norm | share | amplification | instance cos | persistence |")
+    print("|---|---|---|---|---|---|---|")
+    for d in cells:
+        m = rows(d / "metrics.jsonl")
+        keys = sorted({k for r in m for k in r if grad_role.match(k)})
+        for k in keys:
+            g = grad_role.match(k)
+            assert g is not None
+            p = f"grad/{g['pid']}/{g['role']}"
+            print(
+                f"| {cell_label(d)} | {g['pid']}/{g['role']} | {three(series(m, k))} | {three(series(m, p + '/share'))} "
+                f"| {three(series(m, p + '/amplification'))} | {three(series(m, p + '/instance_cos'))} "
+                f"| {three(series(m, p + '/persistence'))} |"
+            )
+    print()
+    print("| cell | policy | update size | drift at end | capture index | capture role (steps) | lr |")
+    print("|---|---|---|---|---|---|---|")
+    for d in cells:
+        m = rows(d / "metrics.jsonl")
+        pids = sorted({k.split("/")[1] for r in m for k in r if k.startswith("update/") and k.endswith("/size")})
+        for pid in pids:
+            drift = series(m, f"update/{pid}/drift")
+            holders = Counter(r.get(f"grad/{pid}/capture_role") for r in m if r.get(f"grad/{pid}/capture_role"))
+            lr = series(m, f"policy/{pid}/lr")
+            print(
+                f"| {cell_label(d)} | {pid} | {three(series(m, f'update/{pid}/size'))} "
+                f"| {drift[-1] if drift else float('nan'):.2f} | {three(series(m, f'grad/{pid}/capture_index'))} "
+                f"| {', '.join(f'{r} ({n})' for r, n in holders.most_common()) or '–'} "
+                f"| {lr[0] if lr else float('nan'):g} |"
+            )
+    print()
+    print(
+        "| cell | train reward | base | peak (step) | final | final − base [95%] | final − peak [95%] | cliff "
+        "| warnings (steps fired) |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for d in cells:
+        m = rows(d / "metrics.jsonl")
+        fired = Counter(k.removeprefix("warn/") for r in m for k in r if k.startswith("warn/"))
+        warn = ", ".join(f"{k} ({n})" for k, n in sorted(fired.items())) or "none"
+        s_path = d / "analysis" / "summary.json"
+        base = peak = final = gain = drop = cliff = "–"
+        if s_path.exists():
+            c = json.loads(s_path.read_text())["curve"]
+            if c:
+                z = c["rule"]["interval_z"]
+                base = fmt(c["base"], z) if c["base"] else "–"
+                peak, final = f"{fmt(c['peak'], z)} ({c['peak']['step']})", fmt(c["final"], z)
+                drop, gain = interval(c["final_vs_peak"]), interval(c["gain"])
+                cliff = f"yes, from step {c['cliff']['step']}" if c["cliff"] else "no"
+        print(
+            f"| {cell_label(d)} | {three(series(m, 'reward'))} | {base} | {peak} | {final} | {gain} | {drop} | {cliff} "
+            f"| {warn} |"
+        )
+
+
+def plot(out: Path, path: Path) -> None:
+    """Every cell's held-out pass@1 (with 1.96-SE bars) on one figure: Voting left, Orch-Workers right."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cells = sorted(d for d in out.iterdir() if d.is_dir() and not d.name.startswith(("base-", ".")))
+    workflows = [wf for wf in ("voting", "orch_workers") if any(f"-{wf}-" in d.name for d in cells)]
+    fig, axes = plt.subplots(1, len(workflows), figsize=(5 * len(workflows), 3.6), sharey=True, squeeze=False)
+    for ax, wf in zip(axes[0], workflows, strict=True):
+        for d in cells:
+            if f"-{wf}-" not in d.name:
+                continue
+            pts = sorted((r["step"], r["pass@1"], r["stderr"]) for r in rows(d / "eval.jsonl"))
+            ax.errorbar(
+                [p[0] for p in pts],
+                [p[1] for p in pts],
+                yerr=[1.96 * p[2] for p in pts],
+                marker="o",
+                capsize=3,
+                label=cell_label(d).removeprefix(wf + " "),
+            )
+        ax.set_title(wf)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    axes[0][0].set_ylabel("held-out pass@1 (greedy)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    out = Path(args[0] if args and not args[0].startswith("--") else "runs/role_dynamics")
+    if "--plot" in args:
+        plot(out, Path(args[args.index("--plot") + 1]))
+    else:
+        main(out)
