@@ -10,7 +10,7 @@ import torch
 from gradient_cases import config, on_policy, reference_grad, setup, sgd_update, voting_turns
 
 from rolecast.config import ConfigError, load_config
-from rolecast.diagnostics.gradients import DirectionEMA, gram
+from rolecast.diagnostics.gradients import DirectionEMA, RoleEMAs, gram
 from rolecast.train.interventions import Interventions, balance_coefficients, damping_factor, projection_shares
 
 # ---------------------------------------------------------------------------------------------------------
@@ -144,12 +144,15 @@ def test_coherence_damping_on_the_real_update(tiny_model_dir):
     g = _role_grads(policies, cfg, turns, tok.pad_token_id)
     iv = Interventions.from_config(cfg)
     # history: the generator's EMA points where its gradient does (cos 1: halved), the aggregator's opposite (kept)
-    iv.ema = {
-        "shared": {
-            "generator": DirectionEMA(0.9, g["generator"].clone()),
-            "aggregator": DirectionEMA(0.9, -g["aggregator"].clone()),
-        }
-    }
+    iv.ema = RoleEMAs(
+        0.9,
+        {
+            "shared": {
+                "generator": DirectionEMA(0.9, g["generator"].clone()),
+                "aggregator": DirectionEMA(0.9, -g["aggregator"].clone()),
+            }
+        },
+    )
     applied, _ = sgd_update(policies, "shared", turns, cfg, tok.pad_token_id, interventions=iv)
     _close(applied, 0.5 * g["generator"] + g["aggregator"])
     assert iv.pop_metrics() == {

@@ -297,6 +297,32 @@ class DirectionEMA:
         return c
 
 
+class RoleEMAs:
+    """One `DirectionEMA` per (policy, role), kept in checkpoints as `ema/{pid}/{role}` tensors."""
+
+    def __init__(self, decay: float, by_policy: dict[str, dict[str, DirectionEMA]] | None = None):
+        self.decay = decay
+        self.by_policy: dict[str, dict[str, DirectionEMA]] = by_policy or {}
+
+    def get(self, pid: str, role: str) -> DirectionEMA:
+        return self.by_policy.setdefault(pid, {}).setdefault(role, DirectionEMA(self.decay))
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return {
+            f"ema/{pid}/{role}": e.state
+            for pid, roles in self.by_policy.items()
+            for role, e in roles.items()
+            if e.state is not None
+        }
+
+    def load_state_dict(self, state: dict[str, torch.Tensor] | None) -> None:
+        self.by_policy = {}
+        for key, v in (state or {}).items():
+            kind, pid, role = key.split("/", 2)
+            if kind == "ema":
+                self.by_policy.setdefault(pid, {})[role] = DirectionEMA(self.decay, v.clone())
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Across steps: schedule, persistence, optimizer effect, metrics
 
@@ -331,7 +357,7 @@ class GradientMonitor:
         self.sketch = CountSketch(sketch_dim, seed) if sketch_dim else None
         self.ema_decay = ema_decay
         self.theta0 = {pid: flat_params(ps).clone() for pid, ps in policy_params.items()}
-        self.ema: dict[str, dict[str, DirectionEMA]] = {}
+        self.ema = RoleEMAs(self.ema_decay)
         self._steps: dict[str, _PolicyStep] = {}
         self._metrics: dict[str, Any] = {}
 
@@ -390,7 +416,7 @@ class GradientMonitor:
                 if role in st.amplification:
                     m[f"{q}/amplification"] = st.amplification[role]
                     m[f"{q}/instance_cos"] = st.instance_cos[role]
-                ema = self.ema.setdefault(pid, {}).setdefault(role, DirectionEMA(self.ema_decay))
+                ema = self.ema.get(pid, role)
                 m[f"{q}/persistence"] = ema.observe(role_vectors[role])
         for (a, b), c in st.cos.items():
             m[f"{p}/cos/{a}|{b}"] = c
@@ -415,16 +441,7 @@ class GradientMonitor:
     # --- checkpoints ---
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        return {
-            f"ema/{pid}/{role}": e.state
-            for pid, roles in self.ema.items()
-            for role, e in roles.items()
-            if e.state is not None
-        }
+        return self.ema.state_dict()
 
     def load_state_dict(self, state: dict[str, torch.Tensor] | None) -> None:
-        self.ema = {}
-        for key, v in (state or {}).items():
-            kind, pid, role = key.split("/", 2)
-            if kind == "ema":
-                self.ema.setdefault(pid, {})[role] = DirectionEMA(self.ema_decay, v.clone())
+        self.ema.load_state_dict(state)

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from ..diagnostics.gradients import DirectionEMA, Vector, gram
+from ..diagnostics.gradients import RoleEMAs, Vector, gram
 
 
 def damping_factor(cos: float, lam: float) -> float:
@@ -88,7 +88,7 @@ class Interventions:
         self.damping_decay = float(settings.coherence_ema)
         self.multiplicity = bool(settings.multiplicity_norm)
         self.balance: bool | dict[str, float] = settings.balance_shares
-        self.ema: dict[str, dict[str, DirectionEMA]] = {}
+        self.ema = RoleEMAs(self.damping_decay)
         self._scales: dict[str, list[float]] = {}
 
     @classmethod
@@ -125,7 +125,7 @@ class Interventions:
         coefs = dict.fromkeys(roles, 1.0)
         if self.damping > 0:
             for r in roles:
-                ema = self.ema.setdefault(pid, {}).setdefault(r, DirectionEMA(self.damping_decay))
+                ema = self.ema.get(pid, r)
                 coefs[r] = damping_factor(ema.observe(role_vectors[r]), self.damping)
                 self._scales.setdefault(f"intervention/{pid}/{r}/damping", []).append(coefs[r])
         if self.balance and len(roles) >= 2:
@@ -156,16 +156,7 @@ class Interventions:
     # --- checkpoints ---
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        return {
-            f"ema/{pid}/{role}": e.state
-            for pid, roles in self.ema.items()
-            for role, e in roles.items()
-            if e.state is not None
-        }
+        return self.ema.state_dict()
 
     def load_state_dict(self, state: dict[str, torch.Tensor] | None) -> None:
-        self.ema = {}
-        for key, v in (state or {}).items():
-            kind, pid, role = key.split("/", 2)
-            if kind == "ema":
-                self.ema.setdefault(pid, {})[role] = DirectionEMA(self.damping_decay, v.clone())
+        self.ema.load_state_dict(state)
