@@ -15,6 +15,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from rolecast.report.rundir import sweep_base_rows
+
 WINDOW = 5
 
 
@@ -120,7 +122,10 @@ def plot(out: Path, path: Path) -> None:
         for d in cells:
             if f"-{wf}-" not in d.name:
                 continue
-            pts = sorted((r["step"], r["pass@1"], r["stderr"]) for r in rows(d / "eval.jsonl"))
+            evals = rows(d / "eval.jsonl")
+            if not any(r.get("tag") == "base" for r in evals):
+                evals += sweep_base_rows(d)[0]  # the sweep measured the base once, in the group's base cell
+            pts = sorted((r["step"], r["pass@1"], r["stderr"]) for r in evals)
             ax.errorbar(
                 [p[0] for p in pts],
                 [p[1] for p in pts],

@@ -154,6 +154,30 @@ def test_analyze_synthetic_run_prints_hand_values_and_writes_plots(tmp_path, cap
         assert w == 800 and h >= 400
 
 
+def test_analyze_a_sweep_cell_takes_its_base_from_the_sweeps_base_cell(tmp_path, capsys):
+    """A sweep's training cell has no step-0 evaluation (its base cell measured it once for the group);
+    analyze reads it from there, so gain and cliff are relative to the base, as in the report."""
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    d = write_synthetic_run(sweep / "cell")
+    rows = [json.loads(line) for line in (d / "eval.jsonl").read_text().splitlines()]
+    (d / "eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows if r["tag"] != "base"))
+    base = sweep / "base-cell"
+    base.mkdir()
+    (base / "eval.jsonl").write_text(json.dumps(eval_row(0, 0.6, 0.025, "base")) + "\n")
+    cells = [{"name": "cell", "kind": "train", "base_cell": "base-cell"}, {"name": "base-cell", "kind": "base_eval"}]
+    (sweep / "sweep.json").write_text(json.dumps({"cells": cells}))
+    assert main(["analyze", str(d)]) == 0
+    out = capsys.readouterr().out
+    assert "base   step      0  0.600 ± 0.049" in out
+    assert "gain   final - base  -0.150" in out
+    assert "base evaluation read from the sweep's base cell base-cell" in out
+    # outside a sweep the same cell has no base point
+    (sweep / "sweep.json").unlink()
+    assert main(["analyze", str(d)]) == 0
+    assert "base   step" not in capsys.readouterr().out
+
+
 def test_analyze_killed_run_without_evaluations_or_episodes(tmp_path, capsys):
     d = tmp_path / "killed"
     d.mkdir()

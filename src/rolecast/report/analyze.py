@@ -17,7 +17,7 @@ from ..diagnostics.curves import CurveSummary, eval_points, summarize_curve, tra
 from ..diagnostics.signatures import AnswerExtractor
 from ..diagnostics.warnings import Alert, EarlyWarning, WarningConfig
 from ..workflows.parsing import last_boxed
-from .rundir import RunFiles, read_run
+from .rundir import RunFiles, read_run, sweep_base_rows
 
 SUMMARY_VERSION = 1
 MAX_STEPS_LISTED = 40
@@ -151,6 +151,11 @@ def analyze(run_dir: str | Path, *, plots: bool = True, cfg: WarningConfig | Non
     }
 
     curve_notes: list[str] = []
+    if not any(r.get("tag") == "base" for r in run.evals):
+        base_rows, base_cell = sweep_base_rows(run.run_dir)
+        if base_cell is not None:
+            run.evals = [*base_rows, *run.evals]
+            curve_notes.append(f"base evaluation read from the sweep's base cell {base_cell}")
     points = eval_points(run.evals, curve_notes)
     if run.evals and all(not isinstance(r.get("per_problem"), list) for r in run.evals):
         curve_notes.append(

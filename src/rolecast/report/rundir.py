@@ -104,3 +104,19 @@ def read_run(run_dir: str | Path) -> RunFiles:
     if not run.episode_steps:
         run.missing.append("episodes/step_N.jsonl (episode signatures not checked)")
     return run
+
+
+def sweep_base_rows(run_dir: str | Path) -> tuple[list[dict[str, Any]], str | None]:
+    """The base-model evaluation of a sweep's training cell, which the sweep measures once per (workflow, task,
+    model) in a base cell beside it (its `eval.at_start` is off): the `base` rows of that cell's eval.jsonl and
+    the cell's name, or ([], None) when `run_dir` is not a cell of a sweep or its base cell has not run."""
+    d = Path(run_dir)
+    try:
+        cells = json.loads((d.parent / "sweep.json").read_text())["cells"]
+        base = next(c.get("base_cell") for c in cells if isinstance(c, dict) and c.get("name") == d.name)
+    except (OSError, json.JSONDecodeError, KeyError, TypeError, StopIteration):
+        return [], None
+    if not isinstance(base, str) or not (d.parent / base / "eval.jsonl").is_file():
+        return [], None
+    rows = [r for r in read_jsonl(d.parent / base / "eval.jsonl")[0] if r.get("tag") == "base"]
+    return rows, base if rows else None
