@@ -91,6 +91,24 @@ class Finding:
         return dataclasses.asdict(self)
 
 
+def _share_finding(
+    name: str,
+    step: int,
+    role: str,
+    hits: Sequence[tuple[EpisodeView, TurnView]],
+    total: int,
+    threshold: float,
+    message: str,
+    n_examples: int,
+) -> list[Finding]:
+    """[the finding] when the share of `hits` among `total` turns reaches `threshold`, else []; its examples
+    are the first hits."""
+    rate = len(hits) / total
+    if rate < threshold:
+        return []
+    return [Finding(name, step, role, rate, threshold, message, [_example(step, ep, t) for ep, t in hits[:n_examples]])]
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Reading episodes defensively
 
@@ -182,19 +200,16 @@ def planner_solves(step: int, episodes: Sequence[EpisodeView], th: SignatureThre
         if not turns:
             continue
         bad = [(ep, t) for ep, t in turns if last_boxed(t.text) is not None or not parse_strategies(t.text, 99)]
-        rate = len(bad) / len(turns)
-        if rate >= th.planner_solves_rate:
-            out.append(
-                Finding(
-                    "planner_solves",
-                    step,
-                    role,
-                    rate,
-                    th.planner_solves_rate,
-                    f"{len(bad)}/{len(turns)} {role} turns answer (\\boxed{{}}) or plan no STRATEGY",
-                    [_example(step, ep, t) for ep, t in bad[: th.examples]],
-                )
-            )
+        out += _share_finding(
+            "planner_solves",
+            step,
+            role,
+            bad,
+            len(turns),
+            th.planner_solves_rate,
+            f"{len(bad)}/{len(turns)} {role} turns answer (\\boxed{{}}) or plan no STRATEGY",
+            th.examples,
+        )
     return out
 
 
@@ -267,19 +282,16 @@ def evaluator_rewrites(step: int, episodes: Sequence[EpisodeView], th: Signature
     out = []
     for role, rows in by_role.items():
         bad = [(ep, t) for ep, t, b in rows if b]
-        rate = len(bad) / len(rows)
-        if rate >= th.evaluator_rewrite_rate:
-            out.append(
-                Finding(
-                    "evaluator_rewrites",
-                    step,
-                    role,
-                    rate,
-                    th.evaluator_rewrite_rate,
-                    f"{len(bad)}/{len(rows)} {role} verdicts contain code, an answer box or a rewrite",
-                    [_example(step, ep, t) for ep, t in bad[: th.examples]],
-                )
-            )
+        out += _share_finding(
+            "evaluator_rewrites",
+            step,
+            role,
+            bad,
+            len(rows),
+            th.evaluator_rewrite_rate,
+            f"{len(bad)}/{len(rows)} {role} verdicts contain code, an answer box or a rewrite",
+            th.examples,
+        )
     return out
 
 
@@ -313,19 +325,16 @@ def aggregator_answers(step: int, episodes: Sequence[EpisodeView], th: Signature
             for ep, t in rows
             if last_boxed(t.text) is not None and _box_index(t.text, len(_claim(t)["candidates"])) is None
         ]
-        rate = len(bad) / len(rows)
-        if rate >= th.aggregator_answers_rate:
-            out.append(
-                Finding(
-                    "aggregator_answers",
-                    step,
-                    role,
-                    rate,
-                    th.aggregator_answers_rate,
-                    f"{len(bad)}/{len(rows)} {role} turns box something other than a candidate index",
-                    [_example(step, ep, t) for ep, t in bad[: th.examples]],
-                )
-            )
+        out += _share_finding(
+            "aggregator_answers",
+            step,
+            role,
+            bad,
+            len(rows),
+            th.aggregator_answers_rate,
+            f"{len(bad)}/{len(rows)} {role} turns box something other than a candidate index",
+            th.examples,
+        )
     return out
 
 
@@ -401,19 +410,16 @@ def blind_majority(
         if len(cases) < th.blind_majority_min:
             continue
         followed = [(ep, t) for ep, t, m in cases if m]
-        rate = len(followed) / len(cases)
-        if rate >= th.blind_majority_rate:
-            out.append(
-                Finding(
-                    "blind_majority",
-                    step,
-                    role,
-                    rate,
-                    th.blind_majority_rate,
-                    f"{len(followed)}/{len(cases)} picks followed a wrong majority over a correct minority",
-                    [_example(step, ep, t) for ep, t in followed[: th.examples]],
-                )
-            )
+        out += _share_finding(
+            "blind_majority",
+            step,
+            role,
+            followed,
+            len(cases),
+            th.blind_majority_rate,
+            f"{len(followed)}/{len(cases)} picks followed a wrong majority over a correct minority",
+            th.examples,
+        )
     return out
 
 
@@ -444,19 +450,16 @@ def format_failure(
         if len(rs) < th.format_min_turns:
             continue
         failed = [(ep, t) for ep, t, b in rs if b]
-        rate = len(failed) / len(rs)
-        if rate >= th.format_failure_rate:
-            out.append(
-                Finding(
-                    "format_failure",
-                    step,
-                    role,
-                    rate,
-                    th.format_failure_rate,
-                    f"{len(failed)}/{len(rs)} {role} turns have no parseable answer or decision",
-                    [_example(step, ep, t) for ep, t in failed[: th.examples]],
-                )
-            )
+        out += _share_finding(
+            "format_failure",
+            step,
+            role,
+            failed,
+            len(rs),
+            th.format_failure_rate,
+            f"{len(failed)}/{len(rs)} {role} turns have no parseable answer or decision",
+            th.examples,
+        )
     return out
 
 
