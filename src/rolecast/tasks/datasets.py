@@ -87,6 +87,16 @@ def dataset_file(rel: str) -> Path:
     return p
 
 
+def _jsonl_instead(path: Path, missing: str) -> Rows | None:
+    """For a default Parquet file under the data root: None when it exists (read it as usual), the rows of its
+    .jsonl sibling when only that exists, and FileNotFoundError(`missing`) when neither does."""
+    if path.exists():
+        return None
+    if not path.with_suffix(".jsonl").exists():
+        raise FileNotFoundError(missing)
+    return read_rows(path.with_suffix(".jsonl"))
+
+
 def read_rows(path: str | Path) -> Rows:
     """Rows of a JSONL, JSON (list of objects) or Parquet file. A malformed line, a row that is not an object
     or a file without rows is a `DatasetError` naming the file and the 1-based line (row for Parquet)."""
@@ -473,14 +483,14 @@ class DAPOMath(MathTask):
     def _source_rows(self, split: str) -> list[dict[str, Any]]:
         if self.path is None and not self.hub:
             p = data_root() / self.files["train"]
-            if not p.exists() and not p.with_suffix(".jsonl").exists():
-                raise FileNotFoundError(
-                    f"dapo_math: {p} not found (offline). Put DAPO-Math-17k there as train.parquet or train.jsonl, "
-                    f"in the layout of open-r1/DAPO-Math-17k-Processed (config 'en', the copy the study trained on) or "
-                    f"of BytedTsinghua-SIA/DAPO-Math-17k; or set task.options.path, ROLECAST_DATA_DIR, or hub: true"
-                )
-            if not p.exists():
-                return read_rows(p.with_suffix(".jsonl"))
+            jsonl = _jsonl_instead(
+                p,
+                f"dapo_math: {p} not found (offline). Put DAPO-Math-17k there as train.parquet or train.jsonl, "
+                f"in the layout of open-r1/DAPO-Math-17k-Processed (config 'en', the copy the study trained on) or "
+                f"of BytedTsinghua-SIA/DAPO-Math-17k; or set task.options.path, ROLECAST_DATA_DIR, or hub: true",
+            )
+            if jsonl is not None:
+                return jsonl
         return super()._source_rows(split)
 
     def _prompt_text(self, row: Mapping[str, Any], index: int) -> str:
@@ -833,14 +843,14 @@ class DeepCoder(CodeTask):
     def _source_rows(self, split: str) -> list[dict[str, Any]]:
         if self.path is None and not self.hub:
             p = data_root() / self.files.get(split, self.files["train"])
-            if not p.exists() and not p.with_suffix(".jsonl").exists():
-                raise FileNotFoundError(
-                    f"deepcoder ({self.subset}): {p} not found (offline). Put the {self.subset} subset of "
-                    f"agentica-org/DeepCoder-Preview-Dataset there (parquet or .jsonl), or set task.options.path, "
-                    f"ROLECAST_DATA_DIR, or hub: true"
-                )
-            if not p.exists():
-                return read_rows(p.with_suffix(".jsonl"))
+            jsonl = _jsonl_instead(
+                p,
+                f"deepcoder ({self.subset}): {p} not found (offline). Put the {self.subset} subset of "
+                f"agentica-org/DeepCoder-Preview-Dataset there (parquet or .jsonl), or set task.options.path, "
+                f"ROLECAST_DATA_DIR, or hub: true",
+            )
+            if jsonl is not None:
+                return jsonl
         return super()._source_rows(split)
 
     def _kept_rows(self) -> list[tuple[int, dict[str, Any]]]:
