@@ -388,6 +388,19 @@ def test_shipped_testbed_matrix_is_every_workflow_and_sharing_mode():
         assert (c.config.eval.protocol, c.config.eval.temperature) == ("study", 0.7) and c.config.eval.n_samples >= 2
 
 
+def test_shipped_scale_matrix_adds_the_large_testbed_and_nothing_else():
+    """configs/testbed_scale_matrix.yaml is the main job's matrix with a model axis over both testbed sizes."""
+    from rolecast.config import CONFIG_DIR
+
+    small, scaled = (load_matrix(CONFIG_DIR / f) for f in ("testbed_matrix.yaml", "testbed_scale_matrix.yaml"))
+    assert {c.config.model.path for c in scaled.train_cells} == {"testbed", "testbed-large"}
+    assert len(scaled.train_cells) == 2 * len(small.train_cells) and len(scaled.cells) == 2 * len(small.cells)
+    by_name = {c.name: c for c in scaled.cells}
+    for c in small.cells:  # every small cell is there, with the same settings
+        twin = by_name[c.name]
+        assert twin.config.model_dump(exclude={"run_dir"}) == c.config.model_dump(exclude={"run_dir"}), c.name
+
+
 def test_shipped_study_matrix_spans_the_study():
     """configs/study/matrix.yaml: each cell starts from its (task, workflow) recipe (a `base` naming axes),
     single-agent Shared-Policy is excluded, one base evaluation per (workflow, task, model)."""

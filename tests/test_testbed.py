@@ -156,6 +156,75 @@ def test_strategies_are_distinct_and_parse_like_the_workflow():
             assert parse_strategies(T.plan_text(plan), k) == plan
 
 
+def test_signed_terms_apply_signs_through_parentheses():
+    assert T.signed_terms("7 - 8 + 9") == [7, -8, 9]
+    assert T.signed_terms("-3 - -2") == [-3, 2]
+    assert T.signed_terms("-( 4 - -5 )") == [-4, -5]
+    assert T.signed_terms("-( -( -3 + 2 ) )") == [-3, 2]
+    with pytest.raises(ValueError, match="not a sum"):
+        T.signed_terms("3 * 4")
+
+
+def test_workers_follow_their_strategy(arith):
+    from rolecast.tasks.base import Problem
+
+    p = Problem(id="x", text="7 - 8 + 9", answer="8")
+    traces = {s: T.work_trace(p, s) for s in T.ARITH_STRATEGIES}
+    assert traces["left to right"] == "7-8=-1 -1+9=8 \\boxed{8}"
+    assert traces["right to left"] == "9-8=1 1+7=8 \\boxed{8}"
+    assert traces["positives first"] == "7+9=16 16-8=8 \\boxed{8}"
+    assert traces["count on"] == "9+7=16 16-8=8 \\boxed{8}"
+    assert traces["double check"] == "7-8=-1 -1+9=8 =8 \\boxed{8}"
+    # The fallback strategy (an orchestrator with no parseable plan) and code answer directly.
+    assert T.work_trace(p, T.FALLBACK_STRATEGY) == "\\boxed{8}"
+    # Every trace of every problem is arithmetic that checks out and ends at the answer.
+    for q in arith.problems("test"):
+        for s in T.ARITH_STRATEGIES:
+            trace = T.work_trace(q, s)
+            for a, op, b, total in re.findall(r"(-?\d+)([+-])(\d+)=(-?\d+)", trace):
+                assert int(a) + (int(b) if op == "+" else -int(b)) == int(total), (q.text, s, trace)
+            assert T.is_correct(q, trace) and trace.split()[-2].endswith(f"={q.answer}"), (q.text, s, trace)
+
+
+def test_judging_roles_copy_the_candidate_next_to_their_own_answer(arith, code):
+    book, rng = PromptBook("testbed"), random.Random(3)
+    for task in (arith, code):
+        for p in task.problems("train")[:40]:
+            ex = T.make_example("evaluate", p, rng, book)
+            candidate = ex.messages[0]["content"].split("try: ", 1)[1]
+            own, shown, verdict = re.fullmatch(r"= (.+) vs (.+) \\boxed\{(Correct|Incorrect)\}", ex.target).groups()
+            assert own == p.answer
+            assert shown == (T.extract(p, candidate) or "?").removeprefix("def f(x): return ")
+            assert [ex.target[a:b] for a, b in ex.decisions] == [verdict]
+            ex = T.make_example("aggregate", p, rng, book)
+            rows = re.findall(r" (\d):(\S+) vs (\S+) (yes|no)", ex.target)
+            assert {own for _, _, own, _ in rows} == {ex.target.split()[1]}
+            rows = [(i, shown, verdict) for i, shown, _, verdict in rows]
+            # Candidates in order up to the first match; the pick is the matching row's label.
+            assert [int(i) for i, _, _ in rows] == list(range(1, len(rows) + 1))
+            assert [v for _, _, v in rows[:-1]] == ["no"] * (len(rows) - 1)
+            pick = ex.target.rsplit("{", 1)[1].rstrip("}")
+            if rows[-1][2] == "yes":
+                assert pick == rows[-1][0] and T.is_correct(p, ex.info["candidates"][int(pick) - 1])
+            else:
+                assert len(rows) == len(ex.info["candidates"])
+            assert [ex.target[a:b] for a, b in ex.decisions] == [v for _, _, v in rows] + [pick]
+
+
+def test_decision_tokens_weigh_more_in_the_warm_start(shipped):
+    from rolecast.testbed.builder import completion_weights
+
+    _, tok = shipped
+    book, rng = PromptBook("testbed"), random.Random(0)
+    p = make_task("testbed").problems("train")[0]
+    ex = T.make_example("evaluate", p, rng, book)
+    ids = encode(tok, ex)[1]
+    w = completion_weights(tok, ex, len(ids), 5.0)
+    heavy = [tok.decode([i]) for i, x in zip(ids, w, strict=False) if x == 5.0]
+    assert "".join(heavy).strip("{") in ("Correct", "Incorrect") and w.count(1.0) == len(ids) - len(heavy)
+    assert completion_weights(tok, T.make_example("solve", p, rng, book), 4, 5.0) == [1.0] * 4
+
+
 # --- tokenizer and model ------------------------------------------------------------------------------
 
 
@@ -230,6 +299,48 @@ def test_shipped_solver_accuracy_leaves_room_for_rl(shipped, arith):
     acc = sum(arith.score(p, o).reward for p, o in zip(probs, outs, strict=True)) / len(probs)
     assert all(o.startswith("\\boxed{") for o in outs)
     assert 0.2 < acc < 0.75, acc
+
+
+def test_shipped_judging_roles_do_their_job(shipped):
+    """On held-out problems, each judging role beats the trivial policy it could collapse to (the first
+    build's evaluator said Correct 97% of the time and its aggregator always picked candidate 1)."""
+    from rolecast.testbed.builder import evaluate_roles
+
+    model, tok = shipped
+    exs = [e for e in Curriculum(0).held_out(0, per_role=200) if e.task == "testbed"]
+    exs = [e for e in exs if e.role in ("evaluate", "aggregate", "synthesize", "work")]
+    r = evaluate_roles(model, tok, exs, strategy_problems=50)
+    ev = r["testbed/evaluate"]
+    assert ev["balanced_accuracy"] - ev["balanced_accuracy_ci"] > 0.5, ev
+    assert 0.15 < ev["said_correct"] < 0.85, ev
+    agg = r["testbed/aggregate"]
+    for margin in (agg["vs_first"], agg["vs_random"]):  # where a correct candidate exists
+        assert margin["margin"] - margin["margin_ci"] > 0, agg
+    syn = r["testbed/synthesize"]["vs_first"]
+    assert syn["margin"] - syn["margin_ci"] > 0, syn
+    strategies = r["testbed/work"]["strategies"]
+    assert strategies["outputs_differ"] > 0.8 and strategies["answers_differ"] > 0.1, strategies
+    # The recorded numbers are this evaluation's (same held-out examples, greedy).
+    recorded = info()["roles"]
+    assert recorded["testbed/evaluate"]["balanced_accuracy"] == ev["balanced_accuracy"]
+    assert recorded["testbed/aggregate"]["vs_first"] == agg["vs_first"]
+
+
+def test_large_testbed_is_the_same_recipe_at_four_times_the_size():
+    from rolecast.config import load_config
+
+    small, large = info(default_path("small")), info(default_path("large"))
+    assert (small["size"], large["size"]) == ("small", "large")
+    assert 3.3 < large["params"] / small["params"] < 4.5
+    recipe = (
+        "seed", "steps", "batch_size", "lr", "threads", "role_weights", "code_share", "solver_phase_steps",
+        "solver_phase_roles", "solver_phase_code_share", "decision_weight", "corpus", "vocab_size",
+    )  # fmt: skip
+    assert {k: small[k] for k in recipe} == {k: large[k] for k in recipe}
+    assert set(large["roles"]) == set(small["roles"])
+    assert load_config(overrides={"model.path": "testbed-large"}).model.path == "testbed-large"
+    with pytest.raises(ValueError, match="sizes"):
+        default_path("huge")
 
 
 def test_build_is_deterministic(tmp_path):

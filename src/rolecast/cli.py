@@ -30,7 +30,7 @@ def _add_run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workflow", help="single | voting | eval_opt | orch_workers | package.module:function")
     p.add_argument("--sharing", help="shared | isolated | map")
     p.add_argument("--task", help="task name, e.g. testbed, gsm8k, math500, mbpp")
-    p.add_argument("--model", help="'testbed', a local model directory, or a hub id")
+    p.add_argument("--model", help="'testbed', 'testbed-large', a local model directory, or a hub id")
     p.add_argument("--trainable", help="lora | full")
     p.add_argument("--seed", type=int)
     p.add_argument("--run-dir", dest="run_dir", help="where to write the run (default runs/<task>-<workflow>-...)")
@@ -94,11 +94,15 @@ def cmd_testbed(args: argparse.Namespace) -> int:
 
     if args.action == "build":
         path = testbed.build(
-            args.out, seed=args.seed, evaluate=not args.no_eval, **({"steps": args.steps} if args.steps else {})
+            args.out,
+            seed=args.seed,
+            size=args.size,
+            evaluate=not args.no_eval,
+            **({"steps": args.steps} if args.steps else {}),
         )
         print(f"testbed built in {path}")
     else:
-        path = Path(args.dir) if args.dir else testbed.default_path()
+        path = Path(args.dir) if args.dir else testbed.default_path(args.size)
         print(f"testbed: {path}")
     print(testbed.format_info(testbed.info(path)))
     return 0
@@ -258,6 +262,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("dir", nargs="?", default=None, help="info: a testbed build directory (default: the shipped one)")
     p.add_argument("--out", default="testbed-build", help="output directory for build")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--size", choices=["small", "large"], default="small", help="model size (default small)")
     p.add_argument(
         "--steps",
         type=int,

@@ -34,7 +34,7 @@ class LoraSettings(_Strict):
 
 
 class ModelSettings(_Strict):
-    path: str = "testbed"  # "testbed" (embedded), a local directory, or a hub id
+    path: str = "testbed"  # "testbed" / "testbed-large" (embedded), a local directory, or a hub id
     trainable: Literal["lora", "full"] = "lora"
     lora: LoraSettings = LoraSettings()
     # auto: float32 on a CPU, bfloat16 on a GPU (runtime.resolve_dtype). With LoRA the adapters, and so their
@@ -440,8 +440,9 @@ def _check_model_path(path: str) -> None:
     """A path that is plainly local must exist; a hub id ("org/name") must be in the local cache when the hub
     is switched off (HF_HUB_OFFLINE); whether it exists online can only be checked when loading."""
     from .policies.models import PACKAGED_MODELS, offline_hub_problem
+    from .testbed import MODEL_NAMES
 
-    if path == "testbed" or path in PACKAGED_MODELS:
+    if path in MODEL_NAMES or path in PACKAGED_MODELS:
         return
     looks_local = path.startswith(("/", "./", "../", "~")) or path.endswith(".gguf") or path.count("/") != 1
     if looks_local and not Path(path).expanduser().exists():

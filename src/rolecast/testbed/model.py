@@ -1,10 +1,14 @@
-"""The testbed model: a 2.5M-parameter Qwen3, small enough to train with RL on two CPU cores."""
+"""The testbed models: Qwen3-architecture models small enough to train with RL on two CPU cores.
+
+Two sizes built by one recipe, so a map on a laptop has a scale axis: `small` (2.6M parameters, the
+default) and `large` (~4x the parameters and compute per token: twice the width).
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-MODEL_SHAPE = dict(
+SMALL_SHAPE = dict(
     hidden_size=192,
     num_hidden_layers=4,
     num_attention_heads=6,
@@ -16,9 +20,13 @@ MODEL_SHAPE = dict(
     rope_theta=10000.0,
     rms_norm_eps=1e-6,
 )
+SHAPES: dict[str, dict[str, Any]] = {
+    "small": SMALL_SHAPE,
+    "large": {**SMALL_SHAPE, "hidden_size": 384, "head_dim": 64, "intermediate_size": 1536},
+}
 
 
-def model_config(vocab_size: int, eos_id: int, pad_id: int, **overrides: Any):
+def model_config(vocab_size: int, eos_id: int, pad_id: int, size: str = "small", **overrides: Any):
     from transformers import Qwen3Config
 
     cfg = Qwen3Config(
@@ -26,7 +34,7 @@ def model_config(vocab_size: int, eos_id: int, pad_id: int, **overrides: Any):
         eos_token_id=eos_id,
         pad_token_id=pad_id,
         bos_token_id=None,
-        **{**MODEL_SHAPE, **overrides},
+        **{**SHAPES[size], **overrides},
     )
     return cfg
 

@@ -38,6 +38,9 @@ class Example:
     messages: list[dict[str, str]]
     target: str  # the teacher's completion, without the end-of-turn token
     info: dict[str, Any] = field(default_factory=dict)  # what judging this example needs
+    # Character spans of `target` that are a judging role's decisions (verdicts, yes/no, picks): the warm
+    # start weighs their tokens more (builder.DECISION_WEIGHT).
+    decisions: list[tuple[int, int]] = field(default_factory=list)
 
 
 def is_code(problem: Problem) -> bool:
@@ -186,9 +189,79 @@ def plan_text(strategies: list[str]) -> str:
     return "\n".join(f"STRATEGY {i}: {s}" for i, s in enumerate(strategies, 1))
 
 
-def _stated(problem: Problem) -> str:
+def stated(problem: Problem) -> str:
     """What judging roles write before their decision: their own answer (they solve, then compare)."""
     return f"= {problem.answer}"
+
+
+def _shown(problem: Problem, candidate: str) -> str:
+    """A candidate's answer as a judging role copies it next to its own ("?" when it has none).
+
+    Copying it makes the decision a comparison of two nearby spans. With only its own answer stated and
+    the candidate back in the prompt, the first build's evaluator never learned to compare: it said
+    Correct 97% of the time, and the aggregator always picked candidate 1.
+    """
+    found = (extract(problem, candidate) or "").strip()
+    if not found:
+        return "?"
+    return found.removeprefix("def f(x): return ").strip() if is_code(problem) else found
+
+
+# --- workers follow their strategy ---------------------------------------------------------------------
+
+
+def signed_terms(expression: str) -> list[int]:
+    """`7 - 8 + 9` -> [7, -8, 9]; `-( 3 - -2 )` -> [-3, -2]: the sum's terms with their signs applied."""
+
+    def flat(node: ast.expr, sign: int) -> list[int]:
+        if isinstance(node, ast.Constant) and type(node.value) is int:
+            return [sign * node.value]
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+            return flat(node.operand, -sign if isinstance(node.op, ast.USub) else sign)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub)):
+            return flat(node.left, sign) + flat(node.right, -sign if isinstance(node.op, ast.Sub) else sign)
+        raise ValueError(f"not a sum of integers: {expression!r}")
+
+    return flat(ast.parse(expression, mode="eval").body, 1)
+
+
+def strategy_order(terms: list[int], strategy: str) -> list[int]:
+    """The order in which a worker adds the terms under each arithmetic strategy."""
+    if strategy == "right to left":
+        return terms[::-1]
+    if strategy == "positives first":
+        return [t for t in terms if t >= 0] + [t for t in terms if t < 0]
+    if strategy == "pair terms" and len(terms) > 2:
+        return [terms[0], terms[-1], *terms[1:-1]]
+    if strategy == "count on":
+        return sorted(terms, reverse=True)
+    return list(terms)  # left to right, double check
+
+
+def work_trace(problem: Problem, strategy: str) -> str:
+    """A worker's completion: the running sums in its strategy's order, then the boxed answer.
+
+    The strategy changes the computation (and how hard it is: positives first avoids negative partial
+    sums), so the orchestrator's choice matters to what the workers get right. Code workers, and the
+    fallback strategy, answer directly.
+    """
+    if is_code(problem) or strategy not in ARITH_STRATEGIES:
+        return answer_text(problem, problem.answer)
+    order = strategy_order(signed_terms(problem.text), strategy)
+    steps, total = [], order[0]
+    for t in order[1:]:
+        steps.append(f"{total}{'+' if t >= 0 else '-'}{abs(t)}={total + t}")
+        total += t
+    if strategy == "double check" or not steps:
+        steps.append(f"={total}")
+    return " ".join(steps) + f" \\boxed{{{problem.answer}}}"
+
+
+def work_example(problem: Problem, strategy: str, book: PromptBook) -> Example:
+    """A worker's prompt under `strategy` and the teacher's trace for it."""
+    task = "testbed_code" if is_code(problem) else "testbed"
+    msgs = book.render("work", problem=problem.text, strategy=strategy)
+    return Example(task, "work", problem, msgs, work_trace(problem, strategy), {"strategy": strategy})
 
 
 def make_example(role: str, problem: Problem, rng: random.Random, book: PromptBook) -> Example:
@@ -196,6 +269,7 @@ def make_example(role: str, problem: Problem, rng: random.Random, book: PromptBo
     misses = near_misses(problem)
     solve_text = answer_text(problem, problem.answer)
     info: dict[str, Any] = {}
+    decisions: list[tuple[int, int]] = []
     if role == "solve":
         msgs, target = book.render("solve", problem=problem.text), solve_text
     elif role == "work":
@@ -204,7 +278,7 @@ def make_example(role: str, problem: Problem, rng: random.Random, book: PromptBo
             if rng.random() < 0.1
             else rng.choice(CODE_STRATEGIES if is_code(problem) else ARITH_STRATEGIES)
         )
-        msgs, target = book.render("work", problem=problem.text, strategy=strategy), solve_text
+        return work_example(problem, strategy, book)
     elif role == "synthesize":
         n = rng.choice((1, 2, 3, 3, 3, 4))
         p = rng.choice((0.3, 0.5, 0.7))
@@ -217,7 +291,9 @@ def make_example(role: str, problem: Problem, rng: random.Random, book: PromptBo
         sol = noisy_answer(problem, rng, 0.5, misses)
         ok = is_correct(problem, sol)
         msgs = book.render("evaluate", problem=problem.text, solution=sol, history=[])
-        target = f"{_stated(problem)} \\boxed{{{'Correct' if ok else 'Incorrect'}}}"
+        target, decisions = _with_decisions(
+            [f"{stated(problem)} vs {_shown(problem, sol)} \\boxed{{", ("Correct" if ok else "Incorrect",), "}"]
+        )
         info["truth"] = ok
     elif role == "aggregate":
         n = 3 if rng.random() < 0.8 else rng.choice((2, 4))
@@ -225,7 +301,19 @@ def make_example(role: str, problem: Problem, rng: random.Random, book: PromptBo
         sols = [noisy_answer(problem, rng, p, misses) for _ in range(n)]
         good = acceptable_picks(problem, sols)
         msgs = book.render("aggregate", problem=problem.text, solutions=sols)
-        target = f"{_stated(problem)} \\boxed{{{good[0] + 1}}}"
+        # Candidates are checked in order, up to the first match, each row like the evaluator's output (the
+        # candidate's answer next to its own, then yes/no), so every comparison is between adjacent spans and
+        # the pick is the label just written; with no match, the majority answer. With its own answer stated
+        # only once, a probe build said "no" to candidates equal to it far down the list.
+        own = _shown(problem, solve_text)
+        parts: list[str | tuple[str]] = [stated(problem)]
+        for i, c in enumerate(sols, 1):
+            match = _shown(problem, c) == own
+            parts += [f" {i}:{_shown(problem, c)} vs {own} ", ("yes" if match else "no",)]
+            if match:
+                break
+        parts += [" \\boxed{", (str(good[0] + 1),), "}"]
+        target, decisions = _with_decisions(parts)
         info.update(candidates=sols, acceptable=good)
     elif role == "refine":
         rounds = rng.choice((1, 1, 2))
@@ -241,8 +329,10 @@ def make_example(role: str, problem: Problem, rng: random.Random, book: PromptBo
             else:
                 options = [problem.answer] * 3 + misses
                 options = [a for a in options if a != sol_ans]
-            stated = rng.choice(options) if options else problem.answer
-            history.append({"solution": sol, "critique": f"= {stated} \\boxed{{Incorrect}}"})
+            critic_answer = rng.choice(options) if options else problem.answer
+            history.append(
+                {"solution": sol, "critique": f"= {critic_answer} vs {_shown(problem, sol)} \\boxed{{Incorrect}}"}
+            )
         msgs = book.render("refine", problem=problem.text, history=history)
         target = solve_text
     elif role == "orchestrate":
@@ -253,7 +343,18 @@ def make_example(role: str, problem: Problem, rng: random.Random, book: PromptBo
         info.update(k=k, plan=plan)
     else:
         raise ValueError(f"unknown role {role!r}; roles: {ROLES}")
-    return Example(task, role, problem, msgs, target, info)
+    return Example(task, role, problem, msgs, target, info, decisions)
+
+
+def _with_decisions(parts: list[str | tuple[str]]) -> tuple[str, list[tuple[int, int]]]:
+    """Join text parts; 1-tuples are decisions, whose character spans are returned with the text."""
+    text, spans = "", []
+    for part in parts:
+        if isinstance(part, tuple):
+            spans.append((len(text), len(text) + len(part[0])))
+            part = part[0]
+        text += part
+    return text, spans
 
 
 def acceptable_picks(problem: Problem, candidates: list[str]) -> list[int]:
