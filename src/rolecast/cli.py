@@ -267,7 +267,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--steps",
         type=int,
         default=None,
-        help="warm-start optimizer steps (batch 64; the first 500 train the solver only)",
+        help="warm-start optimizer steps (default 1000, batch 64; the first 500 train the solver and worker traces only)",
     )
     p.add_argument("--no-eval", action="store_true", dest="no_eval", help="build: skip the per-role evaluation")
     p.set_defaults(fn=cmd_testbed)

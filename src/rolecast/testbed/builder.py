@@ -27,7 +27,7 @@ from .model import SHAPES, model_config, new_model
 from .tokenizer import IM_END, train_tokenizer
 
 DEFAULT_SEED = 0
-DEFAULT_STEPS = 1200
+DEFAULT_STEPS = 1000
 DEFAULT_THREADS = 1
 
 # Examples per batch by role. The solver gets the most, but every role that judges also solves first
