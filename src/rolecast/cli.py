@@ -10,6 +10,7 @@ from typing import Any
 
 from .config import ConfigError, load_config, parse_override
 from .errors import UserError
+from .testbed import ARTIFACT_DIRS
 
 # Common flags map onto config fields; `--set section.field=value` reaches every other field.
 FLAG_FIELDS = {
@@ -262,7 +263,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("dir", nargs="?", default=None, help="info: a testbed build directory (default: the shipped one)")
     p.add_argument("--out", default="testbed-build", help="output directory for build")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--size", choices=["small", "large"], default="small", help="model size (default small)")
+    p.add_argument("--size", choices=list(ARTIFACT_DIRS), default="small", help="model size (default small)")
     p.add_argument(
         "--steps",
         type=int,

@@ -30,8 +30,8 @@ DEFAULT_SEED = 0
 DEFAULT_STEPS = 1000
 DEFAULT_THREADS = 1
 
-# Examples per batch by role. The solver gets the most, but every role that judges also solves first
-# ("= 5 \boxed{Incorrect}"), so the arithmetic skill is trained by all of them.
+# Examples per batch by role after phase 1. The judging roles get the most: their decisions are the hardest
+# to learn, and they also solve first ("= 5 vs 4 \boxed{Incorrect}"), so they keep training arithmetic too.
 ROLE_WEIGHTS = {
     "solve": 2.0,
     "evaluate": 2.5,
@@ -42,14 +42,14 @@ ROLE_WEIGHTS = {
     "orchestrate": 0.25,
 }
 CODE_SHARE = 0.2  # fraction of examples from testbed_code (secondary task)
-# Phase 1 teaches only the solver. A mixed curriculum from step 0 was measured to learn arithmetic far
+# Phase 1 teaches only the solver (and the workers' traces, below). A mixed curriculum from step 0 was measured to learn arithmetic far
 # slower (10% held-out after 1,100 steps of 32): the judging roles barely transfer while the model cannot
 # compute yet, and their long prompts cost compute. Once it computes, the other roles learn their formats.
 SOLVER_PHASE_STEPS = 500
 SOLVER_PHASE_CODE_SHARE = 0.1
 # Phase 1 also teaches the workers' step-by-step traces: the same arithmetic, one term at a time.
 SOLVER_PHASE_ROLES = {"solve": 2.0, "work": 1.0}
-# Loss weight of a judging role's comparison and decision tokens (after its own answer). At weight 1 the
+# Loss weight of a judging role's decision tokens (verdict, each yes/no, the pick). At weight 1 the
 # first build's evaluator said Correct 97% of the time and its aggregator always picked candidate 1: the
 # decision is one or two tokens of a completion, and the cheapest fit was a constant.
 DECISION_WEIGHT = 10.0
@@ -318,13 +318,12 @@ def accumulate_loss(
         p, c = encode(tok, ex)
         rows.append((p, c, completion_weights(tok, ex, len(c), decision_weight)))
     rows.sort(key=lambda r: len(r[0]) + len(r[1]))
-    batch = [(p, c) for p, c, _ in rows]
     n_target = sum(sum(w) for _, _, w in rows)
     pad = tok.pad_token_id
     total = 0.0
     # Length-sorted micro-batches: prompts range from ~15 to ~110 tokens, and padding every row to
     # the longest wasted over half the compute. The loss is still one token-mean over the batch.
-    for m in range(0, len(batch), micro_batch):
+    for m in range(0, len(rows), micro_batch):
         mb = rows[m : m + micro_batch]
         width = max(len(p) + len(c) for p, c, _ in mb)
         # Right padding: positions 0..n-1 are already right for every row, and causal attention
@@ -343,7 +342,7 @@ def accumulate_loss(
         loss = (per_token * weights[:, 1:].reshape(-1)).sum() / n_target
         loss.backward()
         total += loss.item()
-    return total, sum(len(p) + len(c) for p, c in batch)
+    return total, sum(len(p) + len(c) for p, c, _ in rows)
 
 
 # --- the build -------------------------------------------------------------------------------------------

@@ -189,7 +189,7 @@ def plan_text(strategies: list[str]) -> str:
     return "\n".join(f"STRATEGY {i}: {s}" for i, s in enumerate(strategies, 1))
 
 
-def stated(problem: Problem) -> str:
+def _stated(problem: Problem) -> str:
     """What judging roles write before their decision: their own answer (they solve, then compare)."""
     return f"= {problem.answer}"
 
@@ -291,9 +291,7 @@ def make_example(role: str, problem: Problem, rng: random.Random, book: PromptBo
         sol = noisy_answer(problem, rng, 0.5, misses)
         ok = is_correct(problem, sol)
         msgs = book.render("evaluate", problem=problem.text, solution=sol, history=[])
-        target, decisions = _with_decisions(
-            [f"{stated(problem)} vs {_shown(problem, sol)} \\boxed{{", ("Correct" if ok else "Incorrect",), "}"]
-        )
+        target, decisions = _with_decisions(_verdict_parts(_stated(problem), _shown(problem, sol), ok))
         info["truth"] = ok
     elif role == "aggregate":
         n = 3 if rng.random() < 0.8 else rng.choice((2, 4))
@@ -306,10 +304,11 @@ def make_example(role: str, problem: Problem, rng: random.Random, book: PromptBo
         # the pick is the label just written; with no match, the majority answer. With its own answer stated
         # only once, a probe build said "no" to candidates equal to it far down the list.
         own = _shown(problem, solve_text)
-        parts: list[str | tuple[str]] = [stated(problem)]
+        parts: list[str | tuple[str]] = [_stated(problem)]
         for i, c in enumerate(sols, 1):
-            match = _shown(problem, c) == own
-            parts += [f" {i}:{_shown(problem, c)} vs {own} ", ("yes" if match else "no",)]
+            shown = _shown(problem, c)
+            match = shown == own
+            parts += [f" {i}:{shown} vs {own} ", ("yes" if match else "no",)]
             if match:
                 break
         parts += [" \\boxed{", (str(good[0] + 1),), "}"]
@@ -330,9 +329,8 @@ def make_example(role: str, problem: Problem, rng: random.Random, book: PromptBo
                 options = [problem.answer] * 3 + misses
                 options = [a for a in options if a != sol_ans]
             critic_answer = rng.choice(options) if options else problem.answer
-            history.append(
-                {"solution": sol, "critique": f"= {critic_answer} vs {_shown(problem, sol)} \\boxed{{Incorrect}}"}
-            )
+            critique = _with_decisions(_verdict_parts(f"= {critic_answer}", _shown(problem, sol), False))[0]
+            history.append({"solution": sol, "critique": critique})
         msgs = book.render("refine", problem=problem.text, history=history)
         target = solve_text
     elif role == "orchestrate":
@@ -344,6 +342,12 @@ def make_example(role: str, problem: Problem, rng: random.Random, book: PromptBo
     else:
         raise ValueError(f"unknown role {role!r}; roles: {ROLES}")
     return Example(task, role, problem, msgs, target, info, decisions)
+
+
+def _verdict_parts(stated: str, shown: str, correct: bool) -> list[str | tuple[str]]:
+    """An evaluator's output as parts (`= 8 vs 7 \\boxed{Incorrect}`), the verdict marked as its decision;
+    refine prompts quote the same text as the critique."""
+    return [f"{stated} vs {shown} \\boxed{{", ("Correct" if correct else "Incorrect",), "}"]
 
 
 def _with_decisions(parts: list[str | tuple[str]]) -> tuple[str, list[tuple[int, int]]]:
