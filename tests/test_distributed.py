@@ -161,14 +161,52 @@ def test_shards_are_contiguous_and_cover_everything():
     assert Dist().shard(items) == items
 
 
-def test_per_minibatch_updates_are_refused_on_several_processes(tiny_model_dir, tmp_path):
-    from rolecast.config import FieldError
-    from rolecast.train.distributed import check_supported
+class _Ranks(Dist):
+    """Rank `rank` of a run whose processes hold `counts` items: `gather` answers as the process group would."""
 
-    cfg = tiny_config(tiny_model_dir, tmp_path / "run", **{"train.update_schedule": "per_minibatch"})
-    check_supported(cfg, Dist())  # one process: fine
-    with pytest.raises(FieldError, match=r"train.update_schedule: 'per_minibatch' is not supported with 2 processes"):
-        check_supported(cfg, Dist(rank=0, world=2))
+    def __init__(self, rank: int, counts: list[int]):
+        super().__init__(rank=rank, world=len(counts))
+        self.counts = counts
+
+    def gather(self, obj):
+        assert obj == self.counts[self.rank]
+        return list(self.counts)
+
+
+def test_minibatches_split_one_global_shuffle_across_processes():
+    import random
+
+    items = [f"t{i}" for i in range(11)]
+    want = items[:]
+    random.Random(5).shuffle(want)  # what one process does (the per_minibatch update before this change)
+    assert Dist().minibatches(items, random.Random(5), 4) == [want[0:4], want[4:8], want[8:11]]
+    counts = [6, 0, 5]  # an uneven split, and a process with no turns at all
+    shares, start = [], 0
+    for rank, n in enumerate(counts):
+        shares.append(_Ranks(rank, counts).minibatches(items[start : start + n], random.Random(5), 4))
+        start += n
+    assert all(len(s) == 3 for s in shares)  # every process runs every optimizer step
+    for k, mb in enumerate([want[0:4], want[4:8], want[8:11]]):
+        got = [x for s in shares for x in s[k]]
+        assert sorted(got) == sorted(mb)  # each mini-batch is the one-process mini-batch, split by owner
+        assert all(s[k] == [x for x in mb if x in s[k]] for s in shares)  # in the shuffled order
+
+
+MINIBATCH = {**PLAIN, "train.update_schedule": "per_minibatch", "train.mini_batch_size": 4, "train.epochs": 2}
+
+
+def test_two_processes_equal_one_with_per_minibatch_updates(tiny_model_dir, tmp_path):
+    """The study's schedule: several optimizer steps per training step, each on a shuffled mini-batch of the
+    global batch; 2 processes take the same mini-batches as 1, so metrics and weights match."""
+    one = tmp_path / "one"
+    train(tiny_config(tiny_model_dir, one, **MINIBATCH))
+    want = _rows(one)
+    assert all(r["policy/generator/optimizer_steps"] >= 4 for r in want)  # 2 epochs x >= 2 mini-batches
+    run_dir = tmp_path / "two"
+    res = _torchrun(2, ["train", "--config", _config_file(tiny_model_dir, run_dir, MINIBATCH)], cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-4000:]
+    _assert_rows_match(_rows(run_dir), want)
+    _assert_weights_match(run_dir, one)
 
 
 def test_seed_per_prompt_samples_do_not_depend_on_the_other_rows(tiny_model_dir):

@@ -97,6 +97,10 @@ class TrainSettings(_Strict):
     min_lr_ratio: float = Field(0.0, ge=0, le=1)
     weight_decay: float = Field(0.0, ge=0)
     betas: tuple[float, float] = (0.9, 0.999)
+    # Full fine-tuning of bf16/fp16 weights: AdamW steps float32 master copies (train/master_weights.py), so
+    # updates below the weights' rounding step still add up. No effect on float32 weights or LoRA adapters
+    # (PEFT keeps those float32). Off: the optimizer steps the low-precision weights themselves.
+    fp32_master_weights: bool = True
     max_grad_norm: float = Field(1.0, gt=0)
     advantage: str = "grpo"
     loss_agg: str = "token-mean"

@@ -62,6 +62,20 @@ class Dist:
         start = self.rank * (n // k) + min(self.rank, n % k)
         return list(items[start : start + n // k + (1 if self.rank < n % k else 0)])
 
+    def minibatches(self, items: Sequence[T], rng: Any, size: int) -> list[list[T]]:
+        """The global list (every process's `items` in rank order) shuffled with `rng` and cut into mini-batches
+        of `size`; each process gets its own items of every mini-batch. Every process holds the same `rng`
+        state and the same global length, so all draw the same permutation and run the same number of
+        mini-batches (a share may be empty); with one process this is exactly `rng.shuffle` of `items`."""
+        counts = self.gather(len(items))
+        offset, n = sum(counts[: self.rank]), sum(counts)
+        order = list(range(n))
+        rng.shuffle(order)
+        return [
+            [items[g - offset] for g in order[i : i + size] if offset <= g < offset + len(items)]
+            for i in range(0, n, size)
+        ]
+
     # --- reductions (no-ops for one process) ---------------------------------------------------------------
 
     def total(self, *values: float) -> list[float]:
@@ -156,19 +170,3 @@ def from_env(device: torch.device, timeout_s: float = 1800.0) -> Dist:
             torch.cuda.set_device(device)
         td.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
     return Dist(rank=td.get_rank(), world=td.get_world_size(), device=device)
-
-
-def check_supported(cfg: Any, dist: Dist) -> None:
-    """Settings a data-parallel run cannot honour exactly, refused before anything loads."""
-    if not dist.active:
-        return
-    from ..config import FieldError
-
-    if cfg.train.update_schedule != "per_step":
-        # per_minibatch shuffles a policy's turns into mini-batches of `mini_batch_size`: over several processes
-        # that needs the global shuffle split across ranks with equal step counts, not implemented
-        raise FieldError(
-            "train.update_schedule",
-            f"{cfg.train.update_schedule!r} is not supported with {dist.world} processes yet; use per_step "
-            "(one optimizer step per policy per training step) or run on one process",
-        )

@@ -54,6 +54,7 @@ from .checkpoint import (
 from .distributed import Dist
 from .interventions import Interventions
 from .losses import clipped_surrogate, clipped_tokens, k3_kl, linear_logprobs, token_entropy, token_logprobs
+from .master_weights import MasterWeightAdamW, needs_master
 from .rollback import Rollback, RollbackEvent
 from .run_dir import check_resume_dir, cut_back_jsonl, discard_new_run, prepare_new_run_dir, read_jsonl
 from .sampling import step_problems
@@ -294,10 +295,8 @@ def update_policy(
     for epoch in range(tc.epochs):
         if tc.update_schedule == "per_step":
             minibatches = [turns]
-        else:
-            order = turns[:]
-            rng.shuffle(order)
-            minibatches = [order[i : i + tc.mini_batch_size] for i in range(0, len(order), tc.mini_batch_size)]
+        else:  # one shuffle of the global batch, so several processes take the same mini-batches as one
+            minibatches = dist.minibatches(turns, rng, tc.mini_batch_size)
         for mb in minibatches:
             optimizer.zero_grad(set_to_none=True)
             # the whole mini-batch's counts normalise every micro-batch, so accumulation equals one big batch
@@ -473,7 +472,6 @@ def train(
 
     # one process, or this process's place in a torchrun launch (train/distributed.py)
     dist = distributed.from_env(resolve_device(cfg.model.device))
-    distributed.check_supported(cfg, dist)
     console = console if dist.is_main and console else Console(enabled=cfg.logging.progress and dist.is_main)
     # --- the run directory, checked before anything is loaded or written ---
     changes: dict[str, tuple[Any, Any]] = {}
@@ -569,9 +567,9 @@ class _Session:
         optimizers: dict[str, torch.optim.Optimizer] = {}
         schedulers: dict[str, Any] = {}
         for pid in rt.routing.policy_ids:
-            optimizers[pid] = torch.optim.AdamW(
-                rt.policies.parameters(pid), lr=cfg.train.lr, betas=cfg.train.betas, weight_decay=cfg.train.weight_decay
-            )
+            params = list(rt.policies.parameters(pid))
+            adamw = MasterWeightAdamW if cfg.train.fp32_master_weights and needs_master(params) else torch.optim.AdamW
+            optimizers[pid] = adamw(params, lr=cfg.train.lr, betas=cfg.train.betas, weight_decay=cfg.train.weight_decay)
             schedulers[pid] = (
                 warmup_cosine(optimizers[pid], cfg.train.warmup_steps, max(cfg.train.steps, 1), cfg.train.min_lr_ratio)
                 if cfg.train.lr_schedule == "cosine"
