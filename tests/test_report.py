@@ -211,6 +211,8 @@ def test_text_map_fits_one_screen(tmp_path):
     assert re.search(r"0\.500\s+0\.700@20\s+0\.700\s+\+ \+0\.200 \[\+0\.12,\+0\.28\]\s+no", row), row
     row = next(ln for ln in lines if ln.startswith("voting-shared "))
     assert "- -0.200" in row and "yes@15" in row and "length_collapse(9)" in row
+    # the legend says what each signature shown means
+    assert "  length_collapse: a role's completions shrink to half their early length" in lines
     row = next(ln for ln in lines if ln.startswith("single-isolated "))
     assert re.search(r"0\.500\s+0\.550@10\s+\(0\.550@10\)\s+-\s+-\s+-\s+failed$", row), row  # no gain claimed
     assert "  error single-isolated: RuntimeError: boom" in lines

@@ -193,6 +193,25 @@ def test_a_cell_directory_from_other_settings_is_refused_not_skipped(tmp_path):
         run_sweep(m, LocalExecutor(), progress=False)
 
 
+def test_the_sweep_header_stays_one_line_in_a_log(tmp_path):
+    import io
+
+    from rich.console import Console
+
+    from rolecast.config import dump_config
+
+    p = write(tmp_path, TINY.format(steps=2) + "base_eval: false\n")
+    m = load_matrix(p, out=tmp_path / "out")
+    [cell] = m.cells
+    cell.run_dir.mkdir(parents=True)
+    (cell.run_dir / "DONE.json").write_text("{}")
+    (cell.run_dir / "config.yaml").write_text(dump_config(cell.config))
+    buf = io.StringIO()  # not a terminal: rich would wrap at its 80-column default
+    run_sweep(m, LocalExecutor(), progress=False, console=Console(file=buf, width=80, highlight=False))
+    header = buf.getvalue().splitlines()[0]
+    assert header.startswith("sweep ") and header.endswith("executor local") and len(header) > 80
+
+
 def test_two_sweeps_cannot_share_a_directory(tmp_path):
     import fcntl
 

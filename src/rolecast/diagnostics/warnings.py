@@ -55,6 +55,21 @@ SIGNATURE_SIGNALS = (
     "truncation_surge",
     "rubber_stamping",
 )
+# One line each, for one-screen legends (the thresholds are in docs/analysis.md)
+SIGNATURE_MEANINGS = {
+    "planner_solves": "the planner answers the problem instead of proposing strategies",
+    "parallel_echo": "parallel instances of a role write near-identical texts",
+    "evaluator_rewrites": "the evaluator writes a solution instead of a verdict",
+    "aggregator_answers": "the aggregator boxes an answer instead of a candidate's index",
+    "position_bias": "contested picks go to one candidate position",
+    "blind_majority": "the aggregator follows a wrong majority over a right minority",
+    "format_failure": "a role's claims have no parseable answer or decision",
+    "length_collapse": "a role's completions shrink to half their early length",
+    "length_blowup": "a role's completions double in length",
+    "entropy_collapse": "a role's token entropy falls below 0.3x its early level",
+    "truncation_surge": "a role's completions hit max_new_tokens far more often",
+    "rubber_stamping": "the evaluator accepts nearly everything while its precision drops",
+}
 GRADIENT_SIGNALS = ("amplification", "capture", "persistence", "grad_spike", "update_spike")
 SIGNALS = SIGNATURE_SIGNALS + GRADIENT_SIGNALS
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..diagnostics.curves import Z_95, CurvePoint, CurveSummary, eval_points, summarize_curve
+from ..diagnostics.warnings import SIGNATURE_MEANINGS
 from .analyze import _GRAD_ROLE, _answer_extractor, collect_series, group_alerts, replay_warnings
 from .rundir import read_jsonl, read_run
 
@@ -413,6 +414,10 @@ def text_map(smap: SweepMap, width: int = 120) -> str:
     lines.append(
         "gain = final - base, 95% interval; + significantly above 0, = within noise, - below; (x@s): last so far"
     )
+    shown = sorted({c.dominant_signature["name"] for c in cells if c.dominant_signature})
+    if shown:
+        lines.append("signature: the failure signature seen at the most logged steps (how many); docs/analysis.md")
+        lines += [f"  {name}: {SIGNATURE_MEANINGS.get(name, '')}" for name in shown]
     lines += [s if len(s) <= width else s[: width - 1] + "…" for s in short_summary_lines(compare_sharing(cells))]
     bad = [c for c in smap.cells if c.kind == "base_eval" and c.state != "done"]
     lines += [f"base evaluation {c.name}: {c.state}" + (f": {c.error}" if c.error else "") for c in bad]

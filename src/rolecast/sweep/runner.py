@@ -149,7 +149,7 @@ class _Display:
             if result.status == "done"
             else f"FAILED  {result.name}: {result.error}"
         )
-        self.console.print(line, markup=False)
+        self.console.print(line, markup=False, soft_wrap=True)
         self.progress.advance(self.task)
         self._update()
 
@@ -202,6 +202,7 @@ def _run_locked(matrix: Matrix, executor: Executor, progress: bool, console: Con
         f"{len(outcome.skipped)} finished, {len(outcome.resumed)} to resume, "
         f"{len(jobs) - len(outcome.resumed)} to start; executor {executor.name}",
         markup=False,
+        soft_wrap=True,  # one line in a log too (rich wraps at 80 columns when the output is not a terminal)
     )
 
     with _Display(len(jobs), progress, console) as display:
