@@ -1,4 +1,5 @@
-"""The role-competence table of docs/testbed.md from testbed build_info.json files (one column each).
+"""The role-competence tables of docs/testbed.md from testbed build_info.json files (one column each): the
+noise-model candidates (greedy), then the model's own workflow rollouts.
 
 python scripts/testbed_table.py src/rolecast/testbed/artifact/build_info.json src/rolecast/testbed/artifact_large/build_info.json
 """
@@ -6,7 +7,8 @@ python scripts/testbed_table.py src/rolecast/testbed/artifact/build_info.json sr
 import json
 import sys
 
-cols = [json.load(open(p))["roles"] for p in sys.argv[1:]]
+infos = [json.load(open(p)) for p in sys.argv[1:]]
+cols = [i["roles"] for i in infos]
 
 
 def pct(x):
@@ -65,7 +67,8 @@ rows = [
         lambda r: f"{r['testbed/orchestrate']['format']:.2f} / {r['testbed/orchestrate']['accuracy']:.2f}",
     ),
     ("synthesize: accuracy", lambda r: ci(r["testbed/synthesize"])),
-    ("… margin over copying candidate 1 (0.47)", lambda r: m(r["testbed/synthesize"]["vs_first"])),
+    ("… candidate 1 is right", lambda r: f"{r['testbed/synthesize']['baseline_first']:.2f}"),
+    ("… margin over copying candidate 1 (paired)", lambda r: m(r["testbed/synthesize"]["vs_first"])),
     ("refine: accuracy (after a rejection)", lambda r: ci(r["testbed/refine"])),
     (
         "code: solve / evaluate balanced / aggregate vs always-1",
@@ -79,3 +82,41 @@ print("| arithmetic unless marked | " + " | ".join(names) + " |")
 print("|---|" + "---|" * len(cols))
 for label, f in rows:
     print(f"| {label} | " + " | ".join(f(c) for c in cols) + " |")
+
+rollout_rows = [
+    ("eval_opt: pass@1", lambda r: f"{r['eval_opt']['pass1']:.2f}"),
+    (
+        "evaluator: balanced accuracy (n verdicts)",
+        lambda r: (
+            f"{r['eval_opt']['balanced_accuracy']:.2f} ± {r['eval_opt']['balanced_accuracy_ci']:.2f} "
+            f"({r['eval_opt']['n_verdicts']})"
+        ),
+    ),
+    (
+        "evaluator: says Correct (truly correct)",
+        lambda r: f"{r['eval_opt']['accept_rate']:.2f} ({r['eval_opt']['truly_correct']:.2f})",
+    ),
+    ("voting: pass@1", lambda r: f"{r['voting']['pass1']:.2f}"),
+    (
+        "aggregator, a voter right: picks one (n)",
+        lambda r: f"{ci(r['voting'], 'accuracy_with_correct')} ({r['voting']['n_with_correct']})",
+    ),
+    (
+        "… voter 1 / random voter",
+        lambda r: f"{r['voting']['baseline_first']:.2f} / {r['voting']['baseline_random']:.2f}",
+    ),
+    ("… margin over voter 1 (paired)", lambda r: m(r["voting"]["vs_first"])),
+    ("orch_workers: pass@1 = synthesizer", lambda r: ci(r["orch_workers"])),
+    ("… worker 1", lambda r: f"{r['orch_workers']['baseline_first']:.2f}"),
+    ("… margin over worker 1 (paired)", lambda r: m(r["orch_workers"]["vs_first"])),
+]
+rolls = [i.get("rollouts") for i in infos]
+if all(rolls):
+    p = rolls[0]["protocol"]
+    print()
+    print(f"Own rollouts: {p['problems']} held-out problems x {p['samples']} samples, temperature {p['temperature']}")
+    print()
+    print("| arithmetic | " + " | ".join(names) + " |")
+    print("|---|" + "---|" * len(rolls))
+    for label, f in rollout_rows:
+        print(f"| {label} | " + " | ".join(f(c) for c in rolls) + " |")

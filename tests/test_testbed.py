@@ -186,6 +186,23 @@ def test_workers_follow_their_strategy(arith):
             assert T.is_correct(q, trace) and trace.split()[-2].endswith(f"={q.answer}"), (q.text, s, trace)
 
 
+def test_the_synthesizer_reads_each_workers_final_answer():
+    """The testbed's synthesize prompt shows answers, as its warm start was trained on: a worker's trace
+    is cut to its last boxed answer; a completion with none is shown whole."""
+    book = PromptBook("testbed")
+    sols = ["7-8=-1 -1+9=8 \\boxed{8}", "9-8=1 1+7", "\\boxed{}", "```python\ndef f(x): return x\n```"]
+    text = book.render("synthesize", problem="7 - 8 + 9", strategies=[], solutions=sols)[-1]["content"]
+    assert text == (
+        "merge: 7 - 8 + 9\n1: \\boxed{8}\n2: 9-8=1 1+7\n3: \\boxed{}\n4: ```python\ndef f(x): return x\n```"
+    )
+    # The warm start's own candidates are bare answers, so its prompts render exactly as before the filter.
+    rng = random.Random(0)
+    for q in make_task("testbed").problems("test")[:100]:
+        ex = T.make_example("synthesize", q, rng, book)
+        lines = ex.messages[-1]["content"].split("\n")[1:]
+        assert lines == [f"{i}: {c}" for i, c in enumerate(ex.info["candidates"], 1)]
+
+
 def test_judging_roles_copy_the_candidate_next_to_their_own_answer(arith, code):
     book, rng = PromptBook("testbed"), random.Random(3)
     for task in (arith, code):
@@ -326,6 +343,19 @@ def test_shipped_judging_roles_do_their_job(shipped):
     assert recorded["testbed/aggregate"]["vs_first"] == agg["vs_first"]
 
 
+def test_shipped_rollout_competence_is_what_build_info_records():
+    """On the model's own workflow rollouts (T = 0.7) the judging roles are weaker than on noise-model
+    candidates (docs/testbed.md): the recorded numbers are re-measured here, so the docs cannot drift."""
+    from rolecast.testbed.rollouts import rollout_competence
+
+    recorded = info()["rollouts"]
+    p = recorded["protocol"]
+    measured = rollout_competence(default_path(), problems=p["problems"], samples=p["samples"], threads=1)
+    assert measured == recorded
+    ev = measured["eval_opt"]
+    assert ev["balanced_accuracy"] - ev["balanced_accuracy_ci"] > 0.5 and 0.15 < ev["accept_rate"] < 0.85
+
+
 def test_large_testbed_is_the_same_recipe_at_four_times_the_size():
     from rolecast.config import load_config
 
@@ -365,6 +395,10 @@ def test_build_is_deterministic(tmp_path):
     wa, wb = load_file(a / "model.safetensors"), load_file(b / "model.safetensors")
     assert wa.keys() == wb.keys()
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    # Reusing a build's tokenizer (as the shipped builds do) keeps its merges whatever the corpus is.
+    c = build(tmp_path / "c", **{**kw, "corpus_transcripts": 50, "steps": 2}, tokenizer_dir=default_path())
+    assert (c / "tokenizer.json").read_text() == (default_path() / "tokenizer.json").read_text()
+    assert info(c)["tokenizer_sha256"] == info()["tokenizer_sha256"] != info(a)["tokenizer_sha256"]
 
 
 def test_one_command_line_for_the_testbed(capsys):

@@ -99,12 +99,18 @@ def cmd_testbed(args: argparse.Namespace) -> int:
             seed=args.seed,
             size=args.size,
             evaluate=not args.no_eval,
+            tokenizer_dir=args.tokenizer,
             **({"steps": args.steps} if args.steps else {}),
         )
         print(f"testbed built in {path}")
     else:
         path = Path(args.dir) if args.dir else testbed.default_path(args.size)
         print(f"testbed: {path}")
+        if args.action == "rollouts":
+            from .testbed.rollouts import rollout_competence
+
+            print(testbed.format_rollouts(rollout_competence(path, seed=args.seed)))
+            return 0
     print(testbed.format_info(testbed.info(path)))
     return 0
 
@@ -259,8 +265,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_report)
 
     p = sub.add_parser("testbed", help="build or inspect the embedded testbed model")
-    p.add_argument("action", choices=["build", "info"])
-    p.add_argument("dir", nargs="?", default=None, help="info: a testbed build directory (default: the shipped one)")
+    p.add_argument(
+        "action",
+        choices=["build", "info", "rollouts"],
+        help="info: the recorded competences; rollouts: re-measure the judging roles on the model's own workflow rollouts",
+    )
+    p.add_argument(
+        "dir", nargs="?", default=None, help="info/rollouts: a testbed build directory (default: the shipped one)"
+    )
     p.add_argument("--out", default="testbed-build", help="output directory for build")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--size", choices=list(ARTIFACT_DIRS), default="small", help="model size (default small)")
@@ -271,6 +283,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="warm-start optimizer steps (default 1000, batch 64; the first 500 train the solver and worker traces only)",
     )
     p.add_argument("--no-eval", action="store_true", dest="no_eval", help="build: skip the per-role evaluation")
+    p.add_argument(
+        "--tokenizer",
+        default=None,
+        metavar="DIR",
+        help="build: reuse this build's tokenizer (the shipped builds use src/rolecast/testbed/artifact's) instead "
+        "of training one on the new build's transcripts",
+    )
     p.set_defaults(fn=cmd_testbed)
 
     p = sub.add_parser("model", help="make a random-weight model in a published shape (Qwen3 tokenizer)")

@@ -15,9 +15,21 @@ from typing import Any
 import jinja2
 import yaml
 
+from ..rewards.math import last_boxed
+
 PROMPT_DIR = Path(__file__).parent
 CHAT_ROLES = ("system", "user")
 _ENV = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=False, autoescape=False)
+
+
+def final_answer(text: str) -> str:
+    """`{{ s | final_answer }}` in a template: a solution's last `\\boxed{...}` (as `\\boxed{X}`), or the whole
+    text when it has none (code, an unfinished answer), for a role that should read answers, not working."""
+    found = last_boxed(text)
+    return text if found is None else f"\\boxed{{{found}}}"
+
+
+_ENV.filters["final_answer"] = final_answer
 
 
 def families() -> list[str]:  # the top-level files only: prompts/study/ holds override files

@@ -90,11 +90,43 @@ def format_info(d: dict[str, Any]) -> str:
                 f"    same {s['n_problems']} problems under each strategy: outputs differ {s['outputs_differ']:.2f}, "
                 f"answers differ {s['answers_differ']:.2f}; accuracy {by}"
             )
+    if "rollouts" in d:
+        lines.append(format_rollouts(d["rollouts"]))
     return "\n".join(lines)
+
+
+def format_rollouts(r: dict[str, Any]) -> str:
+    """`rollout_competence`'s numbers: each judging role on what the same model wrote in its workflow."""
+    p = r["protocol"]
+    ev, agg, syn = r["eval_opt"], r["voting"], r["orch_workers"]
+    return "\n".join(
+        [
+            f"own workflow rollouts: {p['problems']} held-out arithmetic problems x {p['samples']} samples, "
+            f"temperature {p['temperature']}",
+            f"  eval_opt     pass@1 {ev['pass1']:.2f}  evaluator: says Correct {ev['accept_rate']:.2f} "
+            f"(truly {ev['truly_correct']:.2f}), balanced accuracy {ev['balanced_accuracy']:.2f} "
+            f"± {ev['balanced_accuracy_ci']:.2f} (n={ev['n_verdicts']})",
+            f"  voting       pass@1 {agg['pass1']:.2f}  aggregator, a voter right (n={agg['n_with_correct']}): picks one "
+            f"{agg['accuracy_with_correct']:.2f}; voter 1 {agg['baseline_first']:.2f} (margin "
+            f"{_margin(agg['vs_first'])}), random {agg['baseline_random']:.2f} (margin {_margin(agg['vs_random'])})",
+            f"  orch_workers pass@1 {syn['pass1']:.2f}  synthesizer {syn['accuracy']:.2f}; worker 1 "
+            f"{syn['baseline_first']:.2f} (margin {_margin(syn['vs_first'])})",
+        ]
+    )
 
 
 def _margin(m: dict[str, float]) -> str:
     return f"{m['margin']:+.2f} ± {m['margin_ci']:.2f}"
 
 
-__all__ = ["default_path", "build", "info", "load", "format_info", "ARTIFACT_DIR", "ARTIFACT_DIRS", "MODEL_NAMES"]
+__all__ = [
+    "default_path",
+    "build",
+    "info",
+    "load",
+    "format_info",
+    "format_rollouts",
+    "ARTIFACT_DIR",
+    "ARTIFACT_DIRS",
+    "MODEL_NAMES",
+]

@@ -56,3 +56,14 @@ def train_tokenizer(texts: Iterable[str], out_dir: str | Path, vocab_size: int =
     )
     fast.save_pretrained(str(out_dir))
     return fast
+
+
+def reuse_tokenizer(src_dir: str | Path, out_dir: str | Path):
+    """An earlier build's tokenizer, saved to `out_dir` and returned (a build that keeps its merges)."""
+    from transformers import AutoTokenizer
+
+    if not (Path(src_dir) / "tokenizer.json").is_file():
+        raise FileNotFoundError(f"{src_dir} has no tokenizer.json; pass a testbed build directory")
+    tok = AutoTokenizer.from_pretrained(str(src_dir))
+    tok.save_pretrained(str(out_dir))
+    return tok

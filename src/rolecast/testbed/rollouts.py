@@ -1,0 +1,123 @@
+"""Judging roles measured on the testbed model's own workflow rollouts.
+
+`builder.evaluate_roles` shows each role candidates drawn by a noise model. What the map trains on is
+different: the candidates a workflow's judging role reads are what the same model just wrote (traces,
+slips, truncations, at the map's sampling temperature). The first rebuild's synthesizer beat candidate 1
+by 0.20 on the noise model and lost to worker 1 on real rollouts, so both measures are reported.
+
+Each multi-agent workflow runs the held-out arithmetic problems through the real rollout path, and every
+number comes from the claims scored by the trainer's own `score_episodes`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ..episode import AnswerClaim, Episode, PickClaim, VerdictClaim
+from .stats import half_width, paired_margin, rate
+
+WORKFLOWS = ("eval_opt", "voting", "orch_workers")
+
+
+def rollout_competence(
+    path: str | Path,
+    *,
+    problems: int = 200,
+    samples: int = 2,
+    temperature: float = 0.7,
+    seed: int = 0,
+    threads: int = 1,
+) -> dict[str, Any]:
+    """Per workflow: its pass@1 and what its judging role did with the candidates the model itself wrote."""
+    from ..config import load_config
+    from ..evaluation import evaluate
+    from ..runtime import build_runtime
+
+    out: dict[str, Any] = {"protocol": {"problems": problems, "samples": samples, "temperature": temperature}}
+    for name in WORKFLOWS:
+        cfg = load_config(
+            overrides={
+                "model.path": str(path),
+                "workflow.name": name,
+                "task.name": "testbed",
+                "seed": seed,
+                "threads": threads,
+            }
+        )
+        rt = build_runtime(cfg, data_splits=[cfg.task.eval_split])
+        probs = list(rt.task.problems(cfg.task.eval_split))[:problems]
+        rt.backend.temperature = temperature
+        rt.backend.reseed(seed)
+        res = evaluate(
+            rt.spec,
+            probs,
+            task=rt.task,
+            prompts=rt.prompts,
+            router=rt.routing,
+            backend=rt.backend,
+            n_samples=samples,
+            options=cfg.workflow.options,
+        )
+        out[name] = {"n_episodes": len(res.episodes), "pass1": round(res.pass1, 4), **SUMMARIES[name](res.episodes)}
+    return out
+
+
+def _evaluator(episodes: Sequence[Episode]) -> dict[str, Any]:
+    """Every verdict on a solution the generator wrote: accept rate and balanced accuracy."""
+    verdicts = [t.claim for ep in episodes for t in ep.turns if isinstance(t.claim, VerdictClaim)]
+    right = [v.accept for v in verdicts if v.reviewed_correct]
+    wrong = [not v.accept for v in verdicts if v.reviewed_correct is False]
+    tpr, tnr = sum(right) / max(len(right), 1), sum(wrong) / max(len(wrong), 1)
+    return {
+        "n_verdicts": len(verdicts),
+        "accept_rate": rate([v.accept for v in verdicts])[0],
+        "truly_correct": rate([bool(v.reviewed_correct) for v in verdicts])[0],
+        "accepts_correct": round(tpr, 4),
+        "rejects_wrong": round(tnr, 4),
+        "balanced_accuracy": round((tpr + tnr) / 2, 4),
+        "balanced_accuracy_ci": round(
+            (half_width(tpr, len(right)) ** 2 + half_width(tnr, len(wrong)) ** 2) ** 0.5 / 2, 4
+        ),
+    }
+
+
+def _aggregator(episodes: Sequence[Episode]) -> dict[str, Any]:
+    """Picks where some voter was right: correct picks vs always voter 1 and vs a random voter."""
+    picks = [t.claim for ep in episodes for t in ep.turns if isinstance(t.claim, PickClaim)]
+    has = [p for p in picks if p.candidates_correct and any(p.candidates_correct)]
+    model = [bool(p.correct) for p in has]
+    first = [float(p.candidates_correct[0]) for p in has if p.candidates_correct]
+    rand = [sum(p.candidates_correct) / len(p.candidates_correct) for p in has if p.candidates_correct]
+    acc, ci = rate(model)
+    return {
+        "n_with_correct": len(has),
+        "accuracy_with_correct": acc,
+        "accuracy_with_correct_ci": ci,
+        "baseline_first": rate(first)[0],
+        "baseline_random": rate(rand)[0],
+        "vs_first": paired_margin(model, first),
+        "vs_random": paired_margin(model, rand),
+    }
+
+
+def _synthesizer(episodes: Sequence[Episode]) -> dict[str, Any]:
+    """The synthesizer's answer vs taking worker 1's, episode by episode."""
+    synth, first = [], []
+    for ep in episodes:
+        workers = [t.claim for t in ep.turns if t.role == "worker" and isinstance(t.claim, AnswerClaim)]
+        final = [t.claim for t in ep.turns if t.role == "synthesizer" and isinstance(t.claim, AnswerClaim)]
+        if workers and final:
+            synth.append(bool(final[-1].correct))
+            first.append(float(bool(workers[0].correct)))
+    acc, ci = rate(synth)
+    return {
+        "accuracy": acc,
+        "accuracy_ci": ci,
+        "baseline_first": rate(first)[0],
+        "vs_first": paired_margin(synth, first),
+    }
+
+
+SUMMARIES = {"eval_opt": _evaluator, "voting": _aggregator, "orch_workers": _synthesizer}

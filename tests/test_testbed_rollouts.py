@@ -1,0 +1,63 @@
+"""Judging roles measured on a model's own workflow rollouts: the summaries, by hand, and on the shipped testbed."""
+
+from __future__ import annotations
+
+from rolecast.episode import AnswerClaim, Episode, PickClaim, Turn, VerdictClaim
+from rolecast.testbed.rollouts import SUMMARIES
+
+
+def _turn(role: str, claim) -> Turn:
+    return Turn(role, role, "p", [1], [2], [0.0], "t", "stop", claim=claim)
+
+
+def test_evaluator_summary_counts_every_verdict():
+    # 3 verdicts on correct solutions (2 accepted), 2 on wrong ones (1 rejected).
+    flags = [(True, True), (True, True), (False, True), (True, False), (False, False)]
+    ep = Episode("a", 0, [_turn("evaluator", VerdictClaim(acc, "s", reviewed_correct=rc)) for acc, rc in flags])
+    r = SUMMARIES["eval_opt"]([ep])
+    assert r["n_verdicts"] == 5 and r["accept_rate"] == 0.6 and r["truly_correct"] == 0.6
+    assert r["accepts_correct"] == round(2 / 3, 4) and r["rejects_wrong"] == 0.5
+    assert r["balanced_accuracy"] == round((2 / 3 + 0.5) / 2, 4)
+
+
+def test_aggregator_summary_is_measured_where_a_voter_was_right():
+    picks = [
+        PickClaim(1, ["a", "b", "c"], correct=True, candidates_correct=[False, True, False]),  # beats voter 1
+        PickClaim(0, ["a", "b", "c"], correct=True, candidates_correct=[True, True, True]),  # ties it
+        PickClaim(2, ["a", "b", "c"], correct=False, candidates_correct=[True, False, False]),  # loses
+        PickClaim(0, ["a", "b", "c"], correct=None, candidates_correct=[False, False, False]),  # no job: left out
+    ]
+    r = SUMMARIES["voting"]([Episode(str(i), 0, [_turn("aggregator", c)]) for i, c in enumerate(picks)])
+    assert r["n_with_correct"] == 3
+    assert r["accuracy_with_correct"] == round(2 / 3, 4) and r["baseline_first"] == round(2 / 3, 4)
+    assert r["vs_first"]["margin"] == 0.0  # +1, 0, -1
+    assert r["baseline_random"] == round((1 / 3 + 1 + 1 / 3) / 3, 4)
+    assert r["vs_random"]["margin"] == round(((1 - 1 / 3) + 0 + (0 - 1 / 3)) / 3, 4)
+
+
+def test_synthesizer_summary_pairs_it_with_worker_1():
+    def ep(w1: bool, w2: bool, syn: bool) -> Episode:
+        turns = [_turn("orchestrator", None)]
+        turns += [_turn("worker", AnswerClaim("w", correct=c)) for c in (w1, w2)]
+        return Episode("x", 0, turns + [_turn("synthesizer", AnswerClaim("s", correct=syn))])
+
+    r = SUMMARIES["orch_workers"](
+        [ep(False, True, True), ep(True, True, True), ep(True, False, False), ep(False, False, True)]
+    )
+    assert r["accuracy"] == 0.75 and r["baseline_first"] == 0.5
+    assert r["vs_first"]["margin"] == 0.25  # +1, 0, -1, +1
+
+
+def test_rollout_competence_runs_the_real_workflows():
+    """A few problems through the shipped testbed: each workflow's pass@1 is what its episodes scored."""
+    from rolecast.testbed import default_path, format_rollouts
+    from rolecast.testbed.rollouts import rollout_competence
+
+    r = rollout_competence(default_path(), problems=6, samples=2, threads=2)
+    assert r["protocol"] == {"problems": 6, "samples": 2, "temperature": 0.7}
+    for name in ("eval_opt", "voting", "orch_workers"):
+        assert r[name]["n_episodes"] == 12
+    # Orch-Workers returns the synthesizer's answer, so its pass@1 is the synthesizer's accuracy.
+    assert r["orch_workers"]["pass1"] == r["orch_workers"]["accuracy"]
+    assert r["eval_opt"]["n_verdicts"] >= 12  # at least one verdict per episode
+    assert "synthesizer" in format_rollouts(r)
