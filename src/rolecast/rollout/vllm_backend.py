@@ -53,12 +53,15 @@ class VLLMBackend:
         seed: int = 0,
         max_new_tokens_by_role: dict[str, int] | None = None,
         gpu_memory_utilization: float = 0.35,
-        sleep_between_calls: bool = True,
+        sleep_between_calls: bool | None = None,
         max_model_len: int | None = None,
+        engine_options: dict[str, Any] | None = None,
         llm: Any = None,
     ):
         """`sleep_between_calls`: `sleep()` (level 1: weights to CPU RAM, KV cache dropped) frees the GPU for
-        the update; the next `generate` wakes the engine. `llm`: an engine built elsewhere (tests, sharing)."""
+        the update; the next `generate` wakes the engine. Default: on a GPU only (vLLM's CPU backend has no
+        sleep mode, and no device memory to hand over). `engine_options`: more `vllm.LLM` arguments (e.g.
+        `enforce_eager`). `llm`: an engine built elsewhere (tests, sharing)."""
         vllm = load_vllm()
         from vllm.lora.request import LoRARequest
 
@@ -73,6 +76,8 @@ class VLLMBackend:
         self.max_new_tokens_by_role = dict(max_new_tokens_by_role or {})
         self.temperature, self.top_p = temperature, top_p
         self._seed = seed
+        if sleep_between_calls is None:
+            sleep_between_calls = policies.device.type == "cuda"
         self.sleep_between_calls = sleep_between_calls
         self.sleeping = False
         stops = {tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|im_end|>")}
@@ -90,6 +95,7 @@ class VLLMBackend:
             gpu_memory_utilization=gpu_memory_utilization,
             max_model_len=max_model_len,
             logprobs_mode="processed_logprobs",
+            **(engine_options or {}),
         )
         self._dir = Path(tempfile.mkdtemp(prefix="rolecast-vllm-adapters-"))
         self._served: dict[str, tuple[tuple[int, ...], Any]] = {}  # pid -> (param versions, LoRARequest)
