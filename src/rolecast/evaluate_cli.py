@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .config import RunConfig
-from .evaluation import append_eval_row, eval_key, evaluate
+from .evaluation import append_eval_row, eval_key
 from .runtime import build_runtime
 from .train.checkpoint import list_checkpoints, load_checkpoint, restore_policies
 
@@ -48,17 +48,7 @@ def run_eval_command(
             _, state = load_checkpoint(src, step)
             restore_policies(state, rt.policies)
         rt.backend.reseed(cfg.seed)
-        res = evaluate(
-            rt.spec,
-            problems,
-            task=rt.task,
-            prompts=rt.prompts,
-            router=rt.routing,
-            backend=rt.backend,
-            n_samples=n,
-            options=cfg.workflow.options,
-            ks=ks,
-        )
+        res = rt.evaluate(problems, n_samples=n, options=cfg.workflow.options, ks=ks)
         key = eval_key(
             cfg, run=str(src) if src else "base", step=step, tag="checkpoint" if src else "base", workflow=rt.spec.name
         )

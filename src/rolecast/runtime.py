@@ -10,10 +10,12 @@ from typing import Any
 from .config import ConfigError, RunConfig
 from .devices import resolve_device, resolve_dtype, resolve_mixed_adapters
 from .errors import DatasetError, UserError
+from .evaluation import EvalResult, evaluate
 from .policies import PolicySet, Routing, build_routing, load_tokenizer
 from .prompts import PromptBook
 from .rollout.engine import Backend
 from .tasks import Task, make_task
+from .tasks.base import Problem
 from .workflows import WorkflowSpec, get_workflow
 
 log = logging.getLogger(__name__)
@@ -28,6 +30,22 @@ class Runtime:
     tokenizer: Any
     policies: PolicySet
     backend: Backend
+
+    def evaluate(
+        self, problems: Sequence[Problem], *, n_samples: int, options: dict[str, Any], ks: Sequence[int] = (1,)
+    ) -> EvalResult:
+        """This runtime's workflow on `problems`, `n_samples` each, with its backend as it is set now."""
+        return evaluate(
+            self.spec,
+            problems,
+            task=self.task,
+            prompts=self.prompts,
+            router=self.routing,
+            backend=self.backend,
+            n_samples=n_samples,
+            options=options,
+            ks=ks,
+        )
 
 
 def make_backend(cfg: RunConfig, policies: PolicySet, tokenizer: Any) -> Backend:

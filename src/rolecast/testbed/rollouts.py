@@ -32,7 +32,6 @@ def rollout_competence(
 ) -> dict[str, Any]:
     """Per workflow: its pass@1 and what its judging role did with the candidates the model itself wrote."""
     from ..config import load_config
-    from ..evaluation import evaluate
     from ..runtime import build_runtime
 
     out: dict[str, Any] = {"protocol": {"problems": problems, "samples": samples, "temperature": temperature}}
@@ -50,16 +49,7 @@ def rollout_competence(
         probs = list(rt.task.problems(cfg.task.eval_split))[:problems]
         rt.backend.temperature = temperature
         rt.backend.reseed(seed)
-        res = evaluate(
-            rt.spec,
-            probs,
-            task=rt.task,
-            prompts=rt.prompts,
-            router=rt.routing,
-            backend=rt.backend,
-            n_samples=samples,
-            options=cfg.workflow.options,
-        )
+        res = rt.evaluate(probs, n_samples=samples, options=cfg.workflow.options)
         out[name] = {"n_episodes": len(res.episodes), "pass1": round(res.pass1, 4), **SUMMARIES[name](res.episodes)}
     return out
 

@@ -32,7 +32,7 @@ from ..diagnostics.gradients import GradientMonitor, InstanceGradients, flat_par
 from ..diagnostics.metrics import episode_metrics
 from ..diagnostics.warnings import EarlyWarning, metric_entries
 from ..episode import Episode, Turn, distinct_rows, group_turns, turns_by_policy
-from ..evaluation import append_eval_row, eval_key, evaluate
+from ..evaluation import append_eval_row, eval_key
 from ..policies import PolicySet
 from ..policies.models import cache_keyword
 from ..rollout.engine import RolloutStats, run_episodes
@@ -651,16 +651,8 @@ class _Session:
         backend.temperature, saved = cfg.eval.temperature, backend.temperature
         backend.reseed(_step_seed(cfg.seed, step, 2))
         try:
-            res = evaluate(
-                rt.spec,
-                self.eval_set,
-                task=rt.task,
-                prompts=rt.prompts,
-                router=rt.routing,
-                backend=backend,
-                n_samples=cfg.eval.n_samples,
-                options=cfg.workflow.options,
-                ks=(1, cfg.eval.n_samples),
+            res = rt.evaluate(
+                self.eval_set, n_samples=cfg.eval.n_samples, options=cfg.workflow.options, ks=(1, cfg.eval.n_samples)
             )
         finally:
             backend.temperature = saved
