@@ -222,7 +222,9 @@ def test_a_run_that_fails_before_its_first_step_leaves_no_run_dir(tmp_path, monk
 
     # fails in the base evaluation, after config.yaml was written: still nothing left; an existing empty
     # directory the user made stays
-    monkeypatch.setattr(grpo, "evaluate", crash)
+    from rolecast.runtime import Runtime
+
+    monkeypatch.setattr(Runtime, "evaluate", crash)
     run_dir.mkdir(parents=True)
     with pytest.raises(RuntimeError, match="sandbox crashed"):
         train(tiny(run_dir))
