@@ -96,3 +96,9 @@ def test_bf16_full_fine_tuning_keeps_float32_masters_in_its_checkpoints(tiny_mod
         by_shape.setdefault(tuple(w.shape), []).append(w)
     for m in masters:
         assert any(torch.equal(m.to(torch.bfloat16), w) for w in by_shape[tuple(m.shape)])
+
+
+def test_a_closure_is_refused_rather_than_run_after_the_gradients_were_copied():
+    p = torch.nn.Parameter(torch.ones(2, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match="no closure"):
+        MasterWeightAdamW([p], lr=1e-3).step(lambda: 0.0)

@@ -287,8 +287,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--tokenizer",
         default=None,
         metavar="DIR",
-        help="build: reuse this build's tokenizer (the shipped builds use src/rolecast/testbed/artifact's) instead "
-        "of training one on the new build's transcripts",
+        help="build: reuse this build's tokenizer (e.g. src/rolecast/testbed/artifact, to keep the shipped merges) "
+        "instead of training one on the new build's transcripts",
     )
     p.set_defaults(fn=cmd_testbed)
 

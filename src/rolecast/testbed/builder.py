@@ -404,7 +404,7 @@ def build(
     `tokenizer_dir`: reuse that build's tokenizer instead of training one on this build's transcripts. The
     merges depend on every transcript in the corpus, so a change to one role's transcripts retrains a
     different tokenizer, and the one such build measured learned arithmetic far slower (held-out solver
-    0.45 instead of 0.72 at step 500, on identical batches). The shipped builds reuse one tokenizer.
+    0.45 instead of 0.72 at step 500, on identical batches). Pass a shipped build's directory to keep its merges.
     """
     import torch
 

@@ -36,9 +36,11 @@ class MasterWeightAdamW(torch.optim.AdamW):
 
     @torch.no_grad()
     def step(self, closure: Any = None) -> Any:
+        if closure is not None:  # it would recompute the model's gradients after they were copied to the masters
+            raise ValueError("MasterWeightAdamW.step takes no closure")
         for p, m in zip(self.model_params, self.masters, strict=True):
             m.grad = None if p.grad is None else p.grad.float()
-        loss = super().step(closure)
+        loss = super().step()
         for p, m in zip(self.model_params, self.masters, strict=True):
             p.copy_(m)
             m.grad = None
