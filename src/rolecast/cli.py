@@ -99,7 +99,12 @@ def cmd_testbed(args: argparse.Namespace) -> int:
             seed=args.seed,
             size=args.size,
             evaluate=not args.no_eval,
-            tokenizer_dir=args.tokenizer,
+            **({"threads": args.threads} if args.threads else {}),
+            **(
+                {}
+                if args.tokenizer is None
+                else {"tokenizer_dir": None if args.tokenizer == "train" else args.tokenizer}
+            ),
             **({"steps": args.steps} if args.steps else {}),
         )
         print(f"testbed built in {path}")
@@ -280,15 +285,21 @@ def build_parser() -> argparse.ArgumentParser:
         "--steps",
         type=int,
         default=None,
-        help="warm-start optimizer steps (default 1000, batch 64; the first 500 train the solver and worker traces only)",
+        help="warm-start optimizer steps (default 2000, batch 64; the first 500 train the solver and worker traces only)",
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="build: torch threads (default 2, as the shipped builds; the weights depend on the thread count)",
     )
     p.add_argument("--no-eval", action="store_true", dest="no_eval", help="build: skip the per-role evaluation")
     p.add_argument(
         "--tokenizer",
         default=None,
         metavar="DIR",
-        help="build: reuse this build's tokenizer (e.g. src/rolecast/testbed/artifact, to keep the shipped merges) "
-        "instead of training one on the new build's transcripts",
+        help="build: reuse this build's tokenizer (default: the shipped one, as the shipped builds do), or 'train' "
+        "to train a new one on the build's transcripts",
     )
     p.set_defaults(fn=cmd_testbed)
 

@@ -30,28 +30,37 @@ from .stats import half_width, paired_margin, rate
 from .tokenizer import IM_END, reuse_tokenizer, train_tokenizer
 
 DEFAULT_SEED = 0
-DEFAULT_STEPS = 1000
-DEFAULT_THREADS = 1
+DEFAULT_STEPS = 2000
+# Float reductions depend on the thread split, so a build is reproducible for one thread count. The shipped
+# builds used 2, one build at a time on an idle 2-core machine (two builds side by side, or one beside other
+# work, stall each other's OpenMP threads: pass threads=1 then).
+DEFAULT_THREADS = 2
+# Every build reuses this tokenizer (trained by the first rebuild, 2026-11-30; both shipped sizes carry it).
+# A tokenizer trained on a build's own transcripts changes with every transcript, and one such retrained
+# tokenizer learned arithmetic far slower on identical batches.
+SHIPPED_TOKENIZER = Path(__file__).parent / "artifact"
 
-# Examples per batch by role after phase 1. The judging roles get the most: their decisions are the hardest
-# to learn, and they also solve first ("= 5 vs 4 \boxed{Incorrect}"), so they keep training arithmetic too.
+# Examples per batch by role after phase 1. The judging roles get the most: their copies and comparisons are
+# the hardest to learn, and they derive the answer step by step first ("4-1=3 vs 2 \boxed{Incorrect}"), so
+# they keep training the workers' arithmetic too. The one-step solver gets little, which keeps it in the band
+# where RL can improve it: the step-by-step arithmetic the other roles learn also makes it better.
 ROLE_WEIGHTS = {
-    "solve": 2.0,
+    "solve": 1.0,
     "evaluate": 2.5,
-    "aggregate": 3.0,
+    "aggregate": 2.5,
     "refine": 0.5,
-    "work": 1.0,
-    "synthesize": 0.75,
+    "work": 1.5,
+    "synthesize": 2.5,
     "orchestrate": 0.25,
 }
 CODE_SHARE = 0.2  # fraction of examples from testbed_code (secondary task)
-# Phase 1 teaches only the solver (and the workers' traces, below). A mixed curriculum from step 0 was measured to learn arithmetic far
-# slower (10% held-out after 1,100 steps of 32): the judging roles barely transfer while the model cannot
-# compute yet, and their long prompts cost compute. Once it computes, the other roles learn their formats.
+# Phase 1 teaches only arithmetic: the workers' step-by-step traces, and the solver's one-step answers. A mixed
+# curriculum from step 0 was measured to learn arithmetic far slower (10% held-out after 1,100 steps of 32):
+# the judging roles barely transfer while the model cannot compute yet, and their long prompts cost compute.
+# Once it computes, the other roles learn their formats.
 SOLVER_PHASE_STEPS = 500
 SOLVER_PHASE_CODE_SHARE = 0.1
-# Phase 1 also teaches the workers' step-by-step traces: the same arithmetic, one term at a time.
-SOLVER_PHASE_ROLES = {"solve": 2.0, "work": 1.0}
+SOLVER_PHASE_ROLES = {"solve": 1.0, "work": 2.0}
 # Loss weight of a judging role's decision tokens (verdict, each yes/no, the pick). At weight 1 the
 # first build's evaluator said Correct 97% of the time and its aggregator always picked candidate 1: the
 # decision is one or two tokens of a completion, and the cheapest fit was a constant.
@@ -393,7 +402,7 @@ def build(
     solver_steps: int = SOLVER_PHASE_STEPS,
     decision_weight: float = DECISION_WEIGHT,
     snapshot_every: int = 0,
-    tokenizer_dir: str | Path | None = None,
+    tokenizer_dir: str | Path | None = SHIPPED_TOKENIZER,
     log: Callable[[str], None] = _log,
 ) -> Path:
     """Build a testbed model into `out_dir` (tokenizer + fp16 safetensors + build_info.json) and return it.
@@ -401,18 +410,16 @@ def build(
     Deterministic for (seed, steps, batch_size, lr, threads, corpus sizes) on one machine: batches come
     from a seeded RNG and the schedule counts steps, not seconds.
 
-    `tokenizer_dir`: reuse that build's tokenizer instead of training one on this build's transcripts. The
-    merges depend on every transcript in the corpus, so a change to one role's transcripts retrains a
-    different tokenizer, and the one such build measured learned arithmetic far slower (held-out solver
-    0.45 instead of 0.72 at step 500, on identical batches). Pass a shipped build's directory to keep its merges.
+    `tokenizer_dir`: whose tokenizer to reuse; by default the shipped one, so a build reproduces the shipped
+    weights. `None` trains a new one on this build's transcripts: its merges depend on every transcript in
+    the corpus, and the one such build measured learned arithmetic far slower (held-out solver 0.45 instead
+    of 0.72 at step 500, on identical batches).
     """
     import torch
 
     t0 = time.time()
     out_dir = Path(out_dir)
-    # Float reductions depend on the thread split, so the count is fixed for reproducibility. One thread
-    # by default: on a busy 2-core machine two OpenMP threads stalled each other (a 10x slower forward),
-    # while one thread loses little on a model this small.
+    # The thread count is fixed for reproducibility (DEFAULT_THREADS).
     prev_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
     random.seed(seed)

@@ -58,12 +58,19 @@ def train_tokenizer(texts: Iterable[str], out_dir: str | Path, vocab_size: int =
     return fast
 
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
+
+
 def reuse_tokenizer(src_dir: str | Path, out_dir: str | Path):
-    """An earlier build's tokenizer, saved to `out_dir` and returned (a build that keeps its merges)."""
+    """An earlier build's tokenizer, its files copied byte for byte to `out_dir`, and loaded from there (a
+    build that keeps its merges; re-saving it would add keys of this transformers version to its config)."""
+    import shutil
+
     from transformers import AutoTokenizer
 
-    if not (Path(src_dir) / "tokenizer.json").is_file():
-        raise FileNotFoundError(f"{src_dir} has no tokenizer.json; pass a testbed build directory")
-    tok = AutoTokenizer.from_pretrained(str(src_dir))
-    tok.save_pretrained(str(out_dir))
-    return tok
+    missing = [f for f in TOKENIZER_FILES if not (Path(src_dir) / f).is_file()]
+    if missing:
+        raise FileNotFoundError(f"{src_dir} has no {', '.join(missing)}; pass a testbed build directory")
+    for f in TOKENIZER_FILES:
+        shutil.copyfile(Path(src_dir) / f, Path(out_dir) / f)
+    return AutoTokenizer.from_pretrained(str(out_dir))

@@ -189,9 +189,21 @@ def plan_text(strategies: list[str]) -> str:
     return "\n".join(f"STRATEGY {i}: {s}" for i, s in enumerate(strategies, 1))
 
 
-def _stated(problem: Problem) -> str:
-    """What judging roles write before their decision: their own answer (they solve, then compare)."""
-    return f"= {problem.answer}"
+def _stated(problem: Problem, answer: str | None = None) -> str:
+    """What judging roles write before their decision: their own answer, re-derived step by step.
+
+    Arithmetic: the left-to-right running sums (`7-8=-1 -1+9=8`), a different computation from the solver's
+    one-step answer, so a judge's errors are not the solver's errors. When the judges stated a one-step
+    answer (`= 8`), on the model's own rollouts that answer repeated the candidates' mistakes: the evaluator's
+    balanced accuracy was 0.56 and the aggregator picked a right voter no more often than voter 1.
+    `answer` (a critique quoted in a refine prompt): the derivation ends at that answer instead, a slip in
+    its last step.
+    """
+    answer = problem.answer if answer is None else answer
+    if is_code(problem):
+        return f"= {answer}"
+    trace = work_trace(problem, "left to right").rsplit(" \\boxed", 1)[0]
+    return trace[: trace.rindex("=") + 1] + answer
 
 
 def _shown(problem: Problem, candidate: str) -> str:
@@ -281,11 +293,12 @@ def make_example(role: str, problem: Problem, rng: random.Random, book: PromptBo
         return work_example(problem, strategy, book)
     elif role == "synthesize":
         n = rng.choice((1, 2, 3, 3, 3, 4))
-        p = rng.choice((0.3, 0.5, 0.7))
+        # Workers write step by step and are right more often than one-step solvers.
+        p = rng.choice((0.4, 0.6, 0.8))
         sols = [noisy_answer(problem, rng, p, misses) for _ in range(n)]
         strategies = strategies_for(problem, n)
         msgs = book.render("synthesize", problem=problem.text, strategies=strategies, solutions=sols)
-        target = solve_text
+        target, decisions = _with_decisions(_agreement_parts(problem, sols))
         info["candidates"] = sols
     elif role == "evaluate":
         sol = noisy_answer(problem, rng, 0.5, misses)
@@ -329,10 +342,11 @@ def make_example(role: str, problem: Problem, rng: random.Random, book: PromptBo
                 options = [problem.answer] * 3 + misses
                 options = [a for a in options if a != sol_ans]
             critic_answer = rng.choice(options) if options else problem.answer
-            critique = _with_decisions(_verdict_parts(f"= {critic_answer}", _shown(problem, sol), False))[0]
+            critique = _with_decisions(_verdict_parts(_stated(problem, critic_answer), _shown(problem, sol), False))[0]
             history.append({"solution": sol, "critique": critique})
         msgs = book.render("refine", problem=problem.text, history=history)
-        target = solve_text
+        # After a rejection the answer is re-derived the careful way, as the judges do.
+        target = solve_text if is_code(problem) else f"{_stated(problem)} {solve_text}"
     elif role == "orchestrate":
         k = rng.choice((2, 3, 3, 4))
         msgs = book.render("orchestrate", problem=problem.text, k=k)
@@ -348,6 +362,26 @@ def _verdict_parts(stated: str, shown: str, correct: bool) -> list[str | tuple[s
     """An evaluator's output as parts (`= 8 vs 7 \\boxed{Incorrect}`), the verdict marked as its decision;
     refine prompts quote the same text as the critique."""
     return [f"{stated} vs {shown} \\boxed{{", ("Correct" if correct else "Incorrect",), "}"]
+
+
+def _agreement_parts(problem: Problem, candidates: list[str]) -> list[str | tuple[str]]:
+    """A synthesizer's output: candidates compared pair by pair (1-2, 1-3, 2-3, 1-4, ...) up to the first two
+    that agree, whose answer it gives; when none agree, its own answer re-derived step by step.
+
+    Workers follow different strategies, so their slips differ and two agreeing workers are usually right:
+    for three workers the first agreeing pair is the majority. Taught the true answer whatever the
+    candidates said (the first rebuild), the synthesizer learnt to solve in one step with the workers as
+    distraction, and on its own rollouts fell below worker 1.
+    """
+    shown = [_shown(problem, c) for c in candidates]
+    parts: list[str | tuple[str]] = []
+    for j in range(1, len(shown)):
+        for i in range(j):
+            same = shown[i] == shown[j] and shown[i] != "?"
+            parts += [f"{i + 1}:{shown[i]} vs {j + 1}:{shown[j]} ", ("yes" if same else "no",), " "]
+            if same:
+                return parts + [answer_text(problem, shown[i])]
+    return parts + [f"{_stated(problem)} {answer_text(problem, problem.answer)}"]
 
 
 def _with_decisions(parts: list[str | tuple[str]]) -> tuple[str, list[tuple[int, int]]]:
