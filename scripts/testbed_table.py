@@ -109,6 +109,12 @@ rollout_rows = [
     ("orch_workers: pass@1 = synthesizer", lambda r: ci(r["orch_workers"])),
     ("… worker 1", lambda r: f"{r['orch_workers']['baseline_first']:.2f}"),
     ("… margin over worker 1 (paired)", lambda r: m(r["orch_workers"]["vs_first"])),
+    ("… workers disagree", lambda r: pct(r["orch_workers"]["workers_disagree"])),
+    (
+        "… workers 1 / 2 / 3 right",
+        lambda r: " / ".join(pct(a) for a in r["orch_workers"]["worker_accuracy"].values()),
+    ),
+    ("… a majority vote over the workers (ties: worker 1)", lambda r: pct(r["orch_workers"]["majority_vote"])),
 ]
 rolls = [i.get("rollouts") for i in infos]
 if all(rolls):

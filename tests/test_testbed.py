@@ -414,6 +414,35 @@ def test_shipped_judging_roles_do_their_job_on_their_own_rollouts():
     assert syn["margin"] - syn["margin_ci"] > 0, syn
 
 
+def test_rollout_synthesizer_summary_counts_workers_by_hand():
+    """What the workers gave the synthesizer, on three hand-built episodes (truth 8): disagreement, accuracy by
+    position and the majority-vote ceiling (ties and no majority: worker 1)."""
+    from rolecast.episode import AnswerClaim, Episode, Turn
+    from rolecast.testbed.rollouts import _synthesizer
+
+    def ep(workers: list[str], final: str) -> Episode:
+        turns = []
+        for role, text in [*(("worker", w) for w in workers), ("synthesizer", final)]:
+            t = Turn(role, role, "p", [1], [2], [0.0], text, "stop", claim=AnswerClaim(text))
+            t.claim.correct = text == "\\boxed{8}"  # what scoring sets
+            turns.append(t)
+        return Episode("q", 0, turns)
+
+    b = "\\boxed{{{}}}".format
+    r = _synthesizer(
+        [
+            ep([b(7), b(8), b(8)], b(8)),  # majority right, worker 1 wrong, synthesizer right
+            ep([b(8), b(8), b(8)], b(7)),  # all agree and right, synthesizer wrong
+            ep([b(8), b(6), b("-0")], b(8)),  # no majority: worker 1
+        ]
+    )
+    assert r["accuracy"] == round(2 / 3, 4) and r["baseline_first"] == round(2 / 3, 4)
+    assert r["vs_first"]["margin"] == 0.0
+    assert r["workers_disagree"] == round(2 / 3, 4)
+    assert r["worker_accuracy"] == {"1": round(2 / 3, 4), "2": round(2 / 3, 4), "3": round(2 / 3, 4)}
+    assert r["majority_vote"] == 1.0
+
+
 def test_large_testbed_is_the_same_recipe_at_four_times_the_size():
     from rolecast.config import load_config
 

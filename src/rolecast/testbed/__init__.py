@@ -99,20 +99,25 @@ def format_rollouts(r: dict[str, Any]) -> str:
     """`rollout_competence`'s numbers: each judging role on what the same model wrote in its workflow."""
     p = r["protocol"]
     ev, agg, syn = r["eval_opt"], r["voting"], r["orch_workers"]
-    return "\n".join(
-        [
-            f"own workflow rollouts: {p['problems']} held-out arithmetic problems x {p['samples']} samples, "
-            f"temperature {p['temperature']}",
-            f"  eval_opt     pass@1 {ev['pass1']:.2f}  evaluator: says Correct {ev['accept_rate']:.2f} "
-            f"(truly {ev['truly_correct']:.2f}), balanced accuracy {ev['balanced_accuracy']:.2f} "
-            f"± {ev['balanced_accuracy_ci']:.2f} (n={ev['n_verdicts']})",
-            f"  voting       pass@1 {agg['pass1']:.2f}  aggregator, a voter right (n={agg['n_with_correct']}): picks one "
-            f"{agg['accuracy_with_correct']:.2f}; voter 1 {agg['baseline_first']:.2f} (margin "
-            f"{_margin(agg['vs_first'])}), random {agg['baseline_random']:.2f} (margin {_margin(agg['vs_random'])})",
-            f"  orch_workers pass@1 {syn['pass1']:.2f}  synthesizer {syn['accuracy']:.2f}; worker 1 "
-            f"{syn['baseline_first']:.2f} (margin {_margin(syn['vs_first'])})",
-        ]
-    )
+    lines = [
+        f"own workflow rollouts: {p['problems']} held-out arithmetic problems x {p['samples']} samples, "
+        f"temperature {p['temperature']}",
+        f"  eval_opt     pass@1 {ev['pass1']:.2f}  evaluator: says Correct {ev['accept_rate']:.2f} "
+        f"(truly {ev['truly_correct']:.2f}), balanced accuracy {ev['balanced_accuracy']:.2f} "
+        f"± {ev['balanced_accuracy_ci']:.2f} (n={ev['n_verdicts']})",
+        f"  voting       pass@1 {agg['pass1']:.2f}  aggregator, a voter right (n={agg['n_with_correct']}): picks one "
+        f"{agg['accuracy_with_correct']:.2f}; voter 1 {agg['baseline_first']:.2f} (margin "
+        f"{_margin(agg['vs_first'])}), random {agg['baseline_random']:.2f} (margin {_margin(agg['vs_random'])})",
+        f"  orch_workers pass@1 {syn['pass1']:.2f}  synthesizer {syn['accuracy']:.2f}; worker 1 "
+        f"{syn['baseline_first']:.2f} (margin {_margin(syn['vs_first'])})",
+    ]
+    if "workers_disagree" in syn:  # builds recorded before 2026-12-01 lack it
+        lines.append(
+            f"               workers disagree {syn['workers_disagree']:.2f}; right by position "
+            + " / ".join(f"{a:.2f}" for a in syn["worker_accuracy"].values())
+            + f"; a majority vote over them {syn['majority_vote']:.2f}"
+        )
+    return "\n".join(lines)
 
 
 def _margin(m: dict[str, float]) -> str:
