@@ -254,3 +254,19 @@ def test_one_run_directory(tmp_path):
     c = smap.cells[0]
     assert c.axes["workflow"] == "voting" and c.curve.cliff.step == 15 and c.curve.base is None
     json.dumps(text_map(smap))  # renders without a base
+
+
+def test_text_map_names_rows_by_the_axes_that_vary(tmp_path):
+    """A scale matrix (one task, two models): rows are named by the model, not task/model/..., so they keep
+    their signature and state columns within the screen's width."""
+    root = build_sweep(tmp_path / "sweep")
+    sweep = json.loads((root / "sweep.json").read_text())
+    for c in sweep["cells"]:
+        if c["name"] == "testbed-voting-testbed-isolated-s0":
+            c["axes"]["model"] = "testbed-large"
+    (root / "sweep.json").write_text(json.dumps(sweep))
+    lines = text_map(collect_map(root)).splitlines()
+    assert next(ln for ln in lines if ln.startswith("testbed-large/voting-isolated "))
+    row = next(ln for ln in lines if ln.startswith("testbed/voting-shared "))
+    assert row.endswith("done") and "length_collapse(9)" in row
+    assert not any(ln.startswith("testbed/testbed") for ln in lines)

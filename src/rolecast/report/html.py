@@ -322,10 +322,10 @@ def short_summary_lines(comparisons: list[SharingComparison], z: float = Z_95) -
         who = f"{b} wins" if lo > 0 else f"{a} wins" if hi < 0 else "no clear winner"
         return f"{what} {d:+.3f} [{lo:+.2f},{hi:+.2f}] {who}"
 
-    keys = {(c.task, c.model) for c in comparisons}
+    varying = [k for k in ("task", "model") if len({getattr(c, k) for c in comparisons}) > 1]
     lines = []
     for c in comparisons:
-        key = str(c.workflow) if len(keys) == 1 else f"{c.workflow}/{c.task}/{c.model}"
+        key = "/".join([str(c.workflow), *(str(getattr(c, k)) for k in varying)])
         if c.final_diff is None or c.peak_diff is None:
             lines.append(f"{key}: only {c.a} finished")
             continue
@@ -377,13 +377,16 @@ def text_map(smap: SweepMap, width: int = 120) -> str:
     header = ("cell", "base", "peak@step", "final", "gain [95%]", "cliff", "signature", "state")
     rows = []
     errors: list[str] = []
+    # Only the task/model axes that vary name a row: "testbed-large/voting-shared", not
+    # "testbed/testbed-large/voting-shared", keeps a scale matrix's rows within the screen's width.
+    varying = [k for k in ("task", "model") if len({x.axes.get(k) for x in cells}) > 1]
     for c in cells:
         a = c.axes
         label = "-".join(str(a[k]) for k in ("workflow", "sharing") if a.get(k) is not None) or c.name
         if a.get("seed") not in (None, 0):
             label += f"-s{a['seed']}"
-        if len({(x.axes.get("task"), x.axes.get("model")) for x in cells}) > 1:
-            label = f"{a.get('task')}/{a.get('model')}/{label}"
+        if varying:
+            label = "/".join(str(a.get(k)) for k in varying) + f"/{label}"
         n = _row_numbers(c)
         sig = c.dominant_signature
         mark = {"pos": "+", "neg": "-", "zero": "="}.get(c.gain_class(), " ")
