@@ -274,9 +274,10 @@ def _run(run_dir, stop_after=None, resume=False, **over):
         "model.path": "testbed",
         "run_dir": str(run_dir),
         "train.steps": 2,
-        "train.problems_per_step": 2,
+        # 4 problems: with 2, the current testbed's voting groups were all right or all wrong (no advantage)
+        "train.problems_per_step": 4,
         "train.group_size": 4,
-        "rollout.max_new_tokens": 6,
+        "rollout.max_new_tokens": 40,  # the aggregator derives the answer before it picks
         "eval.at_start": False,
         "eval.at_end": False,
         "logging.progress": False,

@@ -93,10 +93,11 @@ def test_real_tiny_sweep_report(browser, tmp_path, capsys):
             set:
               threads: 1
               train.steps: 2
-              train.problems_per_step: 2
+              # 4 problems and room for the aggregator's derivation: voting steps with something to learn
+              train.problems_per_step: 4
               train.group_size: 4
               train.epochs: 1
-              rollout.max_new_tokens: 8
+              rollout.max_new_tokens: 40
               eval.protocol: study
               eval.n_samples: 2
               eval.size: 2
