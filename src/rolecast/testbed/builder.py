@@ -35,7 +35,7 @@ DEFAULT_STEPS = 2000
 # builds used 2, one build at a time on an idle 2-core machine (two builds side by side, or one beside other
 # work, stall each other's OpenMP threads: pass threads=1 then).
 DEFAULT_THREADS = 2
-# Every build reuses this tokenizer (trained by the first rebuild, 2026-11-30; both shipped sizes carry it).
+# Every build reuses this tokenizer (trained by the first rebuild, 2026-12-01; both shipped sizes carry it).
 # A tokenizer trained on a build's own transcripts changes with every transcript, and one such retrained
 # tokenizer learned arithmetic far slower on identical batches.
 SHIPPED_TOKENIZER = Path(__file__).parent / "artifact"
