@@ -270,3 +270,15 @@ def test_text_map_names_rows_by_the_axes_that_vary(tmp_path):
     row = next(ln for ln in lines if ln.startswith("testbed/voting-shared "))
     assert row.endswith("done") and "length_collapse(9)" in row
     assert not any(ln.startswith("testbed/testbed") for ln in lines)
+
+
+def test_text_map_folds_a_long_sharing_verdict_instead_of_cutting_it(tmp_path):
+    smap = collect_map(build_sweep(tmp_path / "sweep"))
+    verdict = (
+        "voting: isolated - shared: final +0.200 [+0.12,+0.28] isolated wins; peak -0.200 [-0.28,-0.12] shared wins"
+    )
+    assert verdict in text_map(smap).splitlines()  # fits in 120 columns: one line
+    lines = text_map(smap, width=80).splitlines()
+    i = lines.index("voting: isolated - shared: final +0.200 [+0.12,+0.28] isolated wins;")
+    assert lines[i + 1] == "    peak -0.200 [-0.28,-0.12] shared wins"
+    assert max(len(ln) for ln in lines if ln.startswith("voting-")) == 80  # the table's rows are cut there

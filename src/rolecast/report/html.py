@@ -368,6 +368,16 @@ def _state_text(c: CellView) -> str:
     return c.state
 
 
+def _cut(line: str, width: int) -> str:
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+def _fold(line: str, width: int) -> list[str]:
+    """A verdict continues on an indented line at its "; " (final; peak), so neither half is cut."""
+    head, sep, tail = line.partition("; ")
+    return [_cut(head + ";", width), _cut(f"    {tail}", width)] if sep else [_cut(line, width)]
+
+
 def text_map(smap: SweepMap, width: int = 120) -> str:
     """One screen: a line per training cell (base, peak@step, final, gain [95%], cliff, signature, state), the
     protocol(s), and which sharing mode won where."""
@@ -409,11 +419,11 @@ def text_map(smap: SweepMap, width: int = 120) -> str:
 
     def fmt(r: tuple[str, ...]) -> str:
         s = "  ".join(v.ljust(w) if i < len(r) - 1 else v for i, (v, w) in enumerate(zip(r, widths, strict=True)))
-        return s if len(s) <= width else s[: width - 1] + "…"
+        return _cut(s, width)
 
     lines.append(fmt(header))
     lines += [fmt(r) for r in rows]
-    lines += [s if len(s) <= width else s[: width - 1] + "…" for s in (f"  error {e}" for e in errors)]
+    lines += [_cut(f"  error {e}", width) for e in errors]
     lines.append(
         "gain = final - base, 95% interval; + significantly above 0, = within noise, - below; (x@s): last so far"
     )
@@ -421,7 +431,10 @@ def text_map(smap: SweepMap, width: int = 120) -> str:
     if shown:
         lines.append("signature: the failure signature seen at the most logged steps (how many); docs/analysis.md")
         lines += [f"  {name}: {SIGNATURE_MEANINGS.get(name, '')}" for name in shown]
-    lines += [s if len(s) <= width else s[: width - 1] + "…" for s in short_summary_lines(compare_sharing(cells))]
+    verdicts = short_summary_lines(compare_sharing(cells))
+    if any(len(v) > width for v in verdicts):  # fold them all, so they stay aligned
+        verdicts = [part for v in verdicts for part in _fold(v, width)]
+    lines += verdicts
     bad = [c for c in smap.cells if c.kind == "base_eval" and c.state != "done"]
     lines += [f"base evaluation {c.name}: {c.state}" + (f": {c.error}" if c.error else "") for c in bad]
     lines += smap.notes
