@@ -11,14 +11,13 @@ number comes from the claims scored by the trainer's own `score_episodes`.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from ..episode import AnswerClaim, Episode, PickClaim, VerdictClaim
-from ..rewards.math import last_boxed
 from .stats import half_width, paired_margin, rate
+from .transcripts import boxed_integer, majority_holders
 
 WORKFLOWS = ("eval_opt", "voting", "orch_workers")
 
@@ -106,9 +105,10 @@ def _synthesizer(episodes: Sequence[Episode]) -> dict[str, Any]:
         if workers and final:
             synth.append(bool(final[-1].correct))
             first.append(float(bool(workers[0].correct)))
-            answers = [_answer(w.text) for w in workers]
+            answers = [boxed_integer(w.text) for w in workers]
             disagree.append(len(set(answers)) > 1)
-            majority.append(bool(workers[_majority(answers)].correct))
+            # a majority vote's pick: the first worker holding the majority answer, else worker 1
+            majority.append(bool(workers[(majority_holders(answers) or [0])[0]].correct))
             for i, w in enumerate(workers):
                 by_position.setdefault(i + 1, []).append(bool(w.correct))
     acc, ci = rate(synth)
@@ -121,22 +121,6 @@ def _synthesizer(episodes: Sequence[Episode]) -> dict[str, Any]:
         "worker_accuracy": {str(i): rate(v)[0] for i, v in sorted(by_position.items())},
         "majority_vote": rate(majority)[0],
     }
-
-
-def _answer(text: str) -> str | None:
-    """A worker's boxed answer as an integer's text where it is one (so -0 and 0 agree)."""
-    found = last_boxed(text)
-    try:
-        return None if found is None else str(int(found.replace(" ", "")))
-    except ValueError:
-        return found
-
-
-def _majority(answers: Sequence[str | None]) -> int:
-    """The first worker holding the most common parseable answer given by two or more, else worker 1."""
-    counts = Counter(a for a in answers if a is not None)
-    top = max(counts.values(), default=0)
-    return next((i for i, a in enumerate(answers) if a is not None and counts[a] == top), 0) if top > 1 else 0
 
 
 SUMMARIES = {"eval_opt": _evaluator, "voting": _aggregator, "orch_workers": _synthesizer}

@@ -12,7 +12,7 @@ import ast
 import random
 import re
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -110,11 +110,23 @@ def _canon(problem: Problem, text: str | None) -> str | None:
     if is_code(problem):
         vals = _safe_code_values(extract_program(text), [x for x, _ in problem.meta["tests"]])
         return None if vals is None else repr(vals)
+    return boxed_integer(text)
+
+
+def boxed_integer(text: str | None) -> str | None:
+    """The last boxed answer, as an integer's text where it is one (so -0 and 0, "- 1" and "-1" agree)."""
     a = last_boxed(text)
     try:
         return None if a is None else str(int(a.replace(" ", "")))
     except ValueError:
         return a
+
+
+def majority_holders(answers: Sequence[str | None]) -> list[int]:
+    """Indices of the answer given most often, where two or more gave it (ties: all of them); else none."""
+    counts = Counter(a for a in answers if a is not None)
+    top = max(counts.values(), default=0)
+    return [i for i, a in enumerate(answers) if a is not None and counts[a] == top] if top > 1 else []
 
 
 # --- the noise model --------------------------------------------------------------------------------
@@ -400,13 +412,8 @@ def acceptable_picks(problem: Problem, candidates: list[str]) -> list[int]:
     good = [i for i, c in enumerate(candidates) if is_correct(problem, c)]
     if good:
         return good
-    answers = [_canon(problem, c) for c in candidates]
-    counts = Counter(a for a in answers if a is not None)
-    if counts:
-        top = max(counts.values())
-        if top > 1:
-            return [i for i, a in enumerate(answers) if a is not None and counts[a] == top]
-    return [0]  # nothing to prefer: the first is as good as any
+    # nothing to prefer: the first is as good as any
+    return majority_holders([_canon(problem, c) for c in candidates]) or [0]
 
 
 # --- judging a model's completion for an example ---------------------------------------------------------
