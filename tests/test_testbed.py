@@ -489,6 +489,23 @@ def test_build_is_deterministic(tmp_path):
     assert info(c)["tokenizer_sha256"] == info()["tokenizer_sha256"] != info(a)["tokenizer_sha256"]
 
 
+def test_testbed_build_command_line_options_reach_the_build(tmp_path):
+    """`--steps`, `--threads` and `--tokenizer` (default: the shipped one; `train`: a new one; DIR: that
+    build's) are what the build records."""
+    from rolecast.cli import main
+
+    def built(name: str, *flags: str) -> dict:
+        assert main(["testbed", "build", "--out", str(tmp_path / name), "--steps", "2", "--no-eval", *flags]) == 0
+        return info(tmp_path / name)
+
+    shipped = info()["tokenizer_sha256"]
+    a = built("a", "--threads", "1")
+    assert (a["steps"], a["threads"], a["tokenizer_sha256"]) == (2, 1, shipped)
+    b = built("b", "--tokenizer", "train")
+    assert b["threads"] == 2 and b["tokenizer_sha256"] != shipped
+    assert built("c", "--tokenizer", str(tmp_path / "b"))["tokenizer_sha256"] == b["tokenizer_sha256"]
+
+
 def test_one_command_line_for_the_testbed(capsys):
     """`rolecast testbed info` prints the build's per-role table; the package has no second CLI of its own."""
     import rolecast.testbed

@@ -94,19 +94,14 @@ def cmd_testbed(args: argparse.Namespace) -> int:
     from . import testbed
 
     if args.action == "build":
-        path = testbed.build(
-            args.out,
-            seed=args.seed,
-            size=args.size,
-            evaluate=not args.no_eval,
-            **({"threads": args.threads} if args.threads else {}),
-            **(
-                {}
-                if args.tokenizer is None
-                else {"tokenizer_dir": None if args.tokenizer == "train" else args.tokenizer}
-            ),
-            **({"steps": args.steps} if args.steps else {}),
-        )
+        options: dict[str, Any] = {}  # what the command line leaves out keeps build()'s default
+        if args.steps:
+            options["steps"] = args.steps
+        if args.threads:
+            options["threads"] = args.threads
+        if args.tokenizer is not None:
+            options["tokenizer_dir"] = None if args.tokenizer == "train" else args.tokenizer
+        path = testbed.build(args.out, seed=args.seed, size=args.size, evaluate=not args.no_eval, **options)
         print(f"testbed built in {path}")
     else:
         path = Path(args.dir) if args.dir else testbed.default_path(args.size)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -64,8 +65,6 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jin
 def reuse_tokenizer(src_dir: str | Path, out_dir: str | Path):
     """An earlier build's tokenizer, its files copied byte for byte to `out_dir`, and loaded from there (a
     build that keeps its merges; re-saving it would add keys of this transformers version to its config)."""
-    import shutil
-
     from transformers import AutoTokenizer
 
     missing = [f for f in TOKENIZER_FILES if not (Path(src_dir) / f).is_file()]
