@@ -82,8 +82,16 @@ def test_voting_isolated_lora_writes_per_role_metrics(tiny_model_dir, tmp_path):
             "model.lora.r": 4,
             "train.lr": 1e-3,
         },
+        # the study's Isolated-Policy schedule: one clock shared by the policies, kept in the checkpoint
+        {
+            "workflow.name": "voting",
+            "routing.sharing": "isolated",
+            "train.lr_schedule": "verl_cosine",
+            "train.lr_clock": "role_update",
+            "train.warmup_steps": 1,
+        },
     ],
-    ids=["single-shared", "voting-isolated-full", "voting-isolated-lora"],
+    ids=["single-shared", "voting-isolated-full", "voting-isolated-lora", "voting-isolated-role-update-clock"],
 )
 def test_resumed_run_equals_uninterrupted(tmp_path, cell):
     """The embedded testbed model solves about half the problems, so groups carry advantages and the weights

@@ -85,6 +85,10 @@ class RolloutSettings(_Strict):
     # do not depend on which other rows share its batch, so a run on N processes samples exactly what it
     # samples on one (slower: smaller batches). Off: one seed per step for the whole batch (the default).
     seed_per_prompt: bool = False
+    # A cap on a role call's prompt, in tokens (None: none). A longer prompt ends the episode there, as in the
+    # reference study (verl's data.max_prompt_length; rllm raises MAX_PROMPT_LENGTH_EXCEEDED): the call is not
+    # made, the workflow stops, the turns made so far stay and the episode has no final answer (reward 0).
+    max_prompt_tokens: int | None = Field(None, gt=0)
 
 
 class TrainSettings(_Strict):
@@ -92,7 +96,15 @@ class TrainSettings(_Strict):
     problems_per_step: int = Field(16, gt=0)
     group_size: int = Field(8, gt=0)
     lr: float = Field(2e-5, gt=0)
-    lr_schedule: Literal["cosine", "constant"] = "cosine"
+    # cosine | constant: rolecast's (warmup (k + 1) / (warmup + 1), cosine flat after train.steps);
+    # verl_cosine | verl_constant: verl's, as the reference study trains (warmup k / warmup from lr 0, a cosine
+    # not clamped at its end, so it climbs back up past it). train/schedule.py
+    lr_schedule: Literal["cosine", "constant", "verl_cosine", "verl_constant"] = "cosine"
+    # What advances the schedule. step: each policy's own schedule, once per training step (rolecast's default).
+    # role_update: the study's Isolated-Policy behaviour (one verl actor, one scheduler, stepped inside every
+    # per-role update call): one clock shared by all policies, advanced once per policy update that has data,
+    # so with k isolated policies warmup and cosine run k times faster. Shared-Policy (k = 1): identical.
+    lr_clock: Literal["step", "role_update"] = "step"
     warmup_steps: int = Field(0, ge=0)
     min_lr_ratio: float = Field(0.0, ge=0, le=1)
     weight_decay: float = Field(0.0, ge=0)
@@ -120,6 +132,18 @@ class TrainSettings(_Strict):
     micro_batch_tokens: int = Field(8192, gt=0)  # gradient accumulation by token budget
     mask_truncated: bool = False  # drop completions that hit max_new_tokens from the loss
     logprob_check_tol: float = Field(0.02, gt=0)  # max mean |sampler - trainer| log-prob gap on step 1
+    # The update's fine print (docs/study_recipe.md, "The update's fine print"); each default is rolecast's.
+    # old_logprobs: the ratio's denominator. sampler: the log-probs the sampler returned. trainer: recomputed by
+    # the trainer before the update (the reference study, verl with rollout correction off; on a GPU vLLM's
+    # differ from the trainer's); the sampler-vs-trainer gap is logged as policy/<id>/logprob_gap every step.
+    old_logprobs: Literal["sampler", "trainer"] = "sampler"
+    # dual-clip PPO (verl's clip_ratio_c, 3 in the study): a negative-advantage token's loss is capped at -A * c
+    dual_clip: float | None = Field(None, gt=1)
+    # actual: each mini-batch's loss is the mean over its own rows. nominal (verl's use_dynamic_bsz scaling, the
+    # study's): times rows / mini_batch_size, so a short last mini-batch takes a proportionally smaller step
+    minibatch_scale: Literal["actual", "nominal"] = "actual"
+    # a GRPO group of one: zero (no baseline, no signal) or reward (verl's mean 0 / std 1: advantage = reward)
+    singleton_advantage: Literal["zero", "reward"] = "zero"
     # Divergence stops (docs/training.md): the run stops, keeping its last good checkpoint, when one policy's
     # optimizer updates were skipped as non-finite this many times in a row, or when one policy's mean token
     # entropy stays within max_entropy_tol x log|V| of its maximum log|V| for max_entropy_steps steps in a row
@@ -317,7 +341,7 @@ def check_run_config(cfg: RunConfig) -> None:
     from .policies.router import build_routing
     from .prompts import PromptBook
     from .tasks import make_task, task_names
-    from .train.advantages import ADVANTAGES
+    from .train.advantages import ADVANTAGES, SINGLETON_REWARD_ESTIMATORS
     from .train.attribution import ATTRIBUTIONS
     from .train.losses import AGGREGATIONS
     from .workflows import get_workflow
@@ -363,6 +387,16 @@ def check_run_config(cfg: RunConfig) -> None:
         raise FieldError("train.advantage", f"unknown estimator {cfg.train.advantage!r}; known: {sorted(ADVANTAGES)}")
     if cfg.train.loss_agg not in AGGREGATIONS:
         raise FieldError("train.loss_agg", f"unknown mode {cfg.train.loss_agg!r}; known: {sorted(AGGREGATIONS)}")
+    if cfg.train.singleton_advantage == "reward" and cfg.train.advantage not in SINGLETON_REWARD_ESTIMATORS:
+        raise FieldError(
+            "train.singleton_advantage",
+            f"'reward' is verl's rule for {list(SINGLETON_REWARD_ESTIMATORS)}, not train.advantage "
+            f"{cfg.train.advantage!r}",
+        )
+    if cfg.train.minibatch_scale == "nominal" and cfg.train.update_schedule != "per_minibatch":
+        raise FieldError(
+            "train.minibatch_scale", "'nominal' scales mini-batches: it needs train.update_schedule: per_minibatch"
+        )
     _check_model_path(cfg.model.path)
     _check_device(cfg.model.device)
     _check_interventions(cfg.interventions, spec.roles)

@@ -95,8 +95,9 @@ def replay_warnings(
     return alerts
 
 
-_GRAD_ROLE = re.compile(r"^grad/(?P<pid>[^/]+)/(?P<role>[^/]+)/(?P<stat>norm|share|amplification)$")
+_GRAD_ROLE = re.compile(r"^grad/(?P<pid>[^/]+)/(?P<role>[^/]+)/(?P<stat>norm|share|alignment)$")
 _UPDATE = re.compile(r"^update/(?P<pid>[^/]+)/(?P<stat>size|drift)$")
+_LR = re.compile(r"^policy/(?P<pid>[^/]+)/(?P<stat>lr)$")
 
 
 def collect_series(
@@ -255,17 +256,22 @@ def _draw(
             for stat, label in (
                 ("norm", "gradient norm |g_r|"),
                 ("share", "share s_r = g_r.g/|g|^2"),
-                ("amplification", "amplification"),
+                ("alignment", "instance alignment |sum g_i|^2 / sum |g_i|^2 (1 orthogonal, N identical)"),
             )
             if stat in grads
         ]
         files.append(plot_panels(out_dir / "gradients.png", panels, title=f"per-role gradients {title}"))
     updates = collect_series(run.metrics, _UPDATE, lambda m: m.group("pid"))
-    if updates:
+    lrs = collect_series(run.metrics, _LR, lambda m: m.group("pid"))
+    if updates or lrs:
         panels = [
-            (label, updates[stat])
-            for stat, label in (("size", "update size |dtheta|"), ("drift", "drift |theta_t - theta_0|"))
-            if stat in updates
+            (label, series[stat])
+            for series, stat, label in (
+                (lrs, "lr", "learning rate per policy"),
+                (updates, "size", "update size |dtheta|"),
+                (updates, "drift", "drift |theta_t - theta_0|"),
+            )
+            if stat in series
         ]
         files.append(plot_panels(out_dir / "updates.png", panels, title=f"updates per policy {title}"))
     return [str(f.relative_to(run.run_dir)) for f in files]

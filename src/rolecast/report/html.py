@@ -24,7 +24,7 @@ from typing import Any
 
 from ..diagnostics.curves import Z_95, CurvePoint, CurveSummary, eval_points, summarize_curve
 from ..diagnostics.warnings import SIGNATURE_MEANINGS
-from .analyze import _GRAD_ROLE, _answer_extractor, collect_series, group_alerts, replay_warnings
+from .analyze import _GRAD_ROLE, _LR, _answer_extractor, collect_series, group_alerts, replay_warnings
 from .rundir import read_jsonl, read_run
 
 AXES = ("workflow", "task", "model", "sharing", "seed")
@@ -195,6 +195,7 @@ def _cell_view(
     except Exception as e:  # a report must not die on one cell's odd episodes
         cell.notes.append(f"failure signatures not checked ({e.__class__.__name__}: {e})")
     cell.grads = collect_series(run.metrics, _GRAD_ROLE, lambda m: f"{m.group('pid')}/{m.group('role')}")
+    cell.grads.update(collect_series(run.metrics, _LR, lambda m: m.group("pid")))
     cell.notes += run.notes
     return cell
 
@@ -493,7 +494,11 @@ def _plots(c: CellView, tmp: Path, notes: list[str]) -> list[str]:
             out.append(_img(p, f"accuracy {c.name}"))
         panels = [
             (label, c.grads[stat])
-            for stat, label in (("share", "gradient share s_r = g_r.g/|g|^2"), ("amplification", "amplification"))
+            for stat, label in (
+                ("lr", "learning rate per policy"),
+                ("share", "gradient share s_r = g_r.g/|g|^2"),
+                ("alignment", "instance alignment (1 orthogonal, N identical)"),
+            )
             if stat in c.grads
         ]
         if panels:
@@ -634,7 +639,7 @@ def render_html(smap: SweepMap) -> str:
             imgs = _plots(c, Path(tmp), notes)
             if imgs:
                 parts += ['<div class="plots">', *imgs, "</div>"]
-            if not c.grads and c.curve is not None:
+            if not any(stat != "lr" for stat in c.grads) and c.curve is not None:
                 parts.append("<p class='notes'>no per-role gradient measurements (diagnostics.gradients.every: 0)</p>")
             if c.signatures:
                 parts.append("<ul>")

@@ -28,7 +28,7 @@ from transformers import DynamicCache
 
 from ..config import ConfigError, RunConfig, dump_config, resume_changes
 from ..devices import resolve_device
-from ..diagnostics.gradients import GradientMonitor, InstanceGradients, flat_params, instance_segments
+from ..diagnostics.gradients import GradientMonitor, InstanceGradients, flat_params, instance_segments, norm64
 from ..diagnostics.metrics import episode_metrics
 from ..diagnostics.warnings import EarlyWarning, metric_entries
 from ..episode import Episode, Turn, distinct_rows, group_turns, turns_by_policy
@@ -58,7 +58,8 @@ from .master_weights import MasterWeightAdamW, needs_master
 from .rollback import Rollback, RollbackEvent
 from .run_dir import check_resume_dir, cut_back_jsonl, discard_new_run, prepare_new_run_dir, read_jsonl
 from .sampling import step_problems
-from .schedule import constant, warmup_cosine
+from .schedule import build as build_schedule
+from .schedule import seek
 
 log = logging.getLogger("rolecast.train")
 
@@ -292,6 +293,20 @@ def update_policy(
     params = policies.parameters(pid)
     temperature = cfg.rollout.temperature
     rescale = interventions is not None and interventions.rescales
+    # train.old_logprobs trainer: the ratio's denominator is the trainer's log-prob before this update, computed
+    # up front (verl's compute_log_prob) unless the update is one mini-batch in one pass, where verl takes the
+    # forward's own, detached; gap: |sampler - trainer| summed over tokens, and the tokens
+    recomputed: dict[int, torch.Tensor] | None = None
+    on_policy, gap = False, [0.0, 0.0]
+    if tc.old_logprobs == "trainer":
+        n_all = int(dist.total(len(turns))[0])
+        on_policy = tc.epochs == 1 and (tc.update_schedule == "per_step" or n_all <= tc.mini_batch_size)
+        if not on_policy:
+            with policies.training(pid) as model:
+                recomputed = trainer_logprobs(model, turns, pad_id, policies.device, temperature, tc.micro_batch_tokens)
+            for t in turns:
+                gap[0] += float((torch.tensor(t.logprobs) - recomputed[id(t)]).abs().sum())
+                gap[1] += len(t.completion_ids)
     for epoch in range(tc.epochs):
         if tc.update_schedule == "per_step":
             minibatches = [turns]
@@ -302,6 +317,8 @@ def update_policy(
             # the whole mini-batch's counts normalise every micro-batch, so accumulation equals one big batch
             tokens, seqs = dist.total(sum(len(t.completion_ids) for t in mb), sum(1 for t in mb if t.completion_ids))
             norms = {"total_tokens": int(tokens), "total_seqs": int(seqs)}
+            if tc.minibatch_scale == "nominal":  # a short (last) mini-batch takes a proportionally smaller step
+                mb_scale = dist.total(len(mb))[0] / tc.mini_batch_size
             finite, loss_sum = True, 0.0
             mb_tally: dict[str, dict[str, float]] = {}
             diagnose = monitor is not None and epoch == 0
@@ -320,6 +337,12 @@ def update_policy(
                         batch = to_device(collate(micro, pad_id), policies.device)
                         logp, entropy = completion_logprobs(model, batch, temperature)
                         mask, old, adv = batch["mask"], batch["old_logp"], batch["advantages"]
+                        if on_policy:
+                            gap[0] += float(((logp.detach() - old).abs() * mask).sum())
+                            gap[1] += float(mask.sum())
+                            old = logp.detach()
+                        elif recomputed is not None:
+                            old = padded_rows([recomputed[id(t)] for t in micro], old.shape[1]).to(old.device)
                         roles = [t.role for t in micro]
                         kl_coef: float | torch.Tensor = tc.kl_coef
                         row_kl = interventions.kl_coefs(roles) if interventions is not None else None
@@ -329,11 +352,11 @@ def update_policy(
                         if tc.kl_coef > 0 or (row_kl is not None and bool((row_kl > 0).any())):
                             with torch.no_grad(), policies.reference_model() as ref:
                                 ref_logp, _ = completion_logprobs(ref, batch, temperature)
-                        if check_logprobs:
-                            gap = float(((logp.detach() - old).abs() * mask).sum() / mask.sum().clamp(min=1))
-                            if gap > tc.logprob_check_tol:
+                        if check_logprobs and tc.old_logprobs == "sampler":  # trainer: the gap is logged
+                            gap_ = float(((logp.detach() - old).abs() * mask).sum() / mask.sum().clamp(min=1))
+                            if gap_ > tc.logprob_check_tol:
                                 raise RuntimeError(
-                                    f"policy {pid!r}: trainer log-probs differ from the sampler's by {gap:.4f} per "
+                                    f"policy {pid!r}: trainer log-probs differ from the sampler's by {gap_:.4f} per "
                                     f"token (tolerance {tc.logprob_check_tol}); generation and training do not "
                                     f"compute the same distribution (temperature, padding/position ids, dropout or "
                                     f"dtype mismatch)"
@@ -354,8 +377,11 @@ def update_policy(
                             kl_coef=kl_coef,
                             max_len=to_device(generation_caps(cfg, micro), logp.device),
                             row_weights=to_device(weights, logp.device),
+                            dual_clip=tc.dual_clip,
                             **norms,
                         )
+                        if tc.minibatch_scale == "nominal":  # verl: each micro-batch x its rows / mini-batch size
+                            loss = loss * mb_scale
                         if not torch.isfinite(loss):
                             finite = False
                             break
@@ -416,17 +442,42 @@ def update_policy(
             stats["skipped_in_a_row"] = 0.0
             if monitor is not None and before is not None:
                 roles = dist.concat(sorted({t.role for t in mb}))
-                monitor.add_update(pid, float((flat_params(params) - before).norm()), roles)
+                monitor.add_update(pid, norm64(flat_params(params) - before), roles)
             stats["optimizer_steps"] += 1
             stats["loss"] += dist.total(loss_sum)[0]
             grad_norms.append(float(grad_norm))
             merge_tallies(tally, dist.merge_tallies(mb_tally))
     stats["loss"] /= max(stats["optimizer_steps"], 1)
+    if tc.old_logprobs == "trainer":  # mean |sampler - trainer| log-prob per token, before this update
+        gap_sum, gap_tokens = dist.total(*gap)
+        stats["logprob_gap"] = gap_sum / gap_tokens if gap_tokens else float("nan")
     stats["grad_norm"] = sum(grad_norms) / len(grad_norms) if grad_norms else float("nan")
     stats.update(tally_means({k: sum(row[k] for row in tally.values()) for k in TALLY_KEYS}))
     if monitor is not None:
         monitor.finish_policy(pid, dist.concat(turns), params)
     return stats, tally
+
+
+def trainer_logprobs(
+    model, turns: list[Turn], pad_id: int, device: torch.device, temperature: float, token_budget: int
+) -> dict[int, torch.Tensor]:
+    """Each turn's completion log-probs under the model as it is (no gradient), keyed by `id(turn)`, float32 on
+    the CPU: train.old_logprobs trainer's denominator, computed before the update as verl's compute_log_prob."""
+    out: dict[int, torch.Tensor] = {}
+    with torch.no_grad():
+        for micro in micro_batches(batching_order(turns), token_budget):
+            logp, _ = completion_logprobs(model, to_device(collate(micro, pad_id), device), temperature)
+            for i, t in enumerate(micro):
+                out[id(t)] = logp[i, : len(t.completion_ids)].float().cpu()
+    return out
+
+
+def padded_rows(rows: list[torch.Tensor], width: int) -> torch.Tensor:
+    """1-D rows right-padded with 0 to `[len(rows), width]` (collate's layout of completion positions)."""
+    out = torch.zeros(len(rows), width)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = r
+    return out
 
 
 def to_device(x: Any, device: torch.device) -> Any:
@@ -501,7 +552,6 @@ def train(
 
 def _apply_lr(
     cfg: RunConfig,
-    optimizers: dict[str, torch.optim.Optimizer],
     schedulers: dict[str, Any],
     scale: float = 1.0,
     last_epoch: int | None = None,
@@ -510,15 +560,8 @@ def _apply_lr(
     the cosine schedule) take effect: the restored state carries the old base lr and the lr it last set.
     `scale`: the rollbacks' multiplier on train.lr; `last_epoch`: move the schedule to that position (a
     rollback restores an earlier scheduler state, but the run goes on from the step it reached)."""
-    base = cfg.train.lr * scale
-    for pid, sched in schedulers.items():
-        if last_epoch is not None:
-            sched.last_epoch = last_epoch
-        sched.base_lrs = [base] * len(sched.base_lrs)
-        lrs = [b * lam(sched.last_epoch) for lam, b in zip(sched.lr_lambdas, sched.base_lrs, strict=True)]
-        for group, lr in zip(optimizers[pid].param_groups, lrs, strict=True):
-            group["initial_lr"], group["lr"] = base, lr
-        sched._last_lr = lrs
+    for sched in schedulers.values():
+        seek(sched, sched.last_epoch if last_epoch is None else last_epoch, base_lr=cfg.train.lr * scale)
 
 
 @dataclass
@@ -542,6 +585,9 @@ class _Session:
     warn: EarlyWarning
     dist: Dist  # one process, or this one's place in a data-parallel run; only rank 0 writes run files
     rollback: Rollback | None  # rollback on early warning (None when off)
+    # train.lr_clock role_update: policy updates made so far, the position of the one schedule they share
+    # (a rollback keeps it: the run goes on from the updates it reached); unused under the step clock
+    lr_clock: int = 0
 
     @classmethod
     def open(
@@ -570,10 +616,12 @@ class _Session:
             params = list(rt.policies.parameters(pid))
             adamw = MasterWeightAdamW if cfg.train.fp32_master_weights and needs_master(params) else torch.optim.AdamW
             optimizers[pid] = adamw(params, lr=cfg.train.lr, betas=cfg.train.betas, weight_decay=cfg.train.weight_decay)
-            schedulers[pid] = (
-                warmup_cosine(optimizers[pid], cfg.train.warmup_steps, max(cfg.train.steps, 1), cfg.train.min_lr_ratio)
-                if cfg.train.lr_schedule == "cosine"
-                else constant(optimizers[pid], cfg.train.warmup_steps)
+            schedulers[pid] = build_schedule(
+                optimizers[pid],
+                cfg.train.lr_schedule,
+                cfg.train.warmup_steps,
+                max(cfg.train.steps, 1),
+                cfg.train.min_lr_ratio,
             )
 
         # gradient diagnostics and interventions (None when off); built before a checkpoint is loaded, so the
@@ -583,7 +631,7 @@ class _Session:
         warn = EarlyWarning(extract=rt.task.extract_answer)
         rollback = Rollback.from_config(cfg)
 
-        start, damaged = 0, list[str]()
+        start, damaged, lr_clock = 0, list[str](), 0
         guard = DivergenceGuard(cfg.train, rt.policies.vocab_size)
         if resume and latest_step(run_dir) is not None:
             start, state, damaged = load_latest_intact(run_dir)
@@ -598,8 +646,9 @@ class _Session:
                 warn.load_state_dict(state["early_warning"])
             if rollback is not None:
                 rollback.load_state_dict(state.get("rollback"))
+            lr_clock = int(state.get("lr_clock", 0))
             if "train.lr" in changes or "train.steps" in changes:
-                _apply_lr(cfg, optimizers, schedulers, scale=rollback.lr_scale if rollback else 1.0)
+                _apply_lr(cfg, schedulers, scale=rollback.lr_scale if rollback else 1.0)
 
         # --- from here on the run directory is written (by rank 0 alone) ---
         dist = dist or Dist()
@@ -643,6 +692,7 @@ class _Session:
             warn=warn,
             dist=dist,
             rollback=rollback,
+            lr_clock=lr_clock,
         )
 
     def run_eval(self, step: int, tag: str) -> dict[str, Any]:
@@ -728,6 +778,7 @@ class _Session:
             backend=backend,
             options=cfg.workflow.options,
             stats=rstats,
+            max_prompt_tokens=cfg.rollout.max_prompt_tokens,
         )
         t_rollout = time.perf_counter()
         # 3. rewards
@@ -735,14 +786,19 @@ class _Session:
         attribute(episodes, cfg.train.attribution)
         t_reward = time.perf_counter()
         # 4. advantages within groups of turns
-        episode_turn_advantages(group_turns(episodes, cfg.train.group_by), cfg.train.advantage)
+        episode_turn_advantages(
+            group_turns(episodes, cfg.train.group_by), cfg.train.advantage, singleton=cfg.train.singleton_advantage
+        )
         # 5. one update per policy, each touching only its own parameters
         by_policy = turns_by_policy(episodes, routing.policy_ids)
         update_rng = random.Random(_step_seed(cfg.seed, step, 3))
         policy_stats: dict[str, dict[str, float]] = {}
         role_tally: dict[str, dict[str, float]] = {}
         norms_before = {pid: _weight_norm(policies.parameters(pid)) for pid in by_policy}
+        shared_clock = cfg.train.lr_clock == "role_update"
         for pid, turns in by_policy.items():
+            if shared_clock and turns:  # as the study's trainer, which skips a role with no samples
+                seek(self.schedulers[pid], self.lr_clock)
             lr = self.schedulers[pid].get_last_lr()[0]  # the lr this step trains with
             try:
                 policy_stats[pid], tally = update_policy(
@@ -762,7 +818,10 @@ class _Session:
                 raise self.diverged(step + 1, str(e)) from None
             policy_stats[pid]["lr"] = lr
             merge_tallies(role_tally, tally)
-            self.schedulers[pid].step()
+            if not shared_clock:
+                self.schedulers[pid].step()
+            elif turns:
+                self.lr_clock += 1
         t_update = time.perf_counter()
 
         # 6. metrics, samples, evaluation, checkpoint (over every process's episodes; rank 0 writes)
@@ -799,6 +858,9 @@ class _Session:
                 "rollout/requests": rstats.requests,
             }
         )
+        if cfg.rollout.max_prompt_tokens:  # the share of episodes an over-long prompt ended
+            ended = sum(ep.metadata.get("ended") == "max_prompt_tokens" for ep in episodes)
+            metrics["rollout/ended_max_prompt_tokens"] = ended / max(len(episodes), 1)
         if all(t.finish_reason == "length" for ep in episodes for t in ep.turns):
             log.warning(
                 "step %d: no completion ended with an end-of-sequence token within %d tokens; check the "
@@ -844,6 +906,8 @@ class _Session:
                 state["interventions"] = interventions.state_dict()
             if self.rollback is not None:
                 state["rollback"] = self.rollback.state_dict()
+            if cfg.train.lr_clock == "role_update":
+                state["lr_clock"] = self.lr_clock
             save_checkpoint(
                 run_dir, step + 1, state, keep_last=cfg.checkpoint.keep_last, keep_every=cfg.checkpoint.keep_every
             )
@@ -863,7 +927,7 @@ class _Session:
             self.monitor.load_state_dict(state.get("diagnostics/gradients"))
         if self.interventions is not None:
             self.interventions.load_state_dict(state.get("interventions"))
-        _apply_lr(self.cfg, self.optimizers, self.schedulers, scale=event.lr_scale, last_epoch=event.step)
+        _apply_lr(self.cfg, self.schedulers, scale=event.lr_scale, last_epoch=event.step)
 
     def diverged(self, step: int, why: str) -> TrainingDiverged:
         ckpt = latest_step(self.run_dir)
