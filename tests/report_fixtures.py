@@ -80,7 +80,7 @@ def voting_metrics() -> list[dict[str, Any]]:
             "role/generator/length": 20.0 if s <= 10 else 5.0,
             "grad/pol/generator/share": 0.8,
             "grad/pol/aggregator/share": 0.2,
-            "grad/pol/generator/amplification": 1.5,
+            "grad/pol/generator/alignment": 1.5,
             "grad/pol/generator/norm": 1.0,
         }
         for s in range(1, 21)

@@ -85,7 +85,7 @@ def write_synthetic_run(d):
                     "grad/pol/orchestrator/norm": 0.5,
                     "grad/pol/worker/share": 0.7,
                     "grad/pol/orchestrator/share": 0.3,
-                    "grad/pol/worker/amplification": 2.9 if s >= 25 else 1.8,
+                    "grad/pol/worker/alignment": 2.6 if s >= 25 else 1.3,
                     "grad/pol/worker/instances": 3,
                     "grad/pol/capture_index": 0.7,
                     "grad/pol/capture_role": "worker",

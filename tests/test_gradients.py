@@ -24,22 +24,83 @@ from rolecast.episode import Turn
 # Statistics on hand-built vectors
 
 
-def test_identical_instances_amplify_by_n_with_cosine_one():
+def test_identical_instances_align_at_n_with_cosine_one():
     g = torch.tensor([1.0, -2.0, 0.5, 3.0])
     for n in (2, 3, 5):
         vecs = {f"worker/{i}": g.clone() for i in range(n)}
         st = gradient_statistics(vecs, dict.fromkeys(vecs, "worker"))
         assert st.instances["worker"] == n
-        assert st.amplification["worker"] == pytest.approx(n)
+        assert st.alignment["worker"] == pytest.approx(n)  # |n g|^2 / (n |g|^2)
+        assert st.norm_ratio["worker"] == pytest.approx(n)
         assert st.instance_cos["worker"] == pytest.approx(1.0)
         assert st.norm["worker"] == pytest.approx(n * float(g.norm()))
 
 
-def test_orthogonal_instances_amplify_by_sqrt_n():
+def test_orthogonal_instances_align_at_one():
     vecs = {f"generator/{i}": torch.eye(3)[i] * 2.0 for i in range(3)}
     st = gradient_statistics(vecs, dict.fromkeys(vecs, "generator"))
-    assert st.amplification["generator"] == pytest.approx(math.sqrt(3))
+    assert st.alignment["generator"] == pytest.approx(1.0)  # |(2, 2, 2)|^2 / (3 * 4) = 12 / 12
+    assert st.norm_ratio["generator"] == pytest.approx(math.sqrt(3))
     assert st.instance_cos["generator"] == pytest.approx(0.0)
+
+
+def test_unequal_orthogonal_norms_are_not_aligned_though_the_norm_ratio_says_so():
+    """Norms 1, 0.05, 0.05, orthogonal: the old ratio |sum| / mean = sqrt(1.005) / (1.1 / 3) = 2.734, above the
+    old warning threshold (2.683) for 3 instances; the alignment is |sum|^2 / sum |g_i|^2 = 1.005 / 1.005 = 1."""
+    vecs = {"w/0": torch.tensor([1.0, 0, 0]), "w/1": torch.tensor([0, 0.05, 0]), "w/2": torch.tensor([0, 0, 0.05])}
+    st = gradient_statistics(vecs, dict.fromkeys(vecs, "w"))
+    assert st.norm_ratio["w"] == pytest.approx(math.sqrt(1.005) / (1.1 / 3))
+    assert st.norm_ratio["w"] == pytest.approx(2.7341, abs=1e-4)
+    assert st.alignment["w"] == pytest.approx(1.0)
+    # two of three instances identical, the third orthogonal with the same norm: (4 + 1) / 3
+    vecs = {"w/0": torch.tensor([1.0, 0]), "w/1": torch.tensor([1.0, 0]), "w/2": torch.tensor([0, 1.0])}
+    assert gradient_statistics(vecs, dict.fromkeys(vecs, "w")).alignment["w"] == pytest.approx(5 / 3)
+
+
+def test_one_active_instance_is_alignment_one_and_its_silent_peers_have_no_cosine():
+    """The Orch-Workers case: two workers wrote identical completions in every group, their advantages
+    cancelled and their gradients are ~1e-10; the old ratio logged 3.00 and warned."""
+    g = torch.tensor([0.3, -0.2, 0.1, 0.4])
+    for silent in (torch.zeros(4), torch.tensor([1e-10, -2e-10, 0.0, 1e-10])):
+        vecs = {"worker/0": g, "worker/1": silent.clone(), "worker/2": silent.clone()}
+        st = gradient_statistics(vecs, dict.fromkeys(vecs, "worker"))
+        assert st.alignment["worker"] == pytest.approx(1.0)
+        assert st.norm_ratio["worker"] == pytest.approx(3.0, rel=1e-6)
+        assert math.isnan(st.instance_cos["worker"])  # cosines of rounding noise are not reported
+
+
+def test_a_noise_level_role_gets_null_share_and_cosines():
+    """An orchestrator whose plans are identical within each group: its gradient is rounding noise (~1e-10
+    against the policy's ~0.5), so its direction means nothing; the other roles' shares still sum to ~1."""
+    rng = torch.Generator().manual_seed(0)
+    worker, synth = torch.randn(64, generator=rng) * 0.05, torch.randn(64, generator=rng) * 0.05
+    noise = torch.randn(64, generator=rng) * 1e-11
+    vecs = {"o": noise, "s": synth, "w": worker}
+    st = gradient_statistics(vecs, {"o": "orchestrator", "s": "synthesizer", "w": "worker"})
+    assert st.noise == {"orchestrator"}
+    assert math.isnan(st.share["orchestrator"])
+    assert math.isnan(st.cos[("orchestrator", "synthesizer")]) and math.isnan(st.cos[("orchestrator", "worker")])
+    assert math.isfinite(st.cos[("synthesizer", "worker")])
+    assert st.share["synthesizer"] + st.share["worker"] == pytest.approx(1.0, abs=1e-8)
+    assert st.norm["orchestrator"] == pytest.approx(float(noise.norm()))  # the norm itself is still reported
+    assert st.capture_role in ("synthesizer", "worker")
+    # a whole policy with no gradient (every advantage 0): nothing has a direction
+    st = gradient_statistics({"a": torch.zeros(3), "b": torch.zeros(3)}, {"a": "a", "b": "b"})
+    assert st.noise == {"a", "b"} and math.isnan(st.share["a"]) and st.capture_role is None
+
+
+def test_norms_accumulate_in_float64_where_float32_is_off():
+    """10M float32 elements of 0.1: a float32 reduction is off by ~0.8%; the float64 one is within 1e-9 (float64 rounding over 1e7 terms is ~1e-11)."""
+    from rolecast.diagnostics.gradients import cosine, norm64
+
+    x = torch.full((10_000_000,), 0.1)
+    exact = math.sqrt(x.numel()) * float(x[0])  # every element is the same float32 value
+    assert abs(float(x.norm()) - exact) / exact > 1e-3  # the float32 norm is measurably off
+    assert norm64(x) == pytest.approx(exact, rel=1e-9)
+    assert cosine(x, x) == pytest.approx(1.0, abs=1e-9)
+    y = x.clone()
+    y[::2] = -0.1  # orthogonal to x: exact cosine 0 (half +0.01, half -0.01 products)
+    assert abs(cosine(x, y)) < 1e-9
 
 
 def test_orthogonal_roles_cosine_zero_and_shares_are_squared_norm_fractions():
@@ -49,7 +110,7 @@ def test_orthogonal_roles_cosine_zero_and_shares_are_squared_norm_fractions():
     assert st.share == {"a": pytest.approx(9 / 14), "b": pytest.approx(1 / 14), "c": pytest.approx(4 / 14)}
     assert st.policy_norm == pytest.approx(math.sqrt(14))
     assert st.capture_role == "a" and st.capture_index == pytest.approx(9 / 14)
-    assert "a" not in st.amplification  # one instance: no amplification to report
+    assert "a" not in st.alignment  # one instance: no alignment to report
 
 
 def test_shares_sum_to_one_and_can_be_negative():
@@ -68,7 +129,7 @@ def test_one_role_holding_all_the_loss_captures_the_policy():
         {"gen/0": "gen", "gen/1": "gen", "agg": "agg"},
     )
     assert st.capture_role == "gen" and st.capture_index == pytest.approx(1.0)
-    assert st.share["agg"] == 0.0 and math.isnan(st.cos[("agg", "gen")])
+    assert math.isnan(st.share["agg"]) and math.isnan(st.cos[("agg", "gen")])  # no gradient: no direction
 
 
 def test_gradient_mass_counts_tokens_sequences_and_abs_advantage():
@@ -183,7 +244,10 @@ def test_per_instance_gradients_equal_separate_autograd_and_sum_to_the_policy_gr
     cos = float(g_gen @ g_agg / (g_gen.norm() * g_agg.norm()))
     assert m["grad/shared/cos/aggregator|generator"] == pytest.approx(cos, abs=1e-4)
     norms = [float(expected[f"generator/{i}"].norm()) for i in range(3)]
-    assert m["grad/shared/generator/amplification"] == pytest.approx(float(g_gen.norm()) / (sum(norms) / 3), rel=1e-4)
+    assert m["grad/shared/generator/norm_ratio"] == pytest.approx(float(g_gen.norm()) / (sum(norms) / 3), rel=1e-4)
+    assert m["grad/shared/generator/alignment"] == pytest.approx(
+        float(g_gen @ g_gen) / sum(x**2 for x in norms), rel=1e-4
+    )
     assert m["grad/shared/generator/instances"] == 3 and m["grad/shared/aggregator/instances"] == 1
     assert m["grad/shared/generator/tokens"] == sum(len(t.completion_ids) for t in turns if t.role == "generator")
     assert m["grad/shared/aggregator/seqs"] == 4

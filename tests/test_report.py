@@ -113,7 +113,7 @@ def test_map_numbers_by_hand(tmp_path):
     assert c.gain_class() == "neg"
     sig = c.dominant_signature
     assert (sig["name"], sig["subject"], sig["n_steps"], sig["first_step"]) == ("length_collapse", "generator", 9, 12)
-    assert set(c.grads) >= {"share", "amplification"}
+    assert set(c.grads) >= {"share", "alignment"}
     assert c.grads["share"]["pol/generator"] == (list(range(1, 21)), [0.8] * 20)
 
     assert cells["testbed-voting-testbed-isolated-s0"].gain_class() == "zero"  # 0.5 - 0.5

@@ -4,7 +4,6 @@ case (with the right value and example turns) and stays silent on a healthy one.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -284,13 +283,16 @@ def alerts_over(stream, cfg=None):
 
 
 def test_amplification_threshold_depends_on_instance_count():
-    thr3 = math.sqrt(3) + 0.75 * (3 - math.sqrt(3))  # 2.683
+    thr3 = 1 + 0.75 * (3 - 1)  # 2.5 on the alignment scale: mean pairwise cosine 0.75 at equal norms
     w = EarlyWarning()
-    a = w.check(1, {"grad/gen/generator/amplification": 2.9, "grad/gen/generator/instances": 3})
+    a = w.check(1, {"grad/gen/generator/alignment": 2.6, "grad/gen/generator/instances": 3})
     assert [(x.name, x.subject) for x in a] == [("amplification", "gen/generator")]
     assert a[0].threshold == pytest.approx(thr3)
-    assert w.check(2, {"grad/gen/generator/amplification": 2.6, "grad/gen/generator/instances": 3}) == []
-    assert w.check(3, {"grad/gen/aggregator/amplification": 1.0, "grad/gen/aggregator/instances": 1}) == []
+    assert w.check(2, {"grad/gen/generator/alignment": 2.4, "grad/gen/generator/instances": 3}) == []
+    assert w.check(3, {"grad/gen/aggregator/alignment": 1.0, "grad/gen/aggregator/instances": 1}) == []
+    # the old norm ratio is no longer judged: 3.00 for one active instance of three is not alignment
+    assert w.check(4, {"grad/gen/generator/norm_ratio": 3.0, "grad/gen/generator/instances": 3}) == []
+    assert w.check(5, {"grad/gen/generator/amplification": 3.0, "grad/gen/generator/instances": 3}) == []
     assert metric_entries(a) == {"warn/amplification": 1.0}
 
 

@@ -11,8 +11,14 @@ and the optimizer.
 
 From those vectors (or their count-sketches, `CountSketch`) everything is a function of their Gram matrix
 (`gradient_statistics`): per-role norms, projection shares s_r = g_r . g / |g|^2 (they sum to 1), pairwise
-role cosines, amplification |sum_i g_{r,i}| / mean_i |g_{r,i}| of a role with parallel instances and their
-mean pairwise cosine, and the capture index (largest share) of a policy serving several roles.
+role cosines, and for a role with N parallel instances their alignment |sum_i g_i|^2 / sum_i |g_i|^2 (1 for
+orthogonal instances or a single active one, N for identical ones: 1 + (N - 1) x their mean pairwise cosine
+when their norms are equal), the sum-to-mean norm ratio |sum_i g_i| / mean_i |g_i| (what earlier versions
+logged as "amplification": it is N whenever one instance holds all the gradient, so it does not measure
+alignment) and their mean pairwise cosine, and the capture index (largest share) of a policy serving several
+roles. A role (or instance) whose gradient is at float noise relative to its policy's (`NOISE_REL`: e.g. an
+orchestrator whose plans are identical within every group, so its advantages cancel) gets null shares and
+cosines: the direction of rounding noise means nothing. Norms and inner products accumulate in float64.
 `GradientMonitor` holds what lasts across steps (the schedule, each role's EMA for direction persistence,
 the starting weights for drift) and turns a step's measurements into `grad/...` and `update/...` metrics.
 """
@@ -199,9 +205,23 @@ def instance_segments(turns: Sequence[Turn]) -> list[list[Turn]]:
 # Statistics (pure functions of the vectors)
 
 
+def norm64(x: Vector) -> float:
+    """|x| accumulated in float64 (a float32 reduction over 10M elements is off by ~1e-3 relative)."""
+    return float(torch.linalg.vector_norm(x, dtype=torch.float64))
+
+
+def dot64(a: Vector, b: Vector) -> float:
+    return float(torch.dot(a.reshape(-1).double(), b.reshape(-1).double()))
+
+
 def cosine(a: Vector, b: Vector) -> float:
-    na, nb = float(a.norm()), float(b.norm())
-    return float(a @ b) / (na * nb) if na > 0 and nb > 0 else float("nan")
+    na, nb = norm64(a), norm64(b)
+    return dot64(a, b) / (na * nb) if na > 0 and nb > 0 else float("nan")
+
+
+# A gradient below this fraction of its policy's norm is float noise (float32 accumulation leaves ~1e-7 of
+# the summed terms; cancelled advantages leave ~1e-10): its direction, share and cosines are reported null.
+NOISE_REL = 1e-5
 
 
 def gram(vectors: Sequence[Vector]) -> torch.Tensor:
@@ -210,7 +230,7 @@ def gram(vectors: Sequence[Vector]) -> torch.Tensor:
     out = torch.zeros(n, n, dtype=torch.float64)
     for i in range(n):
         for j in range(i, n):
-            out[i, j] = out[j, i] = float(vectors[i].double() @ vectors[j].double())
+            out[i, j] = out[j, i] = dot64(vectors[i], vectors[j])
     return out
 
 
@@ -221,7 +241,9 @@ class GradientStats:
     share: dict[str, float] = field(default_factory=dict)
     cos: dict[tuple[str, str], float] = field(default_factory=dict)  # (role a, role b), a < b
     instances: dict[str, int] = field(default_factory=dict)
-    amplification: dict[str, float] = field(default_factory=dict)  # roles with >= 2 instances
+    alignment: dict[str, float] = field(default_factory=dict)  # roles with >= 2 instances
+    norm_ratio: dict[str, float] = field(default_factory=dict)  # roles with >= 2 instances
+    noise: set[str] = field(default_factory=set)  # roles whose gradient is at float noise (null directions)
     instance_cos: dict[str, float] = field(default_factory=dict)  # roles with >= 2 instances
     capture_index: float = float("nan")
     capture_role: str | None = None
@@ -241,24 +263,32 @@ def gradient_statistics(instance_vectors: dict[str, Vector], role_of: dict[str, 
     total_sq = float(g_role.sum())
     norms = g_role.diagonal().clamp(min=0).sqrt()
     st = GradientStats(policy_norm=math.sqrt(max(total_sq, 0.0)))
+    # the scale below which a gradient is rounding noise: relative to the largest of the policy's gradient and
+    # its roles' (roles can cancel each other, so the policy's own norm alone could be noise-level too)
+    floor = NOISE_REL * max(st.policy_norm, float(norms.max()) if len(roles) else 0.0)
+    real = [float(norms[a]) > floor for a in range(len(roles))]
+    st.noise = {r for r, ok in zip(roles, real, strict=True) if not ok}
     for a, ra in enumerate(roles):
         st.norm[ra] = float(norms[a])
-        st.share[ra] = float(g_role[a].sum()) / total_sq if total_sq > 0 else float("nan")
+        st.share[ra] = float(g_role[a].sum()) / total_sq if total_sq > floor**2 and real[a] else float("nan")
         for b in range(a + 1, len(roles)):
             den = float(norms[a] * norms[b])
-            st.cos[(ra, roles[b])] = float(g_role[a, b]) / den if den > 0 else float("nan")
+            st.cos[(ra, roles[b])] = float(g_role[a, b]) / den if real[a] and real[b] else float("nan")
         idx = [i for i, n in enumerate(names) if role_of[n] == ra]
         st.instances[ra] = len(idx)
         if len(idx) >= 2:
             sub = g_inst[idx][:, idx]
             inst_norms = sub.diagonal().clamp(min=0).sqrt()
+            sum_sq = float(sub.diagonal().sum())
             mean_norm = float(inst_norms.mean())
-            st.amplification[ra] = float(norms[a]) / mean_norm if mean_norm > 0 else float("nan")
+            st.alignment[ra] = float(norms[a]) ** 2 / sum_sq if real[a] else float("nan")
+            st.norm_ratio[ra] = float(norms[a]) / mean_norm if real[a] else float("nan")
+            live = [float(n) > floor for n in inst_norms]
             cosines = [
                 float(sub[i, j] / (inst_norms[i] * inst_norms[j]))
                 for i in range(len(idx))
                 for j in range(i + 1, len(idx))
-                if inst_norms[i] > 0 and inst_norms[j] > 0
+                if live[i] and live[j]
             ]
             st.instance_cos[ra] = sum(cosines) / len(cosines) if cosines else float("nan")
     finite = {r: s for r, s in st.share.items() if math.isfinite(s)}
@@ -413,11 +443,14 @@ class GradientMonitor:
                 m[f"{q}/norm"] = st.norm[role]
                 m[f"{q}/share"] = st.share[role]
                 m[f"{q}/instances"] = st.instances[role]
-                if role in st.amplification:
-                    m[f"{q}/amplification"] = st.amplification[role]
+                if role in st.alignment:
+                    m[f"{q}/alignment"] = st.alignment[role]
+                    m[f"{q}/norm_ratio"] = st.norm_ratio[role]
                     m[f"{q}/instance_cos"] = st.instance_cos[role]
                 ema = self.ema.get(pid, role)
-                m[f"{q}/persistence"] = ema.observe(role_vectors[role])
+                # a noise-level gradient still feeds the EMA (it is what the update used) but has no direction
+                persistence = ema.observe(role_vectors[role])
+                m[f"{q}/persistence"] = None if role in st.noise else persistence
         for (a, b), c in st.cos.items():
             m[f"{p}/cos/{a}|{b}"] = c
         if len(st.norm) >= 2:  # capture is a property of a policy that several roles share
@@ -431,7 +464,7 @@ class GradientMonitor:
         for role in sorted(set(mass) | set(rec.role_steps)):
             m[f"{u}/{role}/optimizer_steps"] = float(rec.role_steps.get(role, 0))
         if pid in self.theta0:
-            m[f"{u}/drift"] = float((flat_params(params) - self.theta0[pid]).norm())
+            m[f"{u}/drift"] = norm64(flat_params(params) - self.theta0[pid])
         self._metrics.update(m)
 
     def pop_metrics(self) -> dict[str, Any]:

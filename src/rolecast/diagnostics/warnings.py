@@ -15,9 +15,12 @@ replays a finished run's metrics.jsonl and episodes through the same class.
 
 Signals (thresholds are the fields of `WarningConfig`; docs/analysis.md explains each):
 - every failure signature of `signatures.py` (episode detectors when episodes are given; series detectors);
-- `amplification`: `grad/{pid}/{role}/amplification` of a role with N = `grad/{pid}/{role}/instances` >= 2
-  parallel instances at least sqrt(N) + amplification_coherence * (N - sqrt(N)), i.e. that far from independent
-  directions (sqrt(N)) towards identical ones (N); amplification_abs when N is not logged;
+- `amplification`: the alignment `grad/{pid}/{role}/alignment` = |sum g_i|^2 / sum |g_i|^2 of a role with
+  N = `grad/{pid}/{role}/instances` >= 2 parallel instances at least 1 + amplification_coherence * (N - 1),
+  i.e. that far from orthogonal instances (1) towards identical ones (N); with equal norms, a mean pairwise
+  cosine of at least amplification_coherence. amplification_abs when N is not logged. (Runs logged before the
+  alignment measure existed have only the norm ratio `.../amplification`, which is N whenever one instance
+  holds all the gradient; it is no longer judged.);
 - `capture`: `grad/{pid}/capture_index` >= capture_index on a policy that serves >= 2 roles (counted from its
   `grad/{pid}/{role}/share` keys); the subject names `grad/{pid}/capture_role`;
 - `persistence`: the mean of the last `window` values of `grad/{pid}/{role}/persistence` >= persistence;
@@ -78,7 +81,7 @@ SIGNALS = SIGNATURE_SIGNALS + GRADIENT_SIGNALS
 class WarningConfig:
     signatures: SignatureThresholds = field(default_factory=SignatureThresholds)
     amplification_coherence: float = 0.75
-    amplification_abs: float = 2.5
+    amplification_abs: float = 2.5  # alignment threshold when the instance count is not logged
     capture_index: float = 0.8
     persistence: float = 0.8
     spike_ratio: float = 5.0
@@ -110,7 +113,7 @@ def _num(x: Any) -> float | None:
     return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) else None
 
 
-_ROLE_STAT = re.compile(r"^grad/(?P<pid>[^/]+)/(?P<role>[^/]+)/(?P<stat>amplification|persistence|norm|share)$")
+_ROLE_STAT = re.compile(r"^grad/(?P<pid>[^/]+)/(?P<role>[^/]+)/(?P<stat>alignment|persistence|norm|share)$")
 _SPIKES = (
     (re.compile(r"^grad/(?P<subject>[^/]+)/norm$"), "grad_spike"),
     (re.compile(r"^policy/(?P<subject>[^/]+)/grad_norm$"), "grad_spike"),
@@ -154,16 +157,12 @@ class EarlyWarning:
             if x is None:
                 continue
             m = _ROLE_STAT.match(k)
-            if m and m.group("stat") == "amplification":
+            if m and m.group("stat") == "alignment":
                 pid, role = m.group("pid"), m.group("role")
                 n = _num(metrics.get(f"grad/{pid}/{role}/instances"))
                 if n is not None and n < 2:
                     continue
-                thr = (
-                    math.sqrt(n) + c.amplification_coherence * (n - math.sqrt(n))
-                    if n is not None
-                    else c.amplification_abs
-                )
+                thr = 1 + c.amplification_coherence * (n - 1) if n is not None else c.amplification_abs
                 if x >= thr:
                     out.append(
                         Alert(
@@ -173,7 +172,7 @@ class EarlyWarning:
                             f"{pid}/{role}",
                             x,
                             thr,
-                            f"{role} on {pid}: amplification {x:.2f} with "
+                            f"{role} on {pid}: instance alignment {x:.2f} with "
                             f"{int(n) if n is not None else '?'} instances (>= {thr:.2f})",
                         )
                     )
