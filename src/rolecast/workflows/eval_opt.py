@@ -15,15 +15,20 @@ async def eval_opt(
     max_rounds: Annotated[int, Field(ge=1)] | None = None,
     shared_history: bool = True,
     parsers: Literal["rolecast", "study"] = "rolecast",
-    conversation: Literal["prompt", "multi_turn"] = "prompt",
+    conversation: Literal["prompt", "multi_turn", "study"] = "prompt",
 ) -> str:
-    """`conversation`: "prompt" (each call is one fresh prompt that restates the history as text) or
-    "multi_turn" (the study's shared conversation: every call sees the whole conversation so far, its earlier
-    generator and evaluator turns as assistant messages, followed by the prompt `evaluate_turn` or
-    `refine_turn` as the new user message). `parsers`: "rolecast" or "study" (workflows/parsing.py)."""
+    """`conversation`: "prompt" (each call is one fresh prompt that restates the history as text),
+    "multi_turn" (one shared conversation: every call sees the whole conversation so far, each earlier call as
+    its user message (`evaluate_turn` / `refine_turn`) and its reply, then its own prompt as the new user
+    message) or "study" (the reference study's shared history, rllm's evaluator_optimizer_workflow.py with
+    share_conversation_history=True: the same, except that the evaluate / refine user messages are never added
+    to the history, so earlier turns follow the first prompt as consecutive assistant messages and only the
+    current call's prompt is a user message). `parsers`: "rolecast" or "study" (workflows/parsing.py)."""
     check_parsers(parsers)
-    if conversation not in ("prompt", "multi_turn"):
-        raise ValueError(f"eval_opt option conversation must be 'prompt' or 'multi_turn', got {conversation!r}")
+    if conversation not in ("prompt", "multi_turn", "study"):
+        raise ValueError(
+            f"eval_opt option conversation must be 'prompt', 'multi_turn' or 'study', got {conversation!r}"
+        )
     # The study uses 3 rounds for math and 2 for code.
     rounds = max_rounds or (2 if ctx.family == "code" else 3)
     history: list[dict[str, str]] = []  # {solution, critique} per finished round
@@ -32,10 +37,13 @@ async def eval_opt(
     convo = convo + [{"role": "assistant", "content": solution.text}]
     for round_ in range(1, rounds + 1):
         solution.claim = AnswerClaim(solution.text)
-        if conversation == "multi_turn":
-            convo = convo + _user_turn(ctx, "evaluate_turn")
-            verdict = await ctx.call("evaluator", convo)
-            convo = convo + [{"role": "assistant", "content": verdict.text}]
+        if conversation != "prompt":
+            asked = convo + _user_turn(ctx, "evaluate_turn")
+            verdict = await ctx.call("evaluator", asked)
+            # study: the evaluate prompt is not kept in the shared history
+            convo = (asked if conversation == "multi_turn" else convo) + [
+                {"role": "assistant", "content": verdict.text}
+            ]
         else:
             seen = history if shared_history else []
             verdict = await ctx.call("evaluator", ctx.prompt("evaluate", solution=solution.text, history=seen))
@@ -49,10 +57,12 @@ async def eval_opt(
         history.append({"solution": solution.text, "critique": verdict.text})
         if accept or round_ == rounds:
             break
-        if conversation == "multi_turn":
-            convo = convo + _user_turn(ctx, "refine_turn")
-            solution = await ctx.call("generator", convo)
-            convo = convo + [{"role": "assistant", "content": solution.text}]
+        if conversation != "prompt":
+            asked = convo + _user_turn(ctx, "refine_turn")
+            solution = await ctx.call("generator", asked)
+            convo = (asked if conversation == "multi_turn" else convo) + [
+                {"role": "assistant", "content": solution.text}
+            ]
         else:
             seen = history if shared_history else history[-1:]
             solution = await ctx.call("generator", ctx.prompt("refine", history=seen))
@@ -65,7 +75,7 @@ def _user_turn(ctx: Context, name: str) -> Messages:
     """The user message(s) of prompt `name` (a system message belongs only at the start of a conversation)."""
     if not ctx.prompts.has(name):
         raise KeyError(
-            f"conversation: multi_turn needs the prompt {name!r}, which the {ctx.family!r} prompts lack; "
+            f"conversation: multi_turn and study need the prompt {name!r}, which the {ctx.family!r} prompts lack; "
             f"use task.prompts: study/{ctx.family}.yaml or add it to your prompt file"
         )
     return [m for m in ctx.prompt(name) if m["role"] == "user"]
