@@ -87,8 +87,15 @@ def run_episodes(
     backend: Backend,
     options: dict[str, Any] | None = None,
     stats: RolloutStats | None = None,
+    max_prompt_tokens: int | None = None,
 ) -> list[Episode]:
-    """Run `spec` `samples` times on each problem. Episodes come back problem-major: [p0s0, p0s1, ..., p1s0, ...]."""
+    """Run `spec` `samples` times on each problem. Episodes come back problem-major: [p0s0, p0s1, ..., p1s0, ...].
+
+    `max_prompt_tokens` (rollout.max_prompt_tokens): a call whose prompt is longer ends its episode, as an
+    over-long prompt ends the reference study's (rllm's MAX_PROMPT_LENGTH_EXCEEDED): the call is not made (a
+    backend without `encode` generates it and the result is dropped), the episode's other pending calls are
+    dropped, its workflow stops, the turns it made before stay, it has no final text, and its metadata says
+    `ended: max_prompt_tokens`."""
     options = options or {}
     episodes: list[Episode] = []
     contexts: list[Context] = []
@@ -109,10 +116,23 @@ def run_episodes(
         if t.parent.waiting == 0:
             runnable.append((t.parent, t.parent.results))
 
+    ended: set[int] = set()  # episodes ended by an over-long prompt
+    encode = getattr(backend, "encode", None) if max_prompt_tokens else None
+
+    def too_long(prompt_ids: Sequence[int]) -> bool:
+        return max_prompt_tokens is not None and len(prompt_ids) > max_prompt_tokens
+
+    def end(t: _Task) -> None:
+        ended.add(t.episode)
+        episodes[t.episode].metadata["ended"] = "max_prompt_tokens"
+
     pending: list[tuple[_Task, CallOp]] = []
     while runnable or pending:
         while runnable:
             t, value = runnable.popleft()
+            if t.episode in ended:
+                t.coro.close()
+                continue
             try:
                 op = t.coro.send(value)
             except StopIteration as stop:
@@ -133,6 +153,15 @@ def run_episodes(
                     runnable.append((_Task(_await(child), t.episode, parent=t, slot=i), None))
             else:
                 raise TypeError(f"workflow {spec.name!r} awaited {op!r}; await only ctx.call / ctx.gather")
+        if pending and max_prompt_tokens:
+            if encode is not None:  # checked before generating: the over-long call is never made
+                for t, op in pending:
+                    if t.episode not in ended and too_long(encode(op.messages)):
+                        end(t)
+            for t, _ in pending:
+                if t.episode in ended:
+                    t.coro.close()
+            pending = [(t, op) for t, op in pending if t.episode not in ended]
         if pending:
             batch, pending = pending, []
             requests = [GenRequest(router(op.role, op.instance), op.messages, role=op.role) for _, op in batch]
@@ -141,6 +170,11 @@ def run_episodes(
                 stats.backend_calls += 1
                 stats.requests += len(requests)
             for (t, op), req, gen in zip(batch, requests, generations, strict=True):
+                if t.episode not in ended and too_long(gen.prompt_ids):  # a backend that cannot count first
+                    end(t)
+                if t.episode in ended:
+                    t.coro.close()
+                    continue
                 ep = episodes[t.episode]
                 turn = Turn(
                     role=op.role,

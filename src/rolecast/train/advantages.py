@@ -8,8 +8,9 @@ Conventions (deliberate; tests pin them):
 - `grpo`: (r - mean) / (std + eps) with the *unbiased* std (Bessel, n-1), as `torch.std` computes it by
   default and as verl's `compute_grpo_outcome_advantage` uses it.
 - A group of size 1 has no baseline to compare against, so every estimator gives it advantage 0.
-  (verl instead sets mean=0, std=1 for singletons, i.e. advantage = r; we prefer no signal over an
-  unbaselined one.)
+  (verl instead sets mean=0, std=1 for singletons, i.e. advantage = r / (1 + eps); we prefer no signal over
+  an unbaselined one. `singleton="reward"` gives verl's, as the reference study trains: grpo r / (1 + eps),
+  dr_grpo r.)
 - All-equal groups give exactly 0 (no learning signal), never NaN.
 """
 
@@ -74,7 +75,19 @@ def rloo(rewards: torch.Tensor, group_ids: torch.Tensor, eps: float = 1e-6) -> t
     return torch.where(n > 1, adv, torch.zeros_like(adv)).to(rewards.dtype)
 
 
-def compute_advantages(name: str, rewards: torch.Tensor, group_ids: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+# How a group of one is treated: "zero" (rolecast: no baseline, no signal) or "reward" (verl's
+# compute_grpo_outcome_advantage: mean 0 and std 1, so the advantage is the reward itself, over 1 + eps for grpo)
+SINGLETON_RULES = ("zero", "reward")
+SINGLETON_REWARD_ESTIMATORS = ("grpo", "dr_grpo")  # estimators verl defines the singleton rule for
+
+
+def compute_advantages(
+    name: str, rewards: torch.Tensor, group_ids: torch.Tensor, eps: float = 1e-6, singleton: str = "zero"
+) -> torch.Tensor:
+    if singleton not in SINGLETON_RULES:
+        raise ValueError(f"singleton must be one of {SINGLETON_RULES}, got {singleton!r}")
+    if singleton == "reward" and name not in SINGLETON_REWARD_ESTIMATORS:
+        raise ValueError(f"singleton='reward' is verl's rule for {SINGLETON_REWARD_ESTIMATORS}, not {name!r}")
     if name not in ADVANTAGES:
         raise ValueError(f"unknown advantage estimator {name!r}; known: {sorted(ADVANTAGES)}")
     if rewards.shape != group_ids.shape or rewards.dim() != 1:
@@ -85,14 +98,23 @@ def compute_advantages(name: str, rewards: torch.Tensor, group_ids: torch.Tensor
         raise TypeError(f"rewards must be floating point, got {rewards.dtype}")
     if rewards.numel() == 0:
         return rewards.clone()
-    return ADVANTAGES[name](rewards, group_ids.long(), eps)
+    adv = ADVANTAGES[name](rewards, group_ids.long(), eps)
+    if singleton == "reward":
+        inv, counts, _ = _group_stats(rewards, group_ids.long())
+        alone = counts[inv] == 1
+        r = rewards.double()
+        verl = r / (1.0 + eps) if name == "grpo" else r  # (r - 0) / (1 + eps), or r - 0 without the std
+        adv = torch.where(alone, verl.to(adv.dtype), adv)
+    return adv
 
 
-def episode_turn_advantages(groups: Mapping[Any, list[Turn]], name: str = "grpo", eps: float = 1e-6) -> None:
+def episode_turn_advantages(
+    groups: Mapping[Any, list[Turn]], name: str = "grpo", eps: float = 1e-6, singleton: str = "zero"
+) -> None:
     """Set `turn.advantage` from `turn.reward` within each group, in one vectorised call."""
     turns = [t for group in groups.values() for t in group]
     group_ids = [g for g, group in enumerate(groups.values()) for _ in group]
     rewards = torch.tensor([t.reward for t in turns], dtype=torch.float64)
-    adv = compute_advantages(name, rewards, torch.tensor(group_ids, dtype=torch.long), eps)
+    adv = compute_advantages(name, rewards, torch.tensor(group_ids, dtype=torch.long), eps, singleton)
     for t, a in zip(turns, adv.tolist(), strict=True):
         t.advantage = a

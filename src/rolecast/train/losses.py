@@ -282,8 +282,14 @@ def clipped_surrogate(
     total_seqs: int | None = None,
     max_len: int | torch.Tensor | None = None,
     row_weights: torch.Tensor | None = None,
+    dual_clip: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """PPO clipped surrogate with asymmetric clip (DAPO "clip-higher"), optionally plus `kl_coef * k3`.
+
+    `dual_clip` (c > 1, dual-clip PPO, Ye et al. 2020, arXiv 1912.09729; verl's `clip_ratio_c`, on in the
+    reference study with c = 3): where the advantage is negative, the per-token loss is also capped at `-A * c`,
+    so a token whose ratio has grown past c contributes a constant (no gradient) instead of an unbounded one.
+    The cap applies to the policy-gradient term only, before any KL term, as in verl.
 
     `kl_coef` is one number or one per row `[B]` (interventions.kl_coef_by_role); `row_weights [B]` multiply
     each row's per-token loss before aggregation (interventions.multiplicity_norm); the normalisers are not
@@ -301,11 +307,18 @@ def clipped_surrogate(
     unclipped = -adv * ratio
     clipped = -adv * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
     per_token = torch.maximum(unclipped, clipped)
+    if dual_clip is not None:
+        if not dual_clip > 1.0:
+            raise ValueError(f"dual_clip must be > 1 (verl's clip_ratio_c), got {dual_clip}")
+        per_token = torch.where(adv < 0, torch.minimum(-adv * dual_clip, per_token), per_token)
     stats = {
         "clip_fraction": _masked_mean(clipped_tokens(logp, old_logp, advantages, clip_low, clip_high).to(m.dtype), m),
         "ratio_mean": _masked_mean(ratio.detach(), m),
         "approx_kl": _masked_mean(-log_ratio.detach(), m),
     }
+    if dual_clip is not None:  # verl's pg_clipfrac_lower: tokens held at the dual-clip bound -A * c
+        lower = (adv < 0) & (torch.maximum(unclipped, clipped) > -adv * dual_clip)
+        stats["dual_clip_fraction"] = _masked_mean(lower.detach().to(m.dtype), m)
     if ref_logp is not None:
         kl = k3_kl(logp, ref_logp)
         stats["kl"] = _masked_mean(kl.detach(), m)
