@@ -23,9 +23,10 @@ not:
      equal when sympy simplifies the difference to 0 (skipped for more than two unknown letters or big
      powers, which could hang sympy).
 
-Deliberate difference: the study turns LaTeX into text with ``pylatexenc``; this module uses a small
-converter (``\\frac``, ``\\sqrt``, ``\\times``/``\\cdot``, ``\\pi``, ``\\infty``, dropping other commands),
-which covers the answers of a math benchmark but is not byte-identical on exotic LaTeX.
+LaTeX to text goes through ``pylatexenc`` as in the study (``latex_to_text``), so mixed numbers
+(``7 \\frac{3}{4}`` is 7 + 3/4), ``\\le`` and ``\\leq``, thin spaces in numbers (``1\\,000``) and ``\\mbox``
+read as the study reads them; tests/fixtures/study_math_grading.jsonl pins such cases with the study's verdict
+and rolecast's own grader's.
 """
 
 from __future__ import annotations
@@ -171,54 +172,22 @@ _BAD_REGEXES = [r"\^[0-9]+\^", r"\^[0-9][0-9]+"]
 _TUPLE_CHARS = "()[]"
 
 
-def _braced(s: str, i: int) -> tuple[str, int]:
-    """(content, index after) of the {...} group starting at s[i] == '{' (or the single char at i)."""
-    if i >= len(s):
-        return "", i
-    if s[i] != "{":
-        return s[i], i + 1
-    depth = 0
-    for j in range(i, len(s)):
-        depth += s[j] == "{"
-        depth -= s[j] == "}"
-        if depth == 0:
-            return s[i + 1 : j], j + 1
-    return s[i + 1 :], len(s)
+# the Unicode that pylatexenc writes for LaTeX symbols, back to what sympy reads (the study's replacements)
+_UNICODE = (("√", "sqrt"), ("π", "pi"), ("∞", "inf"), ("∪", "U"), ("·", "*"), ("×", "*"))
 
 
 def latex_to_text(expr: str) -> str:
-    """A small stand-in for pylatexenc's LaTeX-to-text on answer strings (see the module docstring)."""
-    out, i = "", 0
-    while i < len(expr):
-        if expr.startswith(("\\frac", "\\dfrac", "\\tfrac"), i):
-            i = expr.index("frac", i) + 4
-            a, i = _braced(expr, i)
-            b, i = _braced(expr, i)
-            out += f" ({latex_to_text(a)})/({latex_to_text(b)})"
-        elif expr.startswith("\\sqrt", i):
-            a, i = _braced(expr, i + 5)
-            out += f"sqrt({latex_to_text(a)})"
-        elif expr[i] == "\\":
-            m = re.match(r"\\([A-Za-z]+|.)", expr[i:])
-            name = m.group(1) if m else ""
-            i += len(name) + 1
-            out += {
-                "times": "*",
-                "cdot": "*",
-                "pi": "pi",
-                "infty": "inf",
-                "cup": "U",
-                "le": "<=",
-                "ge": ">=",
-                "{": "{",
-                "}": "}",
-                ",": "",
-                " ": " ",
-            }.get(name, "")
-        else:
-            out += expr[i]
-            i += 1
-    return out.strip()
+    """LaTeX to text as the study converts it (``_parse_latex``): ``\\tfrac``/``\\dfrac`` -> ``\\frac``, a space
+    before each ``\\frac`` (so a mixed number ``7 \\frac{3}{4}`` stays two terms), pylatexenc's
+    ``LatexNodes2Text`` with its default settings, then its Unicode symbols back to ``sqrt``, ``pi``, ``inf``,
+    ``U`` and ``*``."""
+    from pylatexenc import latex2text
+
+    expr = expr.replace("\\tfrac", "\\frac").replace("\\dfrac", "\\frac").replace("\\frac", " \\frac")
+    expr = latex2text.LatexNodes2Text().latex_to_text(expr)
+    for symbol, text in _UNICODE:
+        expr = expr.replace(symbol, text)
+    return expr.strip()
 
 
 def _is_float(s: str) -> bool:
@@ -264,7 +233,10 @@ def _normalize(expr: str | None) -> str | None:
     if _is_float(expr) and _str_is_int(expr):
         expr = str(int(round(float(expr))))
     if "\\" in expr:
-        expr = latex_to_text(expr)
+        try:
+            expr = latex_to_text(expr)
+        except Exception:  # noqa: BLE001 - the study keeps the string as it was when pylatexenc fails
+            pass
     expr = re.sub("- *", "-", expr)
     expr = re.sub("([0-9]) +([0-9])", "\\1+\\2", expr)  # a mixed number 7 3/4 -> 7+3/4
     expr = expr.replace(" ", "").replace("{", "").replace("}", "").lower()
