@@ -790,6 +790,34 @@ def _deepcoder_tests(raw: Any, fn_name: str | None, per_test_timeout_s: float | 
     )
 
 
+# LiveCodeBench's code-generation prompt as the reference study wraps each DeepCoder problem in it
+# (rllm/system_prompts.py, rllm/data/utils.py fetch_live_code_bench_system_prompt)
+LCB_SYSTEM_MESSAGE = (
+    "You are an expert Python programmer. You will be given a question (problem specification) and will generate "
+    "a correct Python program that matches the specification and passes all tests."
+)
+LCB_FORMAT_WITH_STARTER = (
+    "You will use the following starter code to write the solution to the problem and enclose your code within "
+    "delimiters."
+)
+LCB_FORMAT_WITHOUT_STARTER = (
+    "Read the inputs from stdin solve the problem and write the answer to stdout (do not directly test on the "
+    "sample inputs). Enclose your code within delimiters as follows. Ensure that when the python program runs, it "
+    "reads the inputs, runs the algorithm and writes output to STDOUT."
+)
+
+
+def livecodebench_prompt(statement: str, starter_code: str | None = None) -> str:
+    """The study's problem text, byte for byte: the system message, a blank line, the statement as given (no
+    separator before the format line, as in the study), the format instruction and code block, the answer line."""
+    text = LCB_SYSTEM_MESSAGE + "\n\n" + statement
+    if starter_code:
+        text += f"### Format: {LCB_FORMAT_WITH_STARTER}\n```python\n{starter_code}\n```\n\n"
+    else:
+        text += f"### Format: {LCB_FORMAT_WITHOUT_STARTER}\n```python\n# YOUR CODE HERE\n```\n\n"
+    return text + "### Answer: (use the provided format with backticks)\n\n"
+
+
 @register_task("deepcoder")
 class DeepCoder(CodeTask):
     """DeepCoder-Preview (agentica-org/DeepCoder-Preview-Dataset). Default subset: ``primeintellect``, the
@@ -799,9 +827,13 @@ class DeepCoder(CodeTask):
     default_rng(split_seed).permutation (Hugging Face ``shuffle(seed=42)``); "test" = the first ``test_size``
     (1000), "train" = the rest. Each test runs with ``per_test_timeout_s`` (the study's 3 s per test).
     ``runtime_results``: the study's JSON of tests that passed a reference run ({problem: {test: {"status":
-    "passed"}}}); given, only those tests are kept and problems left with none are dropped, before the shuffle,
-    as the study's data preparation did. ``subset: lcbv5`` keeps the LiveCodeBench subset with its own
-    train/test files."""
+    "passed"}}}); given, a problem the file names keeps only those tests and is dropped when none is left, and a
+    problem the file does not name keeps all its tests, before the shuffle, as the study's data preparation
+    (examples/deepcoder/prepare_deepcoder_data.py) did. ``problem_format``: ``rolecast`` (the statement, and
+    the starter code after it) or ``livecodebench`` (the study's: LiveCodeBench's system message, the statement,
+    then its format instructions with the starter code or a ``# YOUR CODE HERE`` block,
+    rllm/data/utils.py ``fetch_live_code_bench_system_prompt``). ``subset: lcbv5`` keeps the LiveCodeBench
+    subset with its own train/test files."""
 
     name = "deepcoder"
     hub_name = "agentica-org/DeepCoder-Preview-Dataset"
@@ -818,10 +850,14 @@ class DeepCoder(CodeTask):
         split_seed: int = 42,
         per_test_timeout_s: float | None = 3.0,
         runtime_results: str | None = None,
+        problem_format: str = "rolecast",
         **kwargs: Any,
     ):
         if subset not in self.SUBSETS:
             raise ValueError(f"deepcoder: subset must be one of {sorted(self.SUBSETS)}, got {subset!r}")
+        if problem_format not in ("rolecast", "livecodebench"):
+            raise ValueError(f"deepcoder: problem_format must be 'rolecast' or 'livecodebench', got {problem_format!r}")
+        self.problem_format = problem_format
         self.subset, self.test_size, self.split_seed = subset, test_size, split_seed
         self.per_test_timeout_s, self.runtime_results = per_test_timeout_s, runtime_results
         self.files = self.SUBSETS[subset]
@@ -862,8 +898,9 @@ class DeepCoder(CodeTask):
         for i, row in enumerate(self._source_rows("train")):
             if keep is not None:
                 passed = keep.get(str(i))
-                if passed is None:
-                    continue  # the study kept such rows with all their tests (-1), see below
+                if passed is None:  # not in the file: the study keeps the problem with all its tests
+                    out.append((i, row))
+                    continue
                 try:
                     tests = json.loads(row["tests"]) if isinstance(row.get("tests"), str) else row.get("tests")
                 except json.JSONDecodeError:
@@ -907,6 +944,9 @@ class DeepCoder(CodeTask):
                 meta_raw = {}
         fn = meta_raw.get("func_name") if isinstance(meta_raw, Mapping) else None
         tests = _deepcoder_tests(_require(row, "tests", "the tests"), fn, self.per_test_timeout_s)
+        if self.problem_format == "livecodebench":
+            text = livecodebench_prompt(statement, row.get("starter_code") or None)
+            return Problem(f"deepcoder/{self.subset}/{index}", text, tests, {"split": split, "index": index})
         text = statement.strip()
         starter = (row.get("starter_code") or "").strip()
         if starter:
