@@ -156,6 +156,17 @@ class TrainSettings(_Strict):
     max_entropy_tol: float = Field(0.01, gt=0, lt=1)
 
 
+class EvalSetSettings(_Strict):
+    """One more held-out set, evaluated with the run's workflow and prompts next to task.eval_split and reported on
+    its own: eval_<name>.jsonl in the run directory and eval/<name>/pass@1 in metrics.jsonl."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")  # names the file and the metric
+    task: str  # a registered task of the same prompt family as task.name, e.g. aime2024 beside dapo_math
+    options: dict[str, Any] = {}  # its constructor options, e.g. {grader: study}
+    split: str = "test"
+    size: int | None = Field(None, gt=0)  # problems from the split (None: all of them)
+
+
 class EvalSettings(_Strict):
     # custom (default): temperature and n_samples as set (their defaults decode greedily, once). greedy:
     # enforces temperature 0 and one sample. study: the reference study's protocol, sampled pass@1 at
@@ -167,6 +178,10 @@ class EvalSettings(_Strict):
     size: int = Field(200, gt=0)  # problems from the eval split
     n_samples: int = Field(1, gt=0)
     temperature: float = Field(0.0, ge=0)  # 0 = greedy
+    # nucleus sampling during evaluation (None: rollout.top_p, as before this field). Top-k is never applied by
+    # rolecast's samplers (verl's -1). docs/study_recipe.md: why the study's evaluation is top-p 1, top-k off.
+    top_p: float | None = Field(None, gt=0, le=1)
+    extra_sets: list[EvalSetSettings] = []  # more held-out sets, each reported separately (e.g. AIME 2024)
     at_start: bool = True
     at_end: bool = True
 
@@ -397,6 +412,7 @@ def check_run_config(cfg: RunConfig) -> None:
         raise FieldError(
             "train.minibatch_scale", "'nominal' scales mini-batches: it needs train.update_schedule: per_minibatch"
         )
+    _check_eval_sets(cfg, task.family)
     _check_model_path(cfg.model.path)
     _check_device(cfg.model.device)
     _check_interventions(cfg.interventions, spec.roles)
@@ -443,6 +459,29 @@ def _check_interventions(iv: InterventionSettings, roles: list[str]) -> None:
                     f"interventions.{field}.{role}",
                     f"must be {'> 0' if field == 'balance_shares' else '>= 0'}, got {value}",
                 )
+
+
+def _check_eval_sets(cfg: RunConfig, family: str) -> None:
+    """Each extra evaluation set: a known task of the run's prompt family, a unique name."""
+    from .tasks import make_task, task_names
+
+    names = [s.name for s in cfg.eval.extra_sets]
+    for i, s in enumerate(cfg.eval.extra_sets):
+        field = f"eval.extra_sets.{i}"
+        if names.count(s.name) > 1:
+            raise FieldError(f"{field}.name", f"{s.name!r} names two sets")
+        if s.task not in task_names():
+            raise FieldError(f"{field}.task", f"unknown task {s.task!r}; known tasks: {task_names()}")
+        try:
+            extra = make_task(s.task, **s.options)
+        except UserError:
+            raise
+        except (TypeError, ValueError) as e:
+            raise FieldError(f"{field}.options", f"task {s.task!r}: {e}") from None
+        if extra.family != family:
+            raise FieldError(
+                f"{field}.task", f"{s.task!r} is a {extra.family!r} task; the run's prompts are for {family!r} tasks"
+            )
 
 
 def _check_device(device: str) -> None:

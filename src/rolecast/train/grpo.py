@@ -18,7 +18,7 @@ import logging
 import math
 import random
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -588,6 +588,9 @@ class _Session:
     # train.lr_clock role_update: policy updates made so far, the position of the one schedule they share
     # (a rollback keeps it: the run goes on from the updates it reached); unused under the step clock
     lr_clock: int = 0
+    # eval.extra_sets: (name, task, problems) of each further held-out set, and the pass@1 each last measured
+    extra_evals: tuple[tuple[str, Any, list[Problem]], ...] = ()
+    extra_pass: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     def open(
@@ -606,6 +609,7 @@ class _Session:
         rt = build_runtime(cfg)
         train_pool = list(rt.task.problems(cfg.task.train_split))
         eval_set = list(rt.task.problems(cfg.task.eval_split))[: cfg.eval.size]
+        extra_evals = _extra_eval_sets(cfg)
         if not train_pool:
             raise ConfigError(f"task {cfg.task.name!r} has no problems in split {cfg.task.train_split!r}")
 
@@ -662,6 +666,8 @@ class _Session:
                 run_dir / "eval.jsonl",
                 lambda r: r.get("tag") not in _TRAINER_EVAL_TAGS or (start > 0 and r.get("step", 0) <= start),
             )
+            for name, _, _ in extra_evals:
+                cut_back_jsonl(run_dir / f"eval_{name}.jsonl", lambda r: start > 0 and r.get("step", 0) <= start)
             if resume:
                 note = {
                     "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -693,20 +699,43 @@ class _Session:
             dist=dist,
             rollback=rollback,
             lr_clock=lr_clock,
+            extra_evals=extra_evals,
         )
 
     def run_eval(self, step: int, tag: str) -> dict[str, Any]:
         cfg, rt = self.cfg, self.rt
-        backend = rt.backend
+        backend: Any = rt.backend
         backend.temperature, saved = cfg.eval.temperature, backend.temperature
+        # eval.top_p: the evaluation's own nucleus (None: the rollout's, unchanged); backends without one ignore it
+        top_p = getattr(backend, "top_p", None) if cfg.eval.top_p is not None else None
+        if top_p is not None:
+            backend.top_p = cfg.eval.top_p
         backend.reseed(_step_seed(cfg.seed, step, 2))
         try:
             res = rt.evaluate(
                 self.eval_set, n_samples=cfg.eval.n_samples, options=cfg.workflow.options, ks=(1, cfg.eval.n_samples)
             )
+            extra = []
+            for name, task, problems in self.extra_evals:  # each further set from the same seed as the first
+                backend.reseed(_step_seed(cfg.seed, step, 2))
+                extra.append((name, task, evaluate_set(rt, task, problems, cfg)))
         finally:
             backend.temperature = saved
+            if top_p is not None:
+                backend.top_p = top_p
         key = eval_key(cfg, run=str(self.run_dir), step=step, tag=tag, workflow=rt.spec.name)
+        self.extra_pass = {}
+        for name, task, extra_res in extra:
+            extra_key = {
+                **key,
+                "task": task.name,
+                "split": next(s.split for s in cfg.eval.extra_sets if s.name == name),
+            }
+            row = append_eval_row(self.run_dir / f"eval_{name}.jsonl", {**extra_key, "eval_set": name}, extra_res)
+            self.extra_pass[name] = row["pass@1"]
+            self.console.print(
+                f"{name} accuracy ({row['n_problems']} problems, step {step}): {row['pass@1']:.3f} ± {row['stderr']:.3f}"
+            )
         return append_eval_row(self.run_dir / "eval.jsonl", key, res)
 
     def run(self, stop_after: int | None, discard_on_early_failure: list[Path] | None) -> dict[str, Any]:
@@ -884,6 +913,7 @@ class _Session:
         due_eval = cfg.eval.every and (step + 1) % cfg.eval.every == 0 and step + 1 < total_steps
         if not stop and due_eval and dist.is_main:
             metrics["eval/pass@1"] = self.run_eval(step + 1, "periodic")["pass@1"]
+            metrics.update({f"eval/{name}/pass@1": v for name, v in self.extra_pass.items()})
         if dist.is_main:
             with open(run_dir / "metrics.jsonl", "a") as f:
                 f.write(json.dumps(_finite_or_none(metrics)) + "\n")
@@ -940,6 +970,34 @@ class _Session:
 
 
 _TRAINER_EVAL_TAGS = ("base", "periodic", "final")
+
+
+def _extra_eval_sets(cfg: RunConfig) -> tuple[tuple[str, Any, list[Problem]], ...]:
+    """eval.extra_sets as (name, task, its first `size` problems of the split)."""
+    from ..tasks import make_task
+
+    out = []
+    for s in cfg.eval.extra_sets:
+        task = make_task(s.task, **s.options)
+        out.append((s.name, task, list(task.problems(s.split))[: s.size]))
+    return tuple(out)
+
+
+def evaluate_set(rt: Runtime, task: Any, problems: list[Problem], cfg: RunConfig) -> Any:
+    """The run's workflow, prompts, routing and backend (as set now) on another task's problems."""
+    from ..evaluation import evaluate
+
+    return evaluate(
+        rt.spec,
+        problems,
+        task=task,
+        prompts=rt.prompts,
+        router=rt.routing,
+        backend=rt.backend,
+        n_samples=cfg.eval.n_samples,
+        options=cfg.workflow.options,
+        ks=(1, cfg.eval.n_samples),
+    )
 
 
 class DivergenceGuard:
