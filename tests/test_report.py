@@ -145,8 +145,10 @@ def test_sharing_comparison_by_hand(tmp_path):
     short = short_summary_lines(list(comps.values()))
     assert short == [
         "single: only shared finished",
-        "voting: isolated - shared: final +0.200 [+0.12,+0.28] isolated wins; peak -0.200 [-0.28,-0.12] shared wins",
+        "voting: isolated - shared: final +0.200 [+0.12,+0.28] isolated wins; peak -0.200 [-0.28,-0.12] shared wins; "
+        "1 paired seed, detectable 0.119",  # (1.960 + 0.842) x 0.042426
     ]
+    assert v.paired_final is not None and v.paired_final.seeds == 1
 
 
 def test_seeds_pool_with_the_larger_of_evaluation_and_seed_spread(tmp_path):
@@ -217,7 +219,9 @@ def test_text_map_fits_one_screen(tmp_path):
     assert re.search(r"0\.500\s+0\.550@10\s+\(0\.550@10\)\s+-\s+-\s+-\s+failed$", row), row  # no gain claimed
     assert "  error single-isolated: RuntimeError: boom" in lines
     assert "running 3/20" in text and "pending" in text
-    assert lines[-1].startswith("voting: isolated - shared: final +0.200")
+    # the verdict (longer than the screen with its design note) folds at final; peak
+    assert lines[-2].startswith("voting: isolated - shared: final +0.200")
+    assert lines[-1] == "    peak -0.200 [-0.28,-0.12] shared wins; 1 paired seed, detectable 0.119"
 
 
 def test_cli_report_and_bad_dirs(tmp_path, capsys):
@@ -275,10 +279,31 @@ def test_text_map_names_rows_by_the_axes_that_vary(tmp_path):
 def test_text_map_folds_a_long_sharing_verdict_instead_of_cutting_it(tmp_path):
     smap = collect_map(build_sweep(tmp_path / "sweep"))
     verdict = (
-        "voting: isolated - shared: final +0.200 [+0.12,+0.28] isolated wins; peak -0.200 [-0.28,-0.12] shared wins"
+        "voting: isolated - shared: final +0.200 [+0.12,+0.28] isolated wins; peak -0.200 [-0.28,-0.12] shared wins; "
+        "1 paired seed, detectable 0.119"
     )
-    assert verdict in text_map(smap).splitlines()  # fits in 120 columns: one line
+    assert verdict in text_map(smap, width=200).splitlines()  # fits in 200 columns: one line
     lines = text_map(smap, width=80).splitlines()
     i = lines.index("voting: isolated - shared: final +0.200 [+0.12,+0.28] isolated wins;")
-    assert lines[i + 1] == "    peak -0.200 [-0.28,-0.12] shared wins"
+    assert lines[i + 1] == "    peak -0.200 [-0.28,-0.12] shared wins; 1 paired seed, detectable 0.119"
     assert max(len(ln) for ln in lines if ln.startswith("voting-")) == 80  # the table's rows are cut there
+
+
+def test_paired_difference_over_seeds_by_hand():
+    """Three seeds, b - a = +0.10, +0.04, +0.07: mean 0.07, sd 0.03, SE 0.03 / sqrt(3) = 0.017321 (above the
+    evaluations' own sqrt(6 x 0.01^2) / 3 = 0.008165); t(0.975, 2) = 4.303, t(0.80, 2) = 1.061."""
+    from rolecast.diagnostics.curves import CurvePoint, paired_difference, t_quantile
+
+    a = [CurvePoint(30, v, 0.01, 200) for v in (0.50, 0.60, 0.55)]
+    b = [CurvePoint(30, v, 0.01, 200) for v in (0.60, 0.64, 0.62)]
+    d = paired_difference(list(zip(a, b, strict=True)))
+    assert d.seeds == 3 and d.mean == pytest.approx(0.07)
+    assert d.se == pytest.approx(0.03 / 3**0.5)
+    assert (d.low, d.high) == pytest.approx((0.07 - 4.303 * 0.017321, 0.07 + 4.303 * 0.017321), abs=1e-5)
+    assert d.detectable == pytest.approx((4.303 + 1.061) * 0.017321, abs=1e-5)
+    # differences that agree exactly: the evaluations' noise is the floor of the SE
+    same = paired_difference([(CurvePoint(30, 0.5, 0.01, 200), CurvePoint(30, 0.6, 0.01, 200))] * 3)
+    assert same.se == pytest.approx((6 * 0.01**2) ** 0.5 / 3)
+    assert t_quantile(0.975, 40) == 2.042 and t_quantile(0.975, float("inf")) == pytest.approx(1.959964)
+    with pytest.raises(ValueError):
+        t_quantile(0.9, 3)

@@ -23,6 +23,97 @@ from typing import Any
 
 Z_95 = 1.959963984540054  # two-sided 95% normal quantile
 
+# Student's t quantiles by degrees of freedom (standard tables), for intervals over a few seeds: 0.975 (a
+# two-sided 95% interval) and 0.80 (80% power, for the smallest detectable difference). Past the table, a df
+# uses the nearest smaller entry (slightly conservative); df >= 120 is taken as normal.
+_T975 = {
+    1: 12.706,
+    2: 4.303,
+    3: 3.182,
+    4: 2.776,
+    5: 2.571,
+    6: 2.447,
+    7: 2.365,
+    8: 2.306,
+    9: 2.262,
+    10: 2.228,
+    12: 2.179,
+    15: 2.131,
+    20: 2.086,
+    30: 2.042,
+    60: 2.000,
+    120: 1.980,
+}
+_T80 = {
+    1: 1.376,
+    2: 1.061,
+    3: 0.978,
+    4: 0.941,
+    5: 0.920,
+    6: 0.906,
+    7: 0.896,
+    8: 0.889,
+    9: 0.883,
+    10: 0.879,
+    12: 0.873,
+    15: 0.866,
+    20: 0.860,
+    30: 0.854,
+    60: 0.848,
+    120: 0.845,
+}
+
+
+def t_quantile(p: float, df: float) -> float:
+    """Student's t quantile for p in {0.975, 0.80}; df = inf (or >= 120 past the table) gives the normal one."""
+    table = {0.975: _T975, 0.80: _T80}.get(p)
+    if table is None:
+        raise ValueError(f"t_quantile: p must be 0.975 or 0.80, got {p}")
+    if df < 1:
+        raise ValueError(f"t_quantile: need df >= 1, got {df}")
+    if math.isinf(df) or df > 120:
+        return NormalDist().inv_cdf(p)
+    return table[max(d for d in table if d <= df)]
+
+
+@dataclass
+class PairedDifference:
+    """b - a over paired seeds: mean, SE, the 95% interval's multiplier (t with k - 1 df over k >= 2 seeds;
+    normal for one seed, whose SE is the two evaluations' own), and the smallest difference this design
+    detects with 95% confidence and 80% power ((t_0.975 + t_0.80) x SE)."""
+
+    mean: float
+    se: float
+    seeds: int
+    multiplier: float
+    detectable: float
+
+    @property
+    def low(self) -> float:
+        return self.mean - self.multiplier * self.se
+
+    @property
+    def high(self) -> float:
+        return self.mean + self.multiplier * self.se
+
+
+def paired_difference(pairs: Sequence[tuple[CurvePoint, CurvePoint]]) -> PairedDifference:
+    """`pairs`: (a, b) points of the same seed (same problems, same evaluation problems). The SE is the larger
+    of the spread of the per-seed differences over seeds (sd / sqrt(k)) and the evaluations' own noise
+    (sqrt(sum of their variances) / k): with 2-3 seeds the sample spread alone can come out implausibly small."""
+    k = len(pairs)
+    if k == 0:
+        raise ValueError("paired_difference: no pairs")
+    diffs = [b.value - a.value for a, b in pairs]
+    mean = sum(diffs) / k
+    se = math.sqrt(sum(a.se**2 + b.se**2 for a, b in pairs)) / k
+    if k >= 2:
+        sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (k - 1))
+        se = max(se, sd / math.sqrt(k))
+    df = k - 1 if k >= 2 else math.inf
+    q, power = t_quantile(0.975, df), t_quantile(0.80, df)
+    return PairedDifference(mean, se, k, q, (q + power) * se)
+
 
 @dataclass(frozen=True)
 class CurvePoint:

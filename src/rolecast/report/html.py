@@ -22,7 +22,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..diagnostics.curves import Z_95, CurvePoint, CurveSummary, eval_points, summarize_curve
+from ..diagnostics.curves import (
+    Z_95,
+    CurvePoint,
+    CurveSummary,
+    PairedDifference,
+    eval_points,
+    paired_difference,
+    summarize_curve,
+)
 from ..diagnostics.warnings import SIGNATURE_MEANINGS
 from .analyze import _GRAD_ROLE, _LR, _answer_extractor, collect_series, group_alerts, replay_warnings
 from .rundir import read_jsonl, read_run
@@ -83,6 +91,15 @@ class SharingComparison:
     b: str
     peak_diff: tuple[float, float] | None  # (b - a, its SE)
     final_diff: tuple[float, float] | None
+    # over the seeds both modes finished (paired: same seed, same problems and evaluation problems); None when
+    # they share no seed, and the diffs above are then the unpaired pooled ones
+    paired_final: PairedDifference | None = None
+    paired_peak: PairedDifference | None = None
+
+    @property
+    def multiplier(self) -> float:
+        """What turns the SE into a 95% half-width: t over paired seeds, else normal."""
+        return self.paired_final.multiplier if self.paired_final else Z_95
 
 
 @dataclass
@@ -264,8 +281,10 @@ def _pool(cells: list[CellView], which: str) -> tuple[float, float]:
 
 
 def compare_sharing(cells: list[CellView]) -> list[SharingComparison]:
-    """Per (workflow, task, model), over finished cells: b - a in pooled
-    peak and final pass@1, a = shared when present (else the first mode), b = isolated (else the next)."""
+    """Per (workflow, task, model), over finished cells: b - a in peak and final pass@1 for every mode b other
+    than the reference a (shared when present, else the first mode; isolated is compared first). Over the seeds
+    both modes finished the difference is paired (`paired_difference`: the same seed draws the same problems
+    and evaluates on the same problems in every arm); with no common seed, the pooled means are compared."""
     groups: dict[tuple[Any, Any, Any], dict[str, list[CellView]]] = defaultdict(lambda: defaultdict(list))
     for c in cells:
         if c.kind == "train" and c.complete and c.trained_points:  # a failed or running cell has no final yet
@@ -280,12 +299,21 @@ def compare_sharing(cells: list[CellView]) -> list[SharingComparison]:
             final, final_se = _pool(cs, "final")
             modes[mode] = {"peak": peak, "peak_se": peak_se, "final": final, "final_se": final_se, "cells": len(cs)}
         names = sorted(modes, key=lambda m: (m != "shared", m != "isolated", m))
-        a, b = names[0], names[1] if len(names) > 1 else names[0]
-        pd = fd = None
-        if a != b:
-            pd = (modes[b]["peak"] - modes[a]["peak"], math.hypot(modes[a]["peak_se"], modes[b]["peak_se"]))
-            fd = (modes[b]["final"] - modes[a]["final"], math.hypot(modes[a]["final_se"], modes[b]["final_se"]))
-        out.append(SharingComparison(wf, task, model, modes, a, b, pd, fd))
+        a = names[0]
+        if len(names) == 1:
+            out.append(SharingComparison(wf, task, model, modes, a, a, None, None))
+        for b in names[1:]:
+            seeds_a = {c.axes.get("seed"): c for c in by_mode[a] if c.curve}
+            pairs = [(seeds_a[c.axes.get("seed")], c) for c in by_mode[b] if c.curve and c.axes.get("seed") in seeds_a]
+            pf = pp = None
+            if pairs:
+                pf = paired_difference([(x.curve.final, y.curve.final) for x, y in pairs])  # type: ignore[union-attr]
+                pp = paired_difference([(x.curve.peak, y.curve.peak) for x, y in pairs])  # type: ignore[union-attr]
+                fd, pd = (pf.mean, pf.se), (pp.mean, pp.se)
+            else:
+                pd = (modes[b]["peak"] - modes[a]["peak"], math.hypot(modes[a]["peak_se"], modes[b]["peak_se"]))
+                fd = (modes[b]["final"] - modes[a]["final"], math.hypot(modes[a]["final_se"], modes[b]["final_se"]))
+            out.append(SharingComparison(wf, task, model, modes, a, b, pd, fd, pf, pp))
     return out
 
 
@@ -299,6 +327,14 @@ def _verdict(a: str, b: str, diff: tuple[float, float], z: float = Z_95) -> str:
     return f"no clear winner: {b} - {a} = {d:+.3f} [{lo:+.3f}, {hi:+.3f}]"
 
 
+def _design(c: SharingComparison) -> str:
+    """How many seeds the difference is paired over, and the smallest difference the design detects."""
+    if c.paired_final is None:
+        return "unpaired (no common seed)"
+    k = c.paired_final.seeds
+    return f"{k} paired seed{'s' if k != 1 else ''}, detectable {c.paired_final.detectable:.3f}"
+
+
 def summary_lines(comparisons: list[SharingComparison]) -> list[str]:
     lines = []
     for c in comparisons:
@@ -307,17 +343,19 @@ def summary_lines(comparisons: list[SharingComparison]) -> list[str]:
             only = next(iter(c.modes))
             lines.append(f"{key}: only {only} finished")
             continue
+        z = c.multiplier
         lines.append(
-            f"{key}: final {_verdict(c.a, c.b, c.final_diff)}; peak {_verdict(c.a, c.b, c.peak_diff)}"
-            + ("  (one role: both modes train one policy)" if c.workflow == "single" else "")
+            f"{key}: final {_verdict(c.a, c.b, c.final_diff, z)}; peak {_verdict(c.a, c.b, c.peak_diff, z)}"
+            f" ({_design(c)})" + ("  (one role: both modes train one policy)" if c.workflow == "single" else "")
         )
     return lines
 
 
-def short_summary_lines(comparisons: list[SharingComparison], z: float = Z_95) -> list[str]:
-    """The verdicts for the text map: one line per (workflow, task, model), b - a for final and peak."""
+def short_summary_lines(comparisons: list[SharingComparison]) -> list[str]:
+    """The verdicts for the text map: one line per (workflow, task, model) and compared mode, b - a for final
+    and peak with a 95% interval (t over paired seeds), and the smallest difference the design detects."""
 
-    def part(what: str, a: str, b: str, diff: tuple[float, float]) -> str:
+    def part(what: str, a: str, b: str, diff: tuple[float, float], z: float) -> str:
         d, se = diff
         lo, hi = d - z * se, d + z * se
         who = f"{b} wins" if lo > 0 else f"{a} wins" if hi < 0 else "no clear winner"
@@ -330,8 +368,10 @@ def short_summary_lines(comparisons: list[SharingComparison], z: float = Z_95) -
         if c.final_diff is None or c.peak_diff is None:
             lines.append(f"{key}: only {c.a} finished")
             continue
+        z = c.multiplier
         lines.append(
-            f"{key}: {c.b} - {c.a}: {part('final', c.a, c.b, c.final_diff)}; {part('peak', c.a, c.b, c.peak_diff)}"
+            f"{key}: {c.b} - {c.a}: {part('final', c.a, c.b, c.final_diff, z)}; "
+            f"{part('peak', c.a, c.b, c.peak_diff, z)}; {_design(c)}"
         )
     return lines
 
@@ -581,7 +621,11 @@ def _sharing_section(comparisons: list[SharingComparison]) -> str:
         if c.final_diff is None or c.peak_diff is None:
             verdict = f"only {c.a} finished"
         else:
-            verdict = f"final: {_verdict(c.a, c.b, c.final_diff)}<br>peak: {_verdict(c.a, c.b, c.peak_diff)}"
+            z = c.multiplier
+            verdict = (
+                f"final: {_e(_verdict(c.a, c.b, c.final_diff, z))}<br>peak: {_e(_verdict(c.a, c.b, c.peak_diff, z))}"
+                f"<br>{_e(_design(c))}"
+            )
         rows.append(
             f'<tr><td class="l">{_e(c.workflow)}</td><td class="l">{_e(c.task)}</td><td class="l">{_e(c.model)}</td>'
             f'<td class="l">{_e(modes)}</td><td class="l">{verdict}</td></tr>'
@@ -591,10 +635,12 @@ def _sharing_section(comparisons: list[SharingComparison]) -> str:
         '<th class="l">per mode (± 95%)</th><th class="l">which sharing mode won</th></tr></thead><tbody>'
         + "\n".join(rows)
         + "</tbody></table>"
-        "<p class='notes'>Differences are isolated - shared of the means over seeds, with a 95% interval from the "
-        "combined standard error (the evaluations' own, or the spread across seeds when larger; unpaired, so "
-        "conservative for evaluations on the same problems). A peak is the best of several noisy evaluations "
-        "and sits above the truth; the final evaluation carries no such selection.</p>"
+        "<p class='notes'>Differences are (mode) - shared, paired by seed (the same seed draws the same training "
+        "problems and evaluates on the same problems in every arm): the mean of the per-seed differences with a "
+        "95% t interval over seeds, its SE the spread of the differences or the evaluations' own noise, whichever "
+        "is larger (one seed: the evaluations' noise, normal interval). 'detectable' is the smallest difference "
+        "the design finds with 95% confidence and 80% power. A peak is the best of several noisy evaluations and "
+        "sits above the truth; the final evaluation carries no such selection.</p>"
     )
 
 
