@@ -434,3 +434,15 @@ def test_shipped_study_matrix_spans_the_study():
         assert c.config.task.name == {"math": "dapo_math", "code": "deepcoder"}[c.axes["task"]]
         assert c.config.rollout.max_new_tokens == {"math": 5120, "code": 2048}[c.axes["task"]]
     assert m.settings.resources.num_gpus == 1
+
+
+def test_a_cell_saved_before_a_defaulted_field_existed_still_matches():
+    """check_existing compares a finished cell's saved config.yaml as today's schema reads it: a field added
+    since with its default (here train.lr_clock) is no difference; a field the schema no longer has is."""
+    from rolecast.config import load_config
+    from rolecast.sweep.runner import _saved_settings
+
+    full = load_config(None, {"train.steps": 3}).model_dump(mode="json")
+    older = {**full, "train": {k: v for k, v in full["train"].items() if k != "lr_clock"}}
+    assert _saved_settings(older) == full
+    assert _saved_settings({**full, "train": {**full["train"], "retired_field": 1}}) is None

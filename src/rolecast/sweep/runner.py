@@ -13,10 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from ..config import RunConfig
 from .cell import DONE, CellJob, CellResult, cell_state, checkpoint_step, write_atomic
 from .executors import Executor, LocalExecutor
 from .matrix import Cell, Matrix, MatrixError
@@ -42,6 +44,15 @@ def _comparable(config: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in config.items() if k != "threads"}
 
 
+def _saved_settings(saved: dict[str, Any]) -> dict[str, Any] | None:
+    """A cell's saved config.yaml as the schema reads it today: a field added since (with its default) is not a
+    difference; a saved config the schema no longer accepts is (None)."""
+    try:
+        return RunConfig.model_validate(saved).model_dump(mode="json")
+    except ValidationError:
+        return None
+
+
 def check_existing(matrix: Matrix) -> None:
     """A cell directory written under different settings must not be skipped or resumed as if it matched."""
     stale = []
@@ -49,7 +60,8 @@ def check_existing(matrix: Matrix) -> None:
         saved = cell.run_dir / "config.yaml"
         if cell_state(cell.run_dir) == "fresh" or not saved.is_file():
             continue
-        if _comparable(yaml.safe_load(saved.read_text()) or {}) != _comparable(cell.config.model_dump(mode="json")):
+        settings = _saved_settings(yaml.safe_load(saved.read_text()) or {})
+        if settings is None or _comparable(settings) != _comparable(cell.config.model_dump(mode="json")):
             stale.append(cell.name)
     if stale:
         raise MatrixError(
