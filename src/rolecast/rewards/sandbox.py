@@ -1,50 +1,51 @@
-"""Run untrusted Python programs in a sandbox, many at once. Overview for users: docs/sandbox.md.
+"""Run untrusted Python programs in a sandbox, many at once. Overview for users, threat model, the seccomp
+list and what is out of scope: docs/sandbox.md.
 
 Isolation, strongest available first:
 
 ``bwrap`` (bubblewrap found and working; ``scripts/install-sandbox.sh`` installs it)
     Each run is a fresh bubblewrap container: new pid/net/ipc/uts namespaces (no network, only its own
-    processes visible, everything dies with the container), a read-only view of ``/``, private tmpfs
-    ``/tmp`` and ``/var/tmp`` (size-capped; ``/tmp`` is the program's cwd), ``/root`` and ``/home`` hidden.
-    What the interpreter needs from those hidden directories (its prefixes, the venv, site-packages, as
-    written and as resolved) is bound back read-only, one directory each, so a project and venv in
-    ``~/rolecast`` or ``/tmp/x`` work while the rest of those directories stays invisible. As root we do
-    *not* use a user namespace (its root would still own root's files); bwrap keeps only CAP_SETUID/SETGID/
-    KILL and our harness drops to an unprivileged uid before any untrusted code runs. Each pool slot gets its
-    own uid, so RLIMIT_NPROC (which root ignores) caps a fork bomb per slot without starving the neighbours.
+    processes visible, everything dies with the container) and a root holding only ``/usr``, the
+    interpreter's installation prefix, the allowed packages (``ALLOWED_PACKAGES``, bound at ``SITE_DIR``),
+    a fresh ``/proc`` and ``/dev``, and private size-capped ``/tmp`` (the cwd) and ``/dev/shm``: no project
+    tree, no data, no home. A seccomp filter (``SECCOMP_DENY``, built with libseccomp) denies namespace
+    creation, mounts, ptrace and other processes' memory, keyrings and more. As root no user namespace is
+    used (its root would be the host's root, owner of root's files): the harness drops to two fresh
+    unprivileged uids per run (the program's and the judge's) from a block of this process, and bwrap keeps
+    only CAP_SETUID/SETGID/KILL for that. Not as root: a fresh user namespace per run (``--unshare-user``,
+    ``--disable-userns``). Where the machine lets us (root, cgroup v1 or a delegated v2), each run also gets
+    a fresh memory cgroup capping all its processes together; without one, the program may not start a
+    second process, so its per-process limit bounds the run. RLIMIT_NPROC on the run's own uid caps its
+    processes.
 ``fallback`` (no usable bwrap: a logged warning; training refuses it unless ``sandbox.allow_unisolated``)
-    rlimits + the same uid drop (when root) + a private directory as cwd, HOME and TMPDIR, removed
-    afterwards. As root it also kills every process of the slot's uid after each run (daemons that left the
-    process group included) and removes what that uid left at the top of /tmp, /var/tmp and /dev/shm.
-    When the uid cannot read the interpreter (Python under /root), the harness imports what the program
-    and tests import before dropping privileges. No network or filesystem isolation beyond what the
-    unprivileged uid cannot touch.
+    rlimits + the same uid drops (when root) + a private directory as cwd, HOME and TMPDIR, removed
+    afterwards. As root it also kills every process of the run's uids after each run (daemons that left the
+    process group included) and removes what they left at the top of /tmp, /var/tmp and /dev/shm. When the
+    uids cannot read the interpreter (Python under /root), the harness imports what the program and tests
+    import before dropping privileges. No network or filesystem isolation beyond what an unprivileged uid
+    cannot touch.
 
-Inside, a small trusted harness (``sandbox_harness.py``, run as a script from its source) reads its job from
-a pipe, closes it, and forks one child per program run (asserts mode) or per test case (stdio/functional
-modes). Only the child runs untrusted code, after setting rlimits (CPU, address space, processes, file size,
-open files, no core) and dropping privileges. The harness reports on a separate result pipe:
+Inside, a small trusted harness (``sandbox_harness.py``, sent as a code object) reads what the program may
+know from one pipe, and:
 
-- stdio/functional: the harness parent (which never runs untrusted code) sends each case's captured
-  stdout / JSON return value; the child has no handle on the result pipe and never sees the expected
-  outputs, which stay in this process and are compared here.
-- asserts: the child itself must run the tests after the program, so it reports each verdict on the
-  result pipe tagged with a random per-run nonce that is not in the program's source, argv or
-  environment. Lines without the nonce are ignored and a test without a verdict counts as failed, so a
-  program that exits early (``sys.exit``/``os._exit``), closes or floods the pipe, or patches the harness
-  scores 0 for the tests it skipped. The tests are compiled here with every call, comparison and assert
-  guarded (:func:`_guard_code`): the values the program hands to the tests must be plain built-in data,
-  and the tests' builtins, modules and (HumanEval) prompt helpers are the genuine ones, so objects that
-  claim equality, subclasses with their own comparisons, and patched or shadowed builtins fail (reason
-  ``non_plain_value`` or a plain wrong answer); see ``sandbox_harness`` for the rules. (A program that
-  walks interpreter frames or the garbage collector to reach the harness itself could still forge
-  verdicts; that is the limit of in-process asserts.)
+- asserts (MBPP, HumanEval): forks the **program's process** before anything about the tests has been read;
+  it runs the program and then answers requests on a pair of pipes (look up a name, call a function, get or
+  set an attribute) with plain built-in data or an opaque handle. Then it forks the **judge**, which reads
+  the tests from its own pipe, runs them in its own interpreter and uid with the program's names as proxies,
+  and alone writes the verdicts to the result channel. The judge compiles nothing of the program's and
+  decodes its answers with a small parser of its own (never marshal or pickle); calls, comparisons and
+  asserts in the tests are guarded (:func:`_guard_code`) so a handle is never compared or asserted
+  (``non_plain``). Frame walking, the garbage collector or a memory scan in the program find only the
+  program's own process.
+- stdio/functional: forks one child per case; the harness (which never runs untrusted code) sends each
+  case's captured stdout / JSON return value; the host compares them with the expected outputs, which never
+  enter the sandbox.
 
-Outputs are read at most ``output_bytes`` per stream (then the run is killed, reason ``output_limit``), and
-a wall-clock deadline kills the whole process group / container.
+The supervisor then ends and reaps what is left inside the container. Outputs are read at most
+``output_bytes`` per stream (then the run is killed, reason ``output_limit``), the result channel is parsed
+in linear time and capped (``result_limit``), and a wall-clock deadline kills the whole container.
 
-Measured overhead (bench/sandbox_throughput.py, docs/benchmarks.md): see the "Code sandbox throughput"
-section there.
+Measured overhead (bench/sandbox_throughput.py): the "Code sandbox throughput" section of docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -232,6 +233,25 @@ def _package_binds_for(names: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     return tuple((src, f"{SITE_DIR}/{top}") for src, top in sorted(out.items(), key=lambda kv: kv[1]))
 
 
+@functools.lru_cache(maxsize=1)
+def _hidden_site_dirs() -> tuple[str, ...]:
+    """Third-party package directories inside what the container binds (the interpreter's prefix, /usr):
+    covered by empty mounts, so only the allowed packages (at SITE_DIR) are in view."""
+    ver = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    cands = []
+    for prefix in {sys.base_prefix, sys.base_exec_prefix, "/usr", "/usr/local"}:
+        for lib in ("lib", "lib64"):
+            for leaf in ("site-packages", "dist-packages"):
+                cands.append(os.path.join(prefix, lib, f"python{ver}", leaf))
+    cands.append("/usr/lib/python3/dist-packages")
+    out = set()
+    for c in cands:
+        r = os.path.realpath(c)
+        if os.path.isdir(r) and not os.path.islink(c):
+            out.add(r)
+    return tuple(sorted(out))
+
+
 def _package_binds() -> tuple[tuple[str, str], ...]:
     env = os.environ.get("ROLECAST_SANDBOX_PACKAGES")
     names = tuple(n.strip() for n in env.split(",") if n.strip()) if env is not None else ALLOWED_PACKAGES
@@ -284,9 +304,11 @@ def _bwrap_cmd(limits: Limits, seccomp_fd: int | None = None) -> list[str]:
 
     for d in _interpreter()[1]:
         cmd += parents(d) + ["--ro-bind", d, d]
+    for d in _hidden_site_dirs():  # the interpreter's own third-party packages: not the program's to see
+        cmd += ["--perms", "0755", "--size", "4096", "--tmpfs", d]
     binds = _package_binds()
     if binds:
-        cmd += parents(SITE_DIR + "/x") + ["--perms", "0755", "--dir", SITE_DIR]
+        cmd += parents(SITE_DIR + "/x")
         for src, dest in binds:
             cmd += ["--ro-bind", src, dest]
     cmd += ["--proc", "/proc", "--dev", "/dev"]
