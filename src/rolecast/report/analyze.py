@@ -247,6 +247,7 @@ def _draw(
                 z=z,
                 title=title,
                 events=events,
+                lrs=collect_series(run.metrics, _LR, lambda m: m.group("pid")).get("lr"),
             )
         )
     grads = collect_series(run.metrics, _GRAD_ROLE, lambda m: f"{m.group('pid')}/{m.group('role')}")
@@ -262,16 +263,11 @@ def _draw(
         ]
         files.append(plot_panels(out_dir / "gradients.png", panels, title=f"per-role gradients {title}"))
     updates = collect_series(run.metrics, _UPDATE, lambda m: m.group("pid"))
-    lrs = collect_series(run.metrics, _LR, lambda m: m.group("pid"))
-    if updates or lrs:
+    if updates:
         panels = [
-            (label, series[stat])
-            for series, stat, label in (
-                (lrs, "lr", "learning rate per policy"),
-                (updates, "size", "update size |dtheta|"),
-                (updates, "drift", "drift |theta_t - theta_0|"),
-            )
-            if stat in series
+            (label, updates[stat])
+            for stat, label in (("size", "update size |dtheta|"), ("drift", "drift |theta_t - theta_0|"))
+            if stat in updates
         ]
         files.append(plot_panels(out_dir / "updates.png", panels, title=f"updates per policy {title}"))
     return [str(f.relative_to(run.run_dir)) for f in files]

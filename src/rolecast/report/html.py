@@ -530,12 +530,12 @@ def _plots(c: CellView, tmp: Path, notes: list[str]) -> list[str]:
                 z=c.curve.rule.get("interval_z", Z_95),
                 title=f"{title} ({c.protocol})",
                 events=events,
+                lrs=c.grads.get("lr"),
             )
             out.append(_img(p, f"accuracy {c.name}"))
         panels = [
             (label, c.grads[stat])
             for stat, label in (
-                ("lr", "learning rate per policy"),
                 ("share", "gradient share s_r = g_r.g/|g|^2"),
                 ("alignment", "instance alignment (1 orthogonal, N identical)"),
             )

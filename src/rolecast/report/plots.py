@@ -39,12 +39,25 @@ def plot_accuracy(
     z: float,
     title: str = "",
     events: Sequence[tuple[int, str]] = (),
+    lrs: Series | None = None,
 ) -> Path:
     """Evaluation accuracy with z-SE error bars, the peak (star) and the cliff start (dashed line); training
     accuracy (window means) in grey behind it; `events` (step, name): where signatures / warnings first fired,
-    as orange ticks along the bottom with their names."""
-    fig = _figure(1, 4.0)
-    ax = fig.add_subplot()
+    as orange ticks along the bottom with their names. `lrs` (policy -> (steps, lr)): each policy's learning
+    rate per step, in a short panel under the curve on the same step axis."""
+    if lrs:
+        fig = _figure(1, 5.2)
+        ax, lax = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [3, 1]})
+        for label, (xs, ys) in sorted(lrs.items()):
+            lax.plot(xs, ys, lw=1.2, label=label)
+        lax.set_ylabel("lr")
+        lax.grid(alpha=0.3)
+        lax.legend(loc="best", fontsize=7)
+        lax.set_xlabel("step")
+    else:
+        fig = _figure(1, 4.0)
+        ax = fig.add_subplot()
+        ax.set_xlabel("step")
     if train:
         ax.plot([p.step for p in train], [p.value for p in train], color="0.6", lw=1, label="train accuracy")
     if points:
@@ -92,7 +105,6 @@ def plot_accuracy(
                 color="tab:orange",
                 va="bottom",
             )
-    ax.set_xlabel("step")
     ax.set_ylabel("accuracy")
     ax.set_title(title or "accuracy")
     ax.grid(alpha=0.3)

@@ -1,0 +1,398 @@
+"""The cliff lab's tables and figures, from its run directories (docs/experiments/cliff_lab.md).
+
+    python scripts/cliff_lab.py collect runs/cliff_lab --out docs/experiments/cliff_lab/raw
+    python scripts/cliff_lab.py tables docs/experiments/cliff_lab/raw --out docs/experiments/cliff_lab
+
+`collect` copies what the tables need and nothing else (sweep.json; per cell config.yaml, metrics.jsonl,
+eval.jsonl, DONE.json / ERROR.txt, resumes.jsonl: no checkpoints, no episodes), so the committed raw results
+regenerate every table without retraining. `tables` writes tables.md, analysis.json (per run: curve, cliff,
+first firing of every warning) and the figures.
+
+The analysis rule, fixed before the runs were looked at:
+- a cliff is `rolecast analyze`'s documented rule, unchanged (diagnostics/curves.py `detect_cliff`: from some
+  evaluation to the end every point is below the peak by more than z SE, z corrected for the peak being the
+  best of n points, at least 2 points and a drop of at least 0.02, no recovery into the band);
+- Isolated - Shared (and the other arm differences) are paired by seed: the mean of per-seed differences of
+  the final (and peak) pass@1 with a 95% t interval over seeds (`paired_difference`);
+- early warning: a signal "warns" a cliff run when it first fires at a step strictly before the cliff's first
+  point (lead time = cliff step - first firing); recall = warned cliff runs / cliff runs; false alarms = runs
+  that never cliff in which it fired at all, and its firings per 100 steps in those runs. "any" is the
+  combined rule (any signal); "any gradient" and "any signature" the unions of each kind;
+- an intervention "removes the cliff" in a seed when that seed's run has no cliff, and "keeps the gain" when
+  its final - base is at least 90% of the baseline arm's peak - base in the same seed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shutil
+import sys
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rolecast.diagnostics.curves import CurvePoint, paired_difference
+from rolecast.diagnostics.warnings import GRADIENT_SIGNALS, SIGNATURE_SIGNALS
+from rolecast.report.html import CellView, collect_map
+
+KEEP = ("config.yaml", "metrics.jsonl", "eval.jsonl", "DONE.json", "ERROR.txt", "resumes.jsonl")
+
+
+def collect(sweeps: Sequence[Path], out: Path) -> None:
+    for sweep in sweeps:
+        dest = out / sweep.name
+        dest.mkdir(parents=True, exist_ok=True)
+        if (sweep / "sweep.json").is_file():
+            shutil.copy2(sweep / "sweep.json", dest / "sweep.json")
+        for cell in sorted(p for p in sweep.iterdir() if (p / "config.yaml").is_file()):
+            (dest / cell.name).mkdir(exist_ok=True)
+            for name in KEEP:
+                if (cell / name).is_file():
+                    shutil.copy2(cell / name, dest / cell.name / name)
+        print(f"{sweep} -> {dest}")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# One run
+
+
+def _read_metrics(d: Path) -> list[dict[str, Any]]:
+    return [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines() if x.strip()]
+
+
+def run_record(sweep: str, c: CellView) -> dict[str, Any]:
+    cur = c.curve
+    metrics = _read_metrics(c.run_dir)
+    fired: dict[str, list[int]] = defaultdict(list)
+    for row in metrics:
+        for k, v in row.items():
+            if k.startswith("warn/") and v:
+                fired[k[len("warn/") :]].append(int(row["step"]))
+    grad_capture = [
+        (int(r["step"]), r.get(f"grad/{pid}/capture_role"), _masses(r, pid))
+        for r in metrics
+        for pid in _policies(r)
+        if r.get(f"grad/{pid}/capture_role")
+    ]
+    return {
+        "sweep": sweep,
+        "cell": c.name,
+        "workflow": c.axes.get("workflow"),
+        "lr": c.axes.get("model"),
+        "arm": c.axes.get("sharing"),
+        "seed": c.axes.get("seed"),
+        "steps": len(metrics),
+        "done": c.complete,
+        "base": _pt(cur.base) if cur and cur.base else None,
+        "peak": _pt(cur.peak) if cur else None,
+        "final": _pt(cur.final) if cur else None,
+        "points": [_pt(p) for p in cur.points] if cur else [],
+        "cliff": cur.cliff.step if cur and cur.cliff else None,
+        "fired": dict(fired),
+        "capture": grad_capture,
+        "lrs": {
+            k.split("/")[1]: [r.get(k) for r in metrics]
+            for k in sorted({k for r in metrics for k in r if k.startswith("policy/") and k.endswith("/lr")})
+        },
+    }
+
+
+def _pt(p: CurvePoint) -> dict[str, Any]:
+    return {"step": p.step, "value": p.value, "se": p.se, "n": p.n}
+
+
+def _policies(row: dict[str, Any]) -> set[str]:
+    return {k.split("/")[1] for k in row if k.startswith("grad/") and k.endswith("/capture_role")}
+
+
+def _masses(row: dict[str, Any], pid: str) -> dict[str, dict[str, float]]:
+    """Per role: the mass measures logged with the gradient diagnostics, plus |A| per sequence."""
+    out: dict[str, dict[str, float]] = {}
+    for k, v in row.items():
+        parts = k.split("/")
+        if len(parts) == 4 and parts[0] == "grad" and parts[1] == pid and parts[3] in ("tokens", "seqs", "abs_adv"):
+            out.setdefault(parts[2], {})[parts[3]] = float(v)
+    for m in out.values():
+        if m.get("seqs") and "abs_adv" in m and m.get("tokens"):
+            # abs_adv is token-weighted (sum over tokens of |A|); per sequence: sum |A| / mean length
+            m["abs_adv_seq"] = m["abs_adv"] / (m["tokens"] / m["seqs"])
+    return out
+
+
+def records(raw: Path) -> list[dict[str, Any]]:
+    out = []
+    for sweep in sorted(p for p in raw.iterdir() if p.is_dir()):
+        smap = collect_map(sweep)
+        out += [run_record(sweep.name, c) for c in smap.train_cells if c.complete]
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Tables
+
+
+def _cp(p: dict[str, Any]) -> CurvePoint:
+    return CurvePoint(p["step"], p["value"], p["se"], p["n"])
+
+
+def _fmt_diff(pairs: list[tuple[dict[str, Any], dict[str, Any]]], which: str) -> str:
+    d = paired_difference([(_cp(a[which]), _cp(b[which])) for a, b in pairs])
+    return (
+        f"{d.mean:+.3f} [{d.low:+.3f}, {d.high:+.3f}] (n={d.seeds}, ±{d.high - d.mean:.3f}, detect {d.detectable:.3f})"
+    )
+
+
+def map_table(recs: list[dict[str, Any]]) -> list[str]:
+    cells: dict[tuple[Any, ...], list[dict[str, Any]]] = defaultdict(list)
+    for r in recs:
+        cells[(r["workflow"], r["lr"], r["arm"])].append(r)
+    lines = [
+        "| workflow | lr | arm | seeds | base | peak (mean step) | final | final - base | cliffs |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for (wf, lr, arm), rs in sorted(cells.items(), key=lambda kv: (kv[0][0], _lr_value(kv[0][1]), kv[0][2])):
+        rs = sorted(rs, key=lambda r: r["seed"])
+        base = _mean(r["base"]["value"] for r in rs if r["base"])
+        peak = _mean(r["peak"]["value"] for r in rs)
+        pstep = _mean(r["peak"]["step"] for r in rs)
+        final = _mean(r["final"]["value"] for r in rs)
+        cl = [f"s{r['seed']}@{r['cliff']}" for r in rs if r["cliff"]]
+        lines.append(
+            f"| {wf} | {lr} | {arm} | {len(rs)} | {base:.3f} | {peak:.3f} ({pstep:.0f}) | {final:.3f} | "
+            f"{final - base:+.3f} | {len(cl)}/{len(rs)} {' '.join(cl)} |"
+        )
+    return lines
+
+
+def diff_table(recs: list[dict[str, Any]], pairs_of: Sequence[tuple[str, str]]) -> list[str]:
+    by: dict[tuple[Any, Any], dict[str, dict[int, dict[str, Any]]]] = defaultdict(lambda: defaultdict(dict))
+    for r in recs:
+        by[(r["workflow"], r["lr"])][r["arm"]][r["seed"]] = r
+    lines = [
+        "| workflow | lr | difference | final [95%] | peak [95%] |",
+        "|---|---|---|---|---|",
+    ]
+    for (wf, lr), arms in sorted(by.items(), key=lambda kv: (kv[0][0], _lr_value(kv[0][1]))):
+        for a, b in pairs_of:
+            if a not in arms or b not in arms:
+                continue
+            seeds = sorted(set(arms[a]) & set(arms[b]))
+            if not seeds:
+                continue
+            pairs = [(arms[a][s], arms[b][s]) for s in seeds]
+            lines.append(f"| {wf} | {lr} | {b} - {a} | {_fmt_diff(pairs, 'final')} | {_fmt_diff(pairs, 'peak')} |")
+    return lines
+
+
+def warning_table(recs: list[dict[str, Any]]) -> list[str]:
+    names = sorted({n for r in recs for n in r["fired"]})
+    rules: dict[str, set[str]] = {n: {n} for n in names}
+    rules["any gradient"] = {n for n in names if n in GRADIENT_SIGNALS}
+    rules["any signature"] = {n for n in names if n in SIGNATURE_SIGNALS}
+    rules["any"] = set(names)
+    cliff_runs = [r for r in recs if r["cliff"]]
+    calm = [r for r in recs if not r["cliff"]]
+    lines = [
+        f"{len(recs)} runs, {len(cliff_runs)} with a cliff.",
+        "",
+        "| rule | recall (warned before the cliff) | lead time, steps (mean, range) | false alarms (calm runs warned) "
+        "| firings / 100 steps in calm runs |",
+        "|---|---|---|---|---|",
+    ]
+    for rule, members in rules.items():
+        if not members:
+            continue
+        leads = []
+        for r in cliff_runs:
+            first = min((s for n in members for s in r["fired"].get(n, [])), default=None)
+            if first is not None and first < r["cliff"]:
+                leads.append(r["cliff"] - first)
+        warned_calm = sum(any(r["fired"].get(n) for n in members) for r in calm)
+        calm_steps = sum(r["steps"] for r in calm)
+        firings = sum(len({s for n in members for s in r["fired"].get(n, [])}) for r in calm)
+        lead = f"{_mean(leads):.1f} ({min(leads)}-{max(leads)})" if leads else "-"
+        per100 = f"{100 * firings / calm_steps:.1f}" if calm_steps else "-"
+        lines.append(f"| {rule} | {len(leads)}/{len(cliff_runs)} | {lead} | {warned_calm}/{len(calm)} | {per100} |")
+    return lines
+
+
+MASS_MEASURES = ("tokens", "seqs", "abs_adv", "abs_adv_seq")
+
+
+def capture_table(recs: list[dict[str, Any]]) -> list[str]:
+    """Which mass measure's largest role is the capture role (largest projection share), per diagnosed step of
+    every policy that several roles share."""
+    hits: dict[tuple[str, str], list[int]] = defaultdict(list)
+    roles_seen: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for r in recs:
+        for _, role, masses in r["capture"]:
+            if len(masses) < 2:
+                continue
+            roles_seen[r["workflow"]][role] += 1
+            for m in MASS_MEASURES:
+                vals = {k: v[m] for k, v in masses.items() if m in v}
+                if vals:
+                    hits[(r["workflow"], m)].append(int(max(vals, key=lambda k: (vals[k], k)) == role))
+    lines = [
+        "| workflow | steps | capture role (steps) | "
+        + " | ".join(f"argmax {m}" for m in MASS_MEASURES)
+        + " | always the most frequent capture role |",
+        "|---|---|---|" + "---|" * len(MASS_MEASURES) + "---|",
+    ]
+    for wf in sorted(roles_seen):
+        n = sum(roles_seen[wf].values())
+        who = ", ".join(f"{k} ({v})" for k, v in sorted(roles_seen[wf].items(), key=lambda kv: -kv[1]))
+        cells = [f"{_mean(hits[(wf, m)]):.2f}" if hits[(wf, m)] else "-" for m in MASS_MEASURES]
+        lines.append(f"| {wf} | {n} | {who} | " + " | ".join(cells) + f" | {max(roles_seen[wf].values()) / n:.2f} |")
+    return lines
+
+
+def intervention_table(recs: list[dict[str, Any]], baseline: str, arms: Sequence[str]) -> list[str]:
+    by: dict[tuple[Any, Any], dict[str, dict[int, dict[str, Any]]]] = defaultdict(lambda: defaultdict(dict))
+    for r in recs:
+        by[(r["workflow"], r["lr"])][r["arm"]][r["seed"]] = r
+    lines = [
+        f"| workflow | lr | arm | cliffs (baseline {baseline}) | cliff removed and >= 90% of the peak gain kept "
+        "| final - baseline final [95%] | final - base, arm vs baseline peak - base |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for (wf, lr), by_arm in sorted(by.items(), key=lambda kv: (kv[0][0], _lr_value(kv[0][1]))):
+        if baseline not in by_arm:
+            continue
+        for arm in arms:
+            if arm not in by_arm:
+                continue
+            seeds = sorted(set(by_arm[arm]) & set(by_arm[baseline]))
+            if not seeds:
+                continue
+            pairs = [(by_arm[baseline][s], by_arm[arm][s]) for s in seeds]
+            cl_b = sum(bool(b["cliff"]) for b, _ in pairs)
+            cl_a = sum(bool(a["cliff"]) for _, a in pairs)
+            ok = 0
+            gains = []
+            for b, a in pairs:
+                base = b["base"]["value"]
+                peak_gain = b["peak"]["value"] - base
+                kept = a["final"]["value"] - base
+                gains.append(f"{kept:+.3f} vs {peak_gain:+.3f}")
+                ok += int(not a["cliff"] and kept >= 0.9 * peak_gain)
+            lines.append(
+                f"| {wf} | {lr} | {arm} | {cl_a}/{len(seeds)} ({cl_b}/{len(seeds)}) | {ok}/{len(seeds)} | "
+                f"{_fmt_diff(pairs, 'final')} | {'; '.join(gains)} |"
+            )
+    return lines
+
+
+def _mean(xs: Any) -> float:
+    xs = list(xs)
+    return sum(xs) / len(xs) if xs else math.nan
+
+
+def _lr_value(label: Any) -> float:
+    try:
+        return float(str(label).removeprefix("lr"))
+    except ValueError:
+        return math.inf
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Figures
+
+
+def figures(recs: list[dict[str, Any]], out: Path, lr: str, arms: Sequence[str]) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = []
+    workflows = sorted({r["workflow"] for r in recs if r["lr"] == lr})
+    fig, axes = plt.subplots(2, len(workflows), figsize=(4.2 * len(workflows), 6), squeeze=False, sharex="col")
+    for j, wf in enumerate(workflows):
+        ax, lax = axes[0][j], axes[1][j]
+        for arm in arms:
+            rs = [r for r in recs if r["workflow"] == wf and r["lr"] == lr and r["arm"] == arm]
+            if not rs:
+                continue
+            steps = sorted({p["step"] for r in rs for p in r["points"]})
+            mean, lo, hi = [], [], []
+            for s in steps:
+                vals = [p["value"] for r in rs for p in r["points"] if p["step"] == s]
+                m = _mean(vals)
+                sd = math.sqrt(sum((v - m) ** 2 for v in vals) / (len(vals) - 1)) if len(vals) > 1 else 0.0
+                mean.append(m)
+                lo.append(m - sd)
+                hi.append(m + sd)
+            (line,) = ax.plot(steps, mean, marker="o", ms=3, label=f"{arm} (n={len(rs)})")
+            ax.fill_between(steps, lo, hi, color=line.get_color(), alpha=0.15)
+            r0 = min(rs, key=lambda r: r["seed"])
+            for k, (pid, lrs) in enumerate(sorted(r0["lrs"].items())):
+                lax.plot(
+                    range(1, len(lrs) + 1),
+                    lrs,
+                    color=line.get_color(),
+                    ls=("-", "--", ":")[k % 3],
+                    lw=1,
+                    label=f"{arm}: {pid}",
+                )
+        ax.set_title(f"{wf}, {lr}")
+        ax.set_ylabel("held-out pass@1 (mean ± sd over seeds)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+        lax.set_ylabel("lr per policy (seed 0)")
+        lax.set_xlabel("step")
+        lax.grid(alpha=0.3)
+        lax.legend(fontsize=6)
+    fig.tight_layout()
+    p = out / f"cliff_lab_curves_{lr}.png"
+    fig.savefig(p, dpi=110)
+    plt.close(fig)
+    paths.append(p)
+    return paths
+
+
+def tables(raw: Path, out: Path, main_lr: str) -> None:
+    recs = records(raw)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "analysis.json").write_text(json.dumps(recs, indent=1, sort_keys=True) + "\n")
+    arms = ("shared", "isolated", "isolated-roleclock")
+    pairs = (("shared", "isolated"), ("shared", "isolated-roleclock"), ("isolated", "isolated-roleclock"))
+    interventions = sorted({r["arm"] for r in recs} - set(arms))
+    md = ["# Cliff lab: tables (generated by scripts/cliff_lab.py; do not edit)", ""]
+    md += ["## Every cell (means over seeds)", "", *map_table(recs), ""]
+    md += ["## Paired differences (by seed)", "", *diff_table(recs, pairs), ""]
+    md += ["## Early warning, over every run of the lab", "", *warning_table(recs), ""]
+    md += ["## Which mass measure names the capture role (shared policies)", "", *capture_table(recs), ""]
+    if interventions:
+        md += ["## Rollback and intervention against the cliff", ""]
+        md += [*intervention_table(recs, "isolated-roleclock", interventions), ""]
+        md += [*intervention_table(recs, "isolated", interventions), ""]
+    (out / "tables.md").write_text("\n".join(md))
+    for lr in sorted({r["lr"] for r in recs}, key=_lr_value):
+        figures(recs, out, lr, arms)
+    print(f"wrote {out / 'tables.md'}, {out / 'analysis.json'} and figures ({len(recs)} runs)")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("collect")
+    c.add_argument("sweeps", nargs="+", type=Path)
+    c.add_argument("--out", type=Path, required=True)
+    t = sub.add_parser("tables")
+    t.add_argument("raw", type=Path)
+    t.add_argument("--out", type=Path, required=True)
+    t.add_argument("--main-lr", default="lr3e-4")
+    a = ap.parse_args(argv)
+    if a.cmd == "collect":
+        collect(a.sweeps, a.out)
+    else:
+        tables(a.raw, a.out, a.main_lr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
