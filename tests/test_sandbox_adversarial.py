@@ -547,6 +547,12 @@ def test_flood_costs_the_trainer_no_time(pool):
     assert out.verdicts == {0: True}  # the first verdict counts; the judge never repeats one
 
 
+def test_oversized_answer_stops_the_judge(pool):
+    """An answer larger than the channel's cap (16 MB) is not read: the judge stops with the reason."""
+    prog = "def add(a, b):\n    return 'x' * (20 << 20)\n"
+    assert grade(pool, prog)[:2] == (0.0, "value_limit")
+
+
 def test_result_channel_is_capped(pool):
     """A job's result channel larger than its cap stops the job (only the judge writes to it; this is the bound
     on a judge gone wrong)."""

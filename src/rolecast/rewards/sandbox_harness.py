@@ -558,47 +558,42 @@ def _main() -> None:
 
 def _end_all(pidns: bool, child: "int | None") -> None:
     """Kill what is left of the program's processes and wait until they are reaped (inside the container, by
-    us or by bwrap's init), so that no zombie is handed to the host's init."""
+    us or by bwrap's init), so that no zombie is handed to the host's init. The usual case costs no sleep:
+    the program's process exits as soon as the judge is gone, and then nothing else is left."""
+    if child is not None:  # the program's process exits by itself once the judge is gone (flushing its output)
+        try:
+            pidfd = os.pidfd_open(child)
+            try:
+                select.select([pidfd], [], [], 0.25)
+            finally:
+                os.close(pidfd)
+            if os.waitpid(child, os.WNOHANG)[0]:
+                child = None
+        except (ChildProcessError, ProcessLookupError):
+            child = None
+        if child is not None:
+            try:
+                os.kill(child, _SIGKILL)
+                os.waitpid(child, 0)
+            except OSError:
+                pass
+    if not pidns:
+        return  # fallback: the host kills the rest by uid
+    me = str(os.getpid())
     import time
 
-    if child is not None:  # the program's process exits by itself once the judge is gone (flushing its output)
-        end = time.monotonic() + 0.25
-        while time.monotonic() < end:
-            try:
-                if os.waitpid(child, os.WNOHANG)[0]:
-                    child = None
-                    break
-            except ChildProcessError:
-                child = None
-                break
-            time.sleep(0.002)
-    if pidns:
+    end = time.monotonic() + 1.0
+    while [p for p in os.listdir("/proc") if p.isdigit() and p not in ("1", me)] and time.monotonic() < end:
         try:
             os.kill(-1, _SIGKILL)  # in a pid namespace: every process of the container but its init and us
         except OSError:
             pass
-    elif child is not None:
         try:
-            os.kill(child, _SIGKILL)  # fallback: the host kills the rest by uid
-        except OSError:
-            pass
-    if child is not None:
-        try:
-            os.waitpid(child, 0)
-        except OSError:
-            pass
-    if pidns:
-        me = str(os.getpid())
-        end = time.monotonic() + 1.0
-        while time.monotonic() < end:
-            try:
-                while os.waitpid(-1, os.WNOHANG)[0] > 0:
-                    pass
-            except ChildProcessError:
+            while os.waitpid(-1, os.WNOHANG)[0] > 0:
                 pass
-            if not [p for p in os.listdir("/proc") if p.isdigit() and p not in ("1", me)]:
-                return
-            time.sleep(0.002)
+        except ChildProcessError:
+            pass
+        time.sleep(0.002)
 
 
 # ----------------------------------------------------------------------------------------------------------
