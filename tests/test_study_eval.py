@@ -55,3 +55,14 @@ def test_extra_sets_checked_at_load():
         load_config(None, {"eval.extra_sets": [{"name": "aime", "task": "aime2024"}]})  # testbed prompts
     with pytest.raises(ConfigError, match="names two sets"):
         load_config(None, {"eval.extra_sets": [{"name": "a", "task": "testbed"}, {"name": "a", "task": "testbed"}]})
+
+
+def test_rolecast_eval_applies_eval_top_p(tmp_path):
+    from rolecast.evaluate_cli import run_eval_command
+
+    def once(name, **overrides):
+        cfg = load_config(None, {"eval.size": 12, "logging.progress": False, **overrides})
+        run_eval_command(cfg, out=str(tmp_path / f"{name}.jsonl"))
+        return _rows(tmp_path / f"{name}.jsonl")[0]["pass@1"]
+
+    assert once("nucleus", **{"eval.temperature": 1.0, "eval.top_p": 1e-9}) == once("greedy")

@@ -7,6 +7,7 @@ model's row is the reference line for every gain.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from .config import RunConfig
 from .evaluation import append_eval_row, eval_key
@@ -29,6 +30,9 @@ def run_eval_command(
     if not problems:
         raise ValueError(f"task {cfg.task.name!r} has no problems in split {cfg.task.eval_split!r}")
     rt.backend.temperature = cfg.eval.temperature if n == 1 else (cfg.eval.temperature or cfg.rollout.temperature)
+    if cfg.eval.top_p is not None and hasattr(rt.backend, "top_p"):  # the evaluation's own nucleus, as in training
+        backend: Any = rt.backend
+        backend.top_p = cfg.eval.top_p
     if checkpoint:
         run_dir = Path(checkpoint)
         steps = list_checkpoints(run_dir)
