@@ -514,9 +514,6 @@ class _Cgroups:
             trial = self.slot(-1)  # one job's worth of cgroup work, so a machine that refuses it is found now
             assert trial is not None
             trial.begin(256 << 20)
-            trial.end()
-            if trial.stale:
-                raise OSError("could not remove a job's cgroup")
         except OSError:
             self.close()
 
@@ -533,8 +530,6 @@ class _Cgroups:
         return self.slots[-1]
 
     def close(self) -> None:
-        for sl in self.slots:
-            sl._sweep()
         for d in reversed(self.made):
             try:
                 os.rmdir(d)
@@ -567,35 +562,42 @@ def _remove_dead_pools(parent: str) -> None:
 
 
 class _Slot:
-    """One slot's cgroups. Each job gets fresh ones under the slot's directory (its own counters: zombies of a
-    killed job still count against theirs, never against the next job's), removed when the job ends."""
+    """One slot's memory cgroup, reused by the slot's jobs (they run one after another): set the job's cap,
+    join it, tell whether the job hit it. Reused rather than made per job: a job's processes are all reaped
+    before the next job starts on the slot, zombies hold no memory, and a fresh memory cgroup per job costs
+    a few ms more on each run."""
 
     def __init__(self, cg: _Cgroups, dirs: dict[str, str]) -> None:
         self.cg, self.dirs = cg, dirs
-        self.n = 0
-        self.job: dict[str, str] = {}
-        self.stale: list[str] = []  # job dirs not yet removable (processes not yet reaped)
+        self.limit = 1 << 62  # unlimited, as a new cgroup starts
+        self.ooms = 0
 
-    def _path(self, ctrl: str, v1: str, v2: str) -> str:
-        return os.path.join(self.job[ctrl], v2 if self.cg.v2 else v1)
+    def _path(self, v1: str, v2: str) -> str:
+        return os.path.join(self.dirs["memory"], v2 if self.cg.v2 else v1)
 
     def begin(self, memory_bytes: int) -> list[str]:
-        """Make this job's cgroups with its caps; the files a process writes its pid to, to join them."""
-        self._sweep()
-        self.n += 1
-        self.job = {c: os.path.join(d, f"job{self.n}") for c, d in self.dirs.items()}
-        for d in set(self.job.values()):
-            os.mkdir(d)
-        if self.cg.v2:
-            _write_file(self._path("memory", "", "memory.max"), str(memory_bytes))
-            _write_file(self._path("memory", "", "memory.swap.max"), "0", missing_ok=True)
-        else:
-            _write_file(self._path("memory", "memory.limit_in_bytes", ""), str(memory_bytes))
-            _write_file(self._path("memory", "memory.memsw.limit_in_bytes", ""), str(memory_bytes), missing_ok=True)
-        return sorted({os.path.join(d, "cgroup.procs") for d in self.job.values()})
+        """Set this job's cap; the files a process writes its pid to, to join the cgroup."""
+        if memory_bytes != self.limit:
+            if self.cg.v2:
+                _write_file(self._path("", "memory.max"), str(memory_bytes))
+                _write_file(self._path("", "memory.swap.max"), "0", missing_ok=True)
+            else:
+                # memory+swap must stay >= memory: order the two writes by the direction of the change
+                sw = self._path("memory.memsw.limit_in_bytes", "")
+                mem = self._path("memory.limit_in_bytes", "")
+                first, then = (sw, mem) if memory_bytes > self.limit else (mem, sw)
+                _write_file(first, str(memory_bytes), missing_ok=first == sw)
+                _write_file(then, str(memory_bytes), missing_ok=then == sw)
+            self.limit = memory_bytes
+        self.ooms = self._oom_kills()
+        return [self._path("cgroup.procs", "cgroup.procs")]
 
     def oom_kills(self) -> int:
-        path = self._path("memory", "memory.oom_control", "memory.events")
+        """OOM kills in this slot's cgroup since the job began."""
+        return self._oom_kills() - self.ooms
+
+    def _oom_kills(self) -> int:
+        path = self._path("memory.oom_control", "memory.events")
         try:
             for line in open(path).read().splitlines():
                 k, _, v = line.partition(" ")
@@ -604,22 +606,6 @@ class _Slot:
         except (OSError, ValueError):
             pass
         return 0
-
-    def end(self) -> None:
-        self.stale.extend(set(self.job.values()))
-        self.job = {}
-        self._sweep()
-
-    def _sweep(self) -> None:
-        left = []
-        for d in self.stale:
-            try:
-                os.rmdir(d)
-            except FileNotFoundError:
-                pass
-            except OSError:
-                left.append(d)
-        self.stale = left
 
 
 def _write_file(path: str, text: str, missing_ok: bool = False) -> None:
@@ -899,7 +885,6 @@ def _execute(job: Job, mode: str, cg: _Slot | None = None) -> JobResult:
                 os.close(fd)
             if tmpdir:
                 shutil.rmtree(tmpdir, ignore_errors=True)
-            cg.end()
             return JobResult(mode=job.mode, reason=f"sandbox_error: cgroup: {e}")
         # the shell joins the job's cgroups, then becomes bwrap (or the fallback's python): all it starts is in them
         join = " && ".join(f"echo $$ > {shlex.quote(p)}" for p in procs)
@@ -922,8 +907,6 @@ def _execute(job: Job, mode: str, cg: _Slot | None = None) -> JobResult:
             os.close(fd)
         if tmpdir:
             shutil.rmtree(tmpdir, ignore_errors=True)
-        if cg is not None:
-            cg.end()
         out.reason = f"sandbox_error: {e}"
         return out
     for fd in child_fds:
@@ -952,10 +935,8 @@ def _execute(job: Job, mode: str, cg: _Slot | None = None) -> JobResult:
                     _kill_uid(uid)
                     _remove_files_of_uid(uid, _SHARED_TMP)
             shutil.rmtree(tmpdir, ignore_errors=True)
-    if cg is not None:
-        if cg.oom_kills():
-            out.reason = "memory_limit"  # the run's processes together passed its memory cap
-        cg.end()
+    if cg is not None and cg.oom_kills():
+        out.reason = "memory_limit"  # the run's processes together passed its memory cap
     out.returncode = proc.returncode
     out.wall_s = time.monotonic() - t0
     if out.reason is None and job.mode != "asserts" and not out.done:
