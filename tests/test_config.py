@@ -33,6 +33,24 @@ def test_misspelled_key_names_field_and_file(tmp_path):
     assert "train.learning_rate" in str(e.value) and str(p) in str(e.value) and "unknown field" in str(e.value)
 
 
+def test_unknown_field_suggests_the_closest_valid_name(tmp_path):
+    """The closest field of the same section (difflib), with its full path; nothing when none is close."""
+    with pytest.raises(ConfigError) as e:
+        load_config(None, {"train.lrr": 1e-4}, {"train.lrr": "--set train.lrr=1e-4"})
+    assert str(e.value) == "--set train.lrr=1e-4: train.lrr: unknown field; did you mean train.lr?"
+    p = write(
+        tmp_path, "trian:\n  steps: 3\nmodel:\n  lora: {rank: 4}\neval:\n  extra_sets: [{name: a, task: x, splt: t}]\n"
+    )
+    with pytest.raises(ConfigError) as e:
+        load_config(p)
+    assert "trian: unknown field; did you mean train?" in str(e.value)
+    assert "model.lora.rank: unknown field (misspelled?)" in str(e.value)  # 'rank' is not close enough to 'r'
+    assert "eval.extra_sets.0.splt: unknown field; did you mean eval.extra_sets.0.split?" in str(e.value)
+    with pytest.raises(ConfigError) as e:
+        load_config(None, {"train.zzzz": 1})
+    assert str(e.value).endswith("train.zzzz: unknown field (misspelled?)")
+
+
 def test_wrong_type_names_field(tmp_path):
     p = write(tmp_path, "train:\n  group_size: eight\n")
     with pytest.raises(ConfigError, match=r"train\.group_size"):

@@ -591,6 +591,28 @@ def _origin(field: str, source: str | Path, labels: dict[str, str]) -> str:
     return labels[best] if best else str(source)
 
 
+def _did_you_mean(loc: tuple[int | str, ...]) -> str:
+    """The message "unknown field; did you mean train.lr?" for an unknown field at `loc` (("train", "lrr")): the
+    closest field name of the section it is in, by difflib's ratio; "" when nothing is close."""
+    import difflib
+    import typing
+
+    model: Any = RunConfig
+    for key in loc[:-1]:
+        if isinstance(key, int):  # an item of a list section (eval.extra_sets.0.name): the model is its items'
+            continue
+        fields = getattr(model, "model_fields", {})
+        if key not in fields:
+            return ""
+        annotation = fields[key].annotation
+        if typing.get_origin(annotation) is list:
+            annotation = typing.get_args(annotation)[0]
+        model = annotation
+    names = list(getattr(model, "model_fields", {}))
+    close = difflib.get_close_matches(str(loc[-1]), names, n=1, cutoff=0.6)
+    return f"unknown field; did you mean {'.'.join([*(str(k) for k in loc[:-1]), close[0]])}?" if close else ""
+
+
 def validate_config(
     data: dict[str, Any], source: str | Path = "<config>", labels: dict[str, str] | None = None
 ) -> RunConfig:
@@ -610,7 +632,7 @@ def validate_config(
                 loc = ".".join(str(x) for x in err["loc"]) or "(top level)"
                 msg = err["msg"]
                 if err["type"] == "extra_forbidden":
-                    msg = "unknown field (misspelled?)"
+                    msg = _did_you_mean(err["loc"]) or "unknown field (misspelled?)"
                 elif not isinstance(err["input"], dict):
                     msg += f" (got {err['input']!r})"
             lines.append(f"{_origin(loc, source, labels)}: {loc}: {msg}")
