@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from . import __version__
 from .config import ConfigError, load_config, parse_override
 from .errors import UserError
 from .testbed import ARTIFACT_DIRS
@@ -25,22 +26,34 @@ FLAG_FIELDS = {
 }
 
 
-def _add_run_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", "-c", help="YAML run config (default: the embedded testbed recipe)")
-    p.add_argument("--steps", type=int, help="training steps")
+def _add_run_flags(p: argparse.ArgumentParser, *, training: bool = True) -> None:
+    """The flags that set config fields; `training=False` (eval) leaves out those only training reads."""
+    p.add_argument(
+        "--config",
+        "-c",
+        help="YAML run config (default: the embedded testbed recipe"
+        + ("" if training else "; with --checkpoint, the run's own config.yaml")
+        + ")",
+    )
+    if training:
+        p.add_argument("--steps", type=int, help="training steps")
     p.add_argument("--workflow", help="single | voting | eval_opt | orch_workers | package.module:function")
     p.add_argument("--sharing", help="shared | isolated | map")
     p.add_argument("--task", help="task name, e.g. testbed, gsm8k, math500, mbpp")
     p.add_argument("--model", help="'testbed', 'testbed-large', a local model directory, or a hub id")
-    p.add_argument("--trainable", help="lora | full")
-    p.add_argument("--seed", type=int)
-    p.add_argument("--run-dir", dest="run_dir", help="where to write the run (default runs/<task>-<workflow>-...)")
+    if training:
+        p.add_argument("--trainable", help="lora | full")
+    p.add_argument("--seed", type=int, help="sampling seed" if not training else None)
+    if training:
+        p.add_argument("--run-dir", dest="run_dir", help="where to write the run (default runs/<task>-<workflow>-...)")
     p.add_argument(
         "--set",
         action="append",
         default=[],
         metavar="FIELD=VALUE",
-        help="override any config field, e.g. --set train.lr=1e-4 (repeatable)",
+        help="override any config field, e.g. "
+        + ("--set train.lr=1e-4" if training else "--set eval.temperature=0.7")
+        + " (repeatable)",
     )
 
 
@@ -84,7 +97,12 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_eval(args: argparse.Namespace) -> int:
     from .evaluate_cli import run_eval_command
 
-    cfg = load_config(args.config, *_overrides(args))
+    config = args.config
+    if args.checkpoint and not config:  # the run's own workflow, routing and policies, so its weights fit
+        config = str(Path(args.checkpoint) / "config.yaml")
+        if not Path(config).is_file():
+            raise ConfigError(f"--checkpoint {args.checkpoint}: no {config}, so it is not a rolecast run directory")
+    cfg = load_config(config, *_overrides(args))
     return run_eval_command(
         cfg, checkpoint=args.checkpoint, every=args.every, n_samples=args.n, size=args.size, out=args.out
     )
@@ -187,6 +205,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rolecast", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"rolecast {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true")
     parser.add_argument(
         "--debug",
@@ -218,7 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_train)
 
     p = sub.add_parser("eval", help="evaluate a workflow with the base model or a run's checkpoints")
-    _add_run_flags(p)
+    _add_run_flags(p, training=False)
     p.add_argument("--checkpoint", metavar="RUN_DIR", help="evaluate this run's latest checkpoint (or --every N)")
     p.add_argument("--every", type=int, default=0, help="with --checkpoint: every Nth checkpoint step")
     p.add_argument("--n", type=int, default=None, help="samples per problem (pass@k for k <= n)")
