@@ -6,6 +6,7 @@ import pytest
 
 from rolecast.cli import main
 from rolecast.config import ConfigError, load_config
+from rolecast.prompts import PromptFileError
 
 
 def write(tmp_path, text):
@@ -87,7 +88,8 @@ def test_role_without_a_prompt_is_rejected(tmp_path):
         "    return (await ctx.call('lawyer', ctx.prompt('solve'))).text\n"
     )
     p = write(tmp_path, f"workflow: {{name: '{wf}:courtroom'}}\nmodel: {{path: /nonexistent}}\n")
-    with pytest.raises(ConfigError, match=r"witness.*cross_examine"):
+    # the prompt file lacks it, not the config: the error names the prompt file (tests/test_workflow_declarations.py)
+    with pytest.raises(PromptFileError, match=r"prompts/testbed\.yaml: no prompt\(s\) \['cross_examine'\].*'witness'"):
         load_config(p)
 
 

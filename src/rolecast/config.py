@@ -354,7 +354,7 @@ def check_run_config(cfg: RunConfig) -> None:
             "(e.g. 0.7 or 1.0); greedy evaluation is eval.temperature: 0",
         )
     from .policies.router import build_routing
-    from .prompts import PromptBook
+    from .prompts import PromptBook, PromptFileError
     from .tasks import make_task, task_names
     from .train.advantages import ADVANTAGES, SINGLETON_REWARD_ESTIMATORS
     from .train.attribution import ATTRIBUTIONS
@@ -390,13 +390,14 @@ def check_run_config(cfg: RunConfig) -> None:
         raise
     except (TypeError, ValueError) as e:  # an option the task does not take, or a bad value for one
         raise FieldError("task.options", f"task {cfg.task.name!r}: {e}") from None
+    spec.check_calls()  # a literal ctx.call role the workflow did not declare (WorkflowError, naming its file)
     book = PromptBook(task.family, cfg.task.prompts)
     for role, names in spec.prompts.items():
         missing = [n for n in names if not book.has(n)]
-        if missing:
-            raise ValueError(
-                f"workflow {spec.name!r} role {role!r} needs prompt(s) {missing}, which the "
-                f"{task.family!r} prompt family lacks (task {cfg.task.name!r})"
+        if missing:  # the prompt file lacks them, not the config: PromptFileError names the file(s)
+            raise PromptFileError(
+                f"{book.describe_files()}: no prompt(s) {missing}, which workflow {spec.name!r} declares for role "
+                f"{role!r} (task {cfg.task.name!r}, prompt family {task.family!r}); add them to a task.prompts file"
             )
     if cfg.train.advantage not in ADVANTAGES:
         raise FieldError("train.advantage", f"unknown estimator {cfg.train.advantage!r}; known: {sorted(ADVANTAGES)}")

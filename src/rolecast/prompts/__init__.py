@@ -15,6 +15,7 @@ from typing import Any
 import jinja2
 import yaml
 
+from ..errors import UserError
 from ..rewards.math import last_boxed
 
 PROMPT_DIR = Path(__file__).parent
@@ -30,6 +31,11 @@ def final_answer(text: str) -> str:
 
 
 _ENV.filters["final_answer"] = final_answer
+
+
+class PromptFileError(UserError):
+    """A prompt a workflow needs is in none of the prompt files: the message names those files (the shipped one and
+    `task.prompts`), the prompt and who needs it. Not a ValueError, so config validation does not blame the config."""
 
 
 def families() -> list[str]:  # the top-level files only: prompts/study/ holds override files
@@ -54,6 +60,14 @@ def _load_yaml(path: Path) -> dict[str, dict[str, str]]:
     return data
 
 
+def _override_path(override: str) -> Path:
+    # a path relative to the shipped prompts (e.g. "study/math.yaml") works from any directory
+    src = Path(override) if Path(override).exists() or not (PROMPT_DIR / override).exists() else PROMPT_DIR / override
+    if not src.exists():
+        raise ValueError(f"task.prompts: {override} does not exist (neither as given nor under {PROMPT_DIR.name}/)")
+    return src
+
+
 @cache
 def _compiled(family: str, override: str | None) -> dict[str, dict[str, jinja2.Template]]:
     path = PROMPT_DIR / f"{family}.yaml"
@@ -61,13 +75,7 @@ def _compiled(family: str, override: str | None) -> dict[str, dict[str, jinja2.T
         raise ValueError(f"no prompt family {family!r}; shipped families: {families()}")
     entries = _load_yaml(path)
     if override:
-        # a path relative to the shipped prompts (e.g. "study/math.yaml") works from any directory
-        src = (
-            Path(override) if Path(override).exists() or not (PROMPT_DIR / override).exists() else PROMPT_DIR / override
-        )
-        if not src.exists():
-            raise ValueError(f"task.prompts: {override} does not exist (neither as given nor under {PROMPT_DIR.name}/)")
-        entries = {**entries, **_load_yaml(src)}
+        entries = {**entries, **_load_yaml(_override_path(override))}
     return {name: {role: _ENV.from_string(str(t)) for role, t in entry.items()} for name, entry in entries.items()}
 
 
@@ -77,6 +85,19 @@ class PromptBook:
     def __init__(self, family: str, override: str | Path | None = None):
         self.family = family
         self._templates = _compiled(family, str(override) if override else None)
+        # where the prompts come from: the shipped file, then the override merged over it
+        self.files = [PROMPT_DIR / f"{family}.yaml"] + ([_override_path(str(override))] if override else [])
+
+    def describe_files(self) -> str:
+        """The prompt files, e.g. "src/rolecast/prompts/math.yaml and my_prompts.yaml" (relative to the working
+        directory when they are under it)."""
+        names = []
+        for f in self.files:
+            try:
+                names.append(str(f.resolve().relative_to(Path.cwd())))
+            except ValueError:
+                names.append(str(f))
+        return " and ".join(names)
 
     def names(self) -> set[str]:
         return set(self._templates)
@@ -87,7 +108,9 @@ class PromptBook:
     def render(self, name: str, **variables: Any) -> list[dict[str, str]]:
         """Chat messages for prompt `name`, ready for the tokenizer's chat template."""
         if name not in self._templates:
-            raise KeyError(f"prompt family {self.family!r} has no prompt {name!r}; it has {sorted(self._templates)}")
+            raise PromptFileError(
+                f"{self.describe_files()}: no prompt {name!r}; the prompts are {sorted(self._templates)}"
+            )
         try:
             return [
                 {"role": role, "content": tmpl.render(**variables).strip()}

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from ..episode import Episode, FinishReason, Turn
+from ..errors import UserError
 from ..prompts import PromptBook
 from ..tasks.base import Problem, Task
 from ..workflows.api import CallOp, Context, ForkOp, Messages, WorkflowSpec
@@ -138,11 +139,14 @@ def run_episodes(
             except StopIteration as stop:
                 finish(t, stop.value)
                 continue
+            except UserError:  # its own one-line message (a prompt the prompt files lack) says what to fix
+                raise
             except Exception as e:
                 raise RuntimeError(
                     f"workflow {spec.name!r} failed on problem {episodes[t.episode].problem_id}: {e}"
                 ) from e
             if isinstance(op, CallOp):
+                spec.check_call(op.role)  # an undeclared role: one line naming it, before anything is generated
                 pending.append((t, op))
             elif isinstance(op, ForkOp):
                 if not op.children:

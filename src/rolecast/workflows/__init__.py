@@ -1,7 +1,7 @@
 """Workflows: plain async code over `ctx.call`. See `api.py` for how to write your own."""
 
 from ..episode import AnswerClaim, PickClaim, VerdictClaim
-from .api import WORKFLOWS, Context, WorkflowSpec, get_workflow, workflow
+from .api import WORKFLOWS, Context, WorkflowError, WorkflowSpec, get_workflow, workflow
 from .parsing import last_boxed, parse_choice, parse_strategies, parse_verdict
 
 __all__ = [
@@ -10,6 +10,7 @@ __all__ = [
     "Context",
     "PickClaim",
     "VerdictClaim",
+    "WorkflowError",
     "WorkflowSpec",
     "get_workflow",
     "workflow",

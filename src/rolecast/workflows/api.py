@@ -27,11 +27,24 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from ..episode import Turn
-from ..errors import ConfigError, FieldError
+from ..errors import ConfigError, FieldError, UserError
 from ..prompts import PromptBook
 from ..tasks.base import Problem, Task
 
 Messages = list[dict[str, str]]
+
+
+class WorkflowError(UserError):
+    """A workflow that breaks its own declaration (calls a role it did not declare). Not a config problem, so it is
+    not a ValueError: config validation passes it on as it is, naming the workflow's file, not the config's."""
+
+
+def undeclared_role_message(spec_name: str, role: str, declared: Sequence[str], where: str = "") -> str:
+    at = f" ({where})" if where else ""
+    return (
+        f"workflow {spec_name!r}{at} calls role {role!r}, which it does not declare; its declared roles are "
+        f"{list(declared)} (declare every role in @workflow(..., prompts={{role: [prompt names]}}))"
+    )
 
 
 @dataclass
@@ -109,6 +122,19 @@ class WorkflowSpec:
     def roles(self) -> list[str]:
         return list(self.prompts)
 
+    def check_calls(self) -> None:
+        """Raise `WorkflowError` for the first `ctx.call("role", ...)` with a literal role the workflow did not
+        declare, found in its source before anything runs. A role computed at run time is checked by the rollout
+        engine at its first call (`check_call`)."""
+        for role, where in literal_call_roles(self.fn):
+            if role not in self.prompts:
+                raise WorkflowError(undeclared_role_message(self.name, role, self.roles, where))
+
+    def check_call(self, role: str) -> None:
+        """`role`, called at run time, is one the workflow declared (else `WorkflowError`, before generating)."""
+        if role not in self.prompts:
+            raise WorkflowError(undeclared_role_message(self.name, role, self.roles))
+
     def check_options(self, options: dict[str, Any]) -> dict[str, Any]:
         """The options as the function will get them (typed per its annotations), or a `FieldError` naming
         `workflow.options.<name>` for the first bad one."""
@@ -127,6 +153,34 @@ class WorkflowSpec:
                 msg = f"{err['msg']} (got {err['input']!r})"
             raise FieldError(f"workflow.options.{name}", msg) from None
         return validated.model_dump(exclude_unset=True)
+
+
+def literal_call_roles(fn: Callable[..., Any]) -> list[tuple[str, str]]:
+    """(role, "file:line") of every `ctx.call("role", ...)` in `fn`'s source (nested functions included) whose role
+    is a string literal, `ctx` being `fn`'s first parameter; [] when the source cannot be read."""
+    import ast
+    import textwrap
+
+    try:
+        lines, first = inspect.getsourcelines(fn)
+        tree = ast.parse(textwrap.dedent("".join(lines)))
+        source = inspect.getsourcefile(fn) or "<workflow>"
+    except (OSError, TypeError, SyntaxError):
+        return []
+    node = tree.body[0] if tree.body else None
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or not node.args.args:
+        return []
+    ctx = node.args.args[0].arg
+    found = []
+    for call in ast.walk(node):
+        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "call"):
+            continue
+        if not (isinstance(call.func.value, ast.Name) and call.func.value.id == ctx):
+            continue
+        role = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "role"), None)
+        if isinstance(role, ast.Constant) and isinstance(role.value, str):
+            found.append((role.value, f"{source}:{first + call.lineno - 1}"))
+    return found
 
 
 def _options_model(name: str, fn: WorkflowFn) -> type[BaseModel] | None:
