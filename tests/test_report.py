@@ -13,6 +13,7 @@ import pytest
 from report_fixtures import build_sweep
 
 from rolecast.cli import main
+from rolecast.errors import ReportError
 from rolecast.report.html import (
     collect_map,
     compare_sharing,
@@ -233,11 +234,13 @@ def test_cli_report_and_bad_dirs(tmp_path, capsys):
     assert out.is_file() and not (root / "report.html").exists()
     assert main(["report", str(tmp_path / "missing")]) == 2
 
-    # an empty directory and a broken sweep.json: a report that says so, not a crash
+    # an empty directory is an error, and nothing is written into it; a broken sweep.json is said, not a crash
     empty = tmp_path / "empty"
     empty.mkdir()
-    path, smap = write_report(empty)
-    assert "no cells found" in " ".join(smap.notes) and path.is_file()
+    with pytest.raises(ReportError, match="no runs found"):
+        write_report(empty)
+    assert main(["report", str(empty)]) == 2 and list(empty.iterdir()) == []
+    assert "no runs found" in capsys.readouterr().err
     (root / "sweep.json").write_text("{not json")
     smap = collect_map(root)
     assert any("sweep.json unreadable" in n for n in smap.notes)
@@ -307,3 +310,34 @@ def test_paired_difference_over_seeds_by_hand():
     assert t_quantile(0.975, 40) == 2.042 and t_quantile(0.975, float("inf")) == pytest.approx(1.959964)
     with pytest.raises(ValueError):
         t_quantile(0.9, 3)
+
+
+def _train_run(d, steps, evals, metrics_steps):
+    d.mkdir(parents=True)
+    (d / "config.yaml").write_text(
+        f"workflow: {{name: voting}}\nrouting: {{sharing: shared}}\ntrain: {{steps: {steps}}}\n"
+    )
+    (d / "eval.jsonl").write_text("".join(json.dumps(e) + "\n" for e in evals))
+    (d / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "reward": 0.5}) + "\n" for s in metrics_steps))
+
+
+def test_plain_train_runs_are_done_when_their_final_evaluation_is_at_the_last_step(tmp_path):
+    """`rolecast train` writes no DONE.json: a run whose final evaluation is at train.steps finished; one
+    stopped half-way (no final row, fewer steps) is incomplete."""
+    ev = {"pass@1": 0.5, "stderr": 0.03, "n_problems": 100, "n_samples": 1}
+    _train_run(
+        tmp_path / "runs" / "a",
+        40,
+        [{**ev, "step": 0, "tag": "base"}, {**ev, "step": 40, "tag": "final"}],
+        range(1, 41),
+    )
+    _train_run(
+        tmp_path / "runs" / "b",
+        40,
+        [{**ev, "step": 0, "tag": "base"}, {**ev, "step": 20, "tag": "periodic"}],
+        range(1, 21),
+    )
+    smap = collect_map(tmp_path / "runs")
+    assert {c.name: c.state for c in smap.cells} == {"a": "done", "b": "incomplete"}
+    assert collect_map(tmp_path / "runs" / "a").cells[0].state == "done"  # one run directory, too
+    assert "incomplete 20/40" in text_map(smap) and "incomplete 40/40" not in text_map(smap)

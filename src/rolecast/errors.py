@@ -45,6 +45,10 @@ class ModelNotFoundError(UserError, ValueError):
     """A model or tokenizer that is neither a local directory nor reachable on the hub."""
 
 
+class ReportError(UserError, ValueError):
+    """A directory a report cannot be made of (it holds no run); nothing is written into it."""
+
+
 def install_hint(extra: str) -> str:
     return f"pip install 'rolecast[{extra}]'"
 

@@ -95,7 +95,7 @@ def replay_warnings(
     return alerts
 
 
-_GRAD_ROLE = re.compile(r"^grad/(?P<pid>[^/]+)/(?P<role>[^/]+)/(?P<stat>norm|share|alignment)$")
+_GRAD_ROLE = re.compile(r"^grad/(?P<pid>[^/]+)/(?P<role>[^/]+)/(?P<stat>norm|share|alignment|instances)$")
 _UPDATE = re.compile(r"^update/(?P<pid>[^/]+)/(?P<stat>size|drift)$")
 _LR = re.compile(r"^policy/(?P<pid>[^/]+)/(?P<stat>lr)$")
 

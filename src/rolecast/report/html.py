@@ -32,6 +32,7 @@ from ..diagnostics.curves import (
     summarize_curve,
 )
 from ..diagnostics.warnings import SIGNATURE_MEANINGS
+from ..errors import ReportError
 from .analyze import _GRAD_ROLE, _LR, _answer_extractor, collect_series, group_alerts, replay_warnings
 from .rundir import read_jsonl, read_run
 
@@ -173,8 +174,23 @@ def _state(d: Path, recorded: dict[str, Any]) -> tuple[str, str | None]:
     if status == "running":
         return "running", None  # or killed while running: sweep.json cannot tell
     if d.is_dir() and _looks_like_run(d):
-        return "incomplete", None
+        return ("done", None) if _finished_train_run(d) else ("incomplete", None)
     return "pending", None
+
+
+def _finished_train_run(d: Path) -> bool:
+    """A `rolecast train` run (no sweep writes DONE.json for it) finished when its final evaluation is at its
+    last planned step (a run with no final evaluation: when it logged every planned step)."""
+    run = read_run(d)
+    train = (run.config or {}).get("train")
+    steps = train.get("steps") if isinstance(train, dict) else None
+    if not isinstance(steps, int):
+        return False
+    if any(r.get("tag") == "final" and r.get("step") == steps for r in run.evals):
+        return True
+    ev = (run.config or {}).get("eval")
+    at_end = ev.get("at_end", True) if isinstance(ev, dict) else True
+    return not at_end and len(run.metrics) >= steps and run.metrics[-1].get("step") == steps
 
 
 def _protocol(rows: list[dict[str, Any]], config: dict[str, Any]) -> str:
@@ -496,7 +512,8 @@ td.err{color:#a00;font-style:normal;text-align:left;max-width:30em}
 .legend span{display:inline-block;padding:.1em .5em;margin-right:.5em;border:1px solid #ccc}
 .cell{border-top:1px solid #ddd;margin-top:1em}.notes{color:#666;font-size:.85em}
 td:not(.l):not(.err){white-space:nowrap}
-.plots{display:flex;flex-wrap:wrap;gap:.5em}.plots img{max-width:min(100%,650px);height:auto;display:block}
+.plots{display:flex;flex-wrap:wrap;gap:.5em;align-items:flex-start}
+.plots img{max-width:min(100%,650px);height:auto;display:block;flex:0 1 auto}
 pre{background:#f7f7f7;padding:.6em;overflow-x:auto;font-size:.85em}
 """
 
@@ -508,6 +525,30 @@ def _e(x: Any) -> str:
 def _img(path: Path, alt: str) -> str:
     data = base64.b64encode(path.read_bytes()).decode("ascii")
     return f'<img alt="{_e(alt)}" src="data:image/png;base64,{data}">'
+
+
+def gradient_panels(
+    grads: dict[str, dict[str, tuple[list[int], list[float]]]],
+) -> tuple[list[tuple[str, dict[str, tuple[list[int], list[float]]]]], dict[int, list[tuple[float, str]]]]:
+    """The per-role gradient panels worth drawing: the projection share where some policy serves several roles
+    (under Isolated-Policy every share is a flat 1.0: the roles' gradient norms are drawn instead), and the
+    instance alignment with its references, 1 (orthogonal instances) and N (identical ones)."""
+    shares = grads.get("share", {})
+    policies: dict[str, int] = {}
+    for label in shares:
+        pid = label.split("/", 1)[0]
+        policies[pid] = policies.get(pid, 0) + 1
+    panels: list[tuple[str, dict[str, tuple[list[int], list[float]]]]] = []
+    if shares and max(policies.values()) >= 2:
+        panels.append(("gradient share s_r = g_r.g/|g|^2", shares))
+    elif "norm" in grads:
+        panels.append(("gradient norm |g_r| (one role per policy)", grads["norm"]))
+    refs: dict[int, list[tuple[float, str]]] = {}
+    if "alignment" in grads:
+        n = max((max(ys) for _, ys in grads.get("instances", {}).values() if ys), default=0)
+        refs[len(panels)] = [(1.0, "orthogonal (1)")] + ([(float(n), f"identical ({n:g})")] if n >= 2 else [])
+        panels.append(("instance alignment |sum g_i|^2 / sum |g_i|^2", grads["alignment"]))
+    return panels, refs
 
 
 def _plots(c: CellView, tmp: Path, notes: list[str]) -> list[str]:
@@ -533,16 +574,11 @@ def _plots(c: CellView, tmp: Path, notes: list[str]) -> list[str]:
                 lrs=c.grads.get("lr"),
             )
             out.append(_img(p, f"accuracy {c.name}"))
-        panels = [
-            (label, c.grads[stat])
-            for stat, label in (
-                ("share", "gradient share s_r = g_r.g/|g|^2"),
-                ("alignment", "instance alignment (1 orthogonal, N identical)"),
-            )
-            if stat in c.grads
-        ]
+        panels, refs = gradient_panels(c.grads)
         if panels:
-            p = plot_panels(tmp / f"{c.name}-gradients.png", panels, title=f"per-role gradients {title}")
+            p = plot_panels(
+                tmp / f"{c.name}-gradients.png", panels, title=f"per-role gradients {title}", references=refs
+            )
             out.append(_img(p, f"per-role gradients {c.name}"))
         return out
     except ImportError as e:
@@ -685,7 +721,7 @@ def render_html(smap: SweepMap) -> str:
             imgs = _plots(c, Path(tmp), notes)
             if imgs:
                 parts += ['<div class="plots">', *imgs, "</div>"]
-            if not any(stat != "lr" for stat in c.grads) and c.curve is not None:
+            if not any(stat not in ("lr", "instances") for stat in c.grads) and c.curve is not None:
                 parts.append("<p class='notes'>no per-role gradient measurements (diagnostics.gradients.every: 0)</p>")
             if c.signatures:
                 parts.append("<ul>")
@@ -708,6 +744,10 @@ def render_html(smap: SweepMap) -> str:
 def write_report(runs_dir: str | Path, out: str | Path | None = None) -> tuple[Path, SweepMap]:
     """Write the HTML report (default RUNS_DIR/report.html, atomically) and return its path and the map."""
     smap = collect_map(runs_dir)
+    if not smap.cells:
+        raise ReportError(
+            f"{runs_dir}: no runs found (no sweep.json, and no subdirectory holding a run); nothing written"
+        )
     path = Path(out) if out else smap.runs_dir / REPORT_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")

@@ -4,7 +4,7 @@ here, when a plot is drawn, with a clear message when it is missing."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,12 @@ def _figure(rows: int, height: float = 3.0) -> Any:
     except ImportError as e:
         raise ImportError("plots need matplotlib: pip install 'rolecast[plots]'") from e
     return Figure(figsize=(8, height * rows), layout="constrained")
+
+
+def _integer_steps(ax: Any) -> None:
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
 def _save(fig: Any, path: Path) -> Path:
@@ -107,20 +113,40 @@ def plot_accuracy(
             )
     ax.set_ylabel("accuracy")
     ax.set_title(title or "accuracy")
+    _integer_steps(ax)
     ax.grid(alpha=0.3)
     ax.legend(loc="best", fontsize=8)
     return _save(fig, path)
 
 
-def plot_panels(path: Path, panels: Sequence[tuple[str, Series]], title: str = "") -> Path:
-    """One panel per (y label, series); each series is a line with its label."""
+def plot_panels(
+    path: Path,
+    panels: Sequence[tuple[str, Series]],
+    title: str = "",
+    references: Mapping[int, Sequence[tuple[float, str]]] | None = None,
+) -> Path:
+    """One panel per (y label, series); each series is a line with its label. `references`: panel index ->
+    (y, label) horizontal reference lines (e.g. alignment 1 for orthogonal instances, N for identical ones)."""
     fig = _figure(len(panels))
     axes = fig.subplots(len(panels), 1, squeeze=False)[:, 0]
-    for ax, (ylabel, series) in zip(axes, panels, strict=True):
+    for i, (ax, (ylabel, series)) in enumerate(zip(axes, panels, strict=True)):
         for label, (xs, ys) in sorted(series.items()):
             ax.plot(xs, ys, marker="." if len(xs) < 30 else None, label=label)
+        for y, label in (references or {}).get(i, ()):
+            ax.axhline(y, color="0.4", ls=":", lw=1)
+            ax.annotate(
+                label,
+                (1, y),
+                xycoords=("axes fraction", "data"),
+                xytext=(-4, 2),
+                textcoords="offset points",
+                ha="right",
+                fontsize=7,
+                color="0.3",
+            )
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
+        _integer_steps(ax)
         if series:
             ax.legend(loc="best", fontsize=7)
     axes[-1].set_xlabel("step")
