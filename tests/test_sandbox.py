@@ -377,7 +377,9 @@ def test_bwrap_with_an_environment_under_hidden_dirs(tmp_path, where):
         out = subprocess.run(
             [os.path.join(venv, "bin", "python"), "-c", _IN_SANDBOX, venv, str(parent)],
             capture_output=True, text=True, timeout=120,
-            env={**os.environ, "PYTHONPATH": src, "ROLECAST_SANDBOX_PACKAGES": "rc_probe_mod"},
+            # the project's own dependencies from this environment (rolecast imports them), after the test venv's
+            env={**os.environ, "PYTHONPATH": os.pathsep.join([src, *sandbox._site_dirs()]),
+                 "ROLECAST_SANDBOX_PACKAGES": "rc_probe_mod"},
         )  # fmt: skip
         assert out.returncode == 0, out.stderr
         got = json.loads(out.stdout.strip().splitlines()[-1])

@@ -644,7 +644,11 @@ def _serve(prelude: str, prog: str, req_fd: int, rep_fd: int) -> None:
         try:
             op = decode(msg, resolve)
             kind = op[0]
-            if kind == "g":
+            if kind == "G":  # several names at once: one answer each, in order
+                for name in op[1][:-1]:
+                    _send_msg(rep_fd, answer(g[name]) if name in g else b"m")
+                rep = answer(g[op[1][-1]]) if op[1][-1] in g else b"m"
+            elif kind == "g":
                 rep = answer(g[op[1]]) if op[1] in g else b"m"
             elif kind == "c":
                 rep = answer(op[1](*op[2], **op[3]))
@@ -703,6 +707,10 @@ def _judge(job: "dict[str, Any]", req_fd: int, rep_fd: int, res_fd: int) -> None
     dead: list[str] = []
 
     def rpc(request: "tuple[Any, ...]") -> "Any":
+        ask(request)
+        return answer()
+
+    def ask(request: "tuple[Any, ...]") -> None:
         if dead:
             raise ChannelLost(dead[0])
         try:
@@ -711,6 +719,14 @@ def _judge(job: "dict[str, Any]", req_fd: int, rep_fd: int, res_fd: int) -> None
             raise NonPlain("argument") from None
         try:
             _send_msg(req_fd, body)
+        except OSError as e:
+            dead.append(str(e))
+            raise ChannelLost(str(e)) from None
+
+    def answer() -> "Any":
+        if dead:
+            raise ChannelLost(dead[0])
+        try:
             msg = _recv_msg(rep_fd)
         except (EOFError, OSError) as e:
             dead.append(str(e))
@@ -870,23 +886,28 @@ def _judge(job: "dict[str, Any]", req_fd: int, rep_fd: int, res_fd: int) -> None
         return
     ns: dict[str, Any] = {}
     try:
+        wanted = []  # the program's names the tests use, asked for in one request (one answer each)
         for name in job["names"]:
             if name in pins or name in modules:
                 continue
             if name in bdict and (provided is None or name not in provided):
                 continue  # a program's `abs` or `sorted` must not answer for the tests' own calls
-            v = rpc(("g", name))
-            if v is not _MISSING:
-                ns[name] = v
+            wanted.append((name, name))
+        bind = job["bind"]
+        if bind:
+            wanted.append((bind[0], bind[1]))
+        if wanted:
+            ask(("G", [src for _, src in wanted]))
+            for dest, _ in wanted:
+                v = answer()
+                if v is not _MISSING:
+                    ns[dest] = v
+        if bind and bind[0] in pins:
+            pins.pop(bind[0])
         ns.update(pins)
         ns.update((n, m) for n, m in modules.items() if n in job["names"])
         ns["__builtins__"] = bdict
         ns["__rc_call"], ns["__rc_cmp"], ns["__rc_truth"] = rc_call, rc_cmp, rc_truth
-        bind = job["bind"]
-        if bind:
-            v = rpc(("g", bind[1]))
-            if v is not _MISSING:
-                ns[bind[0]] = v
         setup = job["setup"]
         exec(setup if type(setup) is not str else compile(setup, "<test setup>", "exec"), ns)
     except ChannelLost:
