@@ -353,3 +353,23 @@ def test_study_update_options_train_and_log(tiny_model_dir, tmp_path):
         assert 0 <= row[f"policy/{pid}/logprob_gap"] < 1e-3  # float32 on a CPU: sampler and trainer agree
         assert row[f"policy/{pid}/optimizer_steps"] >= 1
     assert row["rollout/ended_max_prompt_tokens"] == 0.0
+
+
+def test_study_history_renders_with_the_qwen3_chat_template():
+    """Consecutive assistant messages are legal for Qwen3's template: each its own turn, as the study renders them."""
+    from transformers import AutoTokenizer
+
+    from rolecast.policies.shapes import qwen_tokenizer_dir
+    from rolecast.rollout.hf import chat_prompt_ids
+
+    tok = AutoTokenizer.from_pretrained(qwen_tokenizer_dir())
+    msgs = [
+        {"role": "user", "content": "S"},
+        {"role": "assistant", "content": "g1"},
+        {"role": "assistant", "content": "e1"},
+        {"role": "user", "content": "R"},
+    ]
+    assert tok.decode(chat_prompt_ids(tok, msgs)) == (
+        "<|im_start|>user\nS<|im_end|>\n<|im_start|>assistant\ng1<|im_end|>\n<|im_start|>assistant\ne1<|im_end|>\n"
+        "<|im_start|>user\nR<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+    )
