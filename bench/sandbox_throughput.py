@@ -3,8 +3,9 @@
     .venv/bin/python bench/sandbox_throughput.py [--workers 2] [--limit 974] [--reps 30]
 
 1. Per-run overhead: median wall time of a trivial program (`pass`) run through the sandbox
-   (rolecast.rewards.sandbox.run_python: bwrap + harness + uid drop + rlimits) vs a bare
-   `subprocess.run([python, "-c", "pass"])`, run one at a time.
+   (rolecast.rewards.sandbox.run_python: cgroup + bwrap + seccomp + harness + uid drop + rlimits) vs a bare
+   `subprocess.run([python, "-c", "pass"])`, run one at a time; and of one asserts job (`add(1, 2) == 3`:
+   the program's process and the judge's).
 2. Throughput: the MBPP (full) reference solutions with their tests, verified through SandboxPool(workers)
    vs the same programs as bare `python -c <code + setup + asserts>` subprocesses on as many threads.
 Prints both and their ratios.
@@ -14,15 +15,44 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from rolecast.rewards.code import CodeTests, score_code_many
-from rolecast.rewards.sandbox import Limits, SandboxPool, _bwrap_cmd, run_python, sandbox_mode
+from rolecast.rewards.code import CodeTests, score_code_many, score_program
+from rolecast.rewards.sandbox import (
+    Limits,
+    SandboxPool,
+    _bwrap_cmd,
+    _interpreter,
+    run_python,
+    sandbox_mode,
+    seccomp_filter,
+)
 from rolecast.tasks.datasets import dataset_file
+
+
+def bwrap_floor() -> None:
+    """The container alone, as the sandbox starts it (same mounts and filter), running `python -I -S -c pass`."""
+    bpf = seccomp_filter()
+    fds: tuple[int, ...] = ()
+    if bpf is not None:
+        r, w = os.pipe()
+        os.write(w, bpf)
+        os.close(w)
+        fds = (r,)
+    try:
+        cmd = _bwrap_cmd(Limits(), fds[0] if fds else None) + [_interpreter()[0], "-I", "-S", "-c", "pass"]
+        subprocess.run(cmd, capture_output=True, check=True, pass_fds=fds)
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+ADD = CodeTests(kind="asserts", asserts=("assert add(1, 2) == 3",))
 
 
 def main() -> None:
@@ -39,10 +69,9 @@ def main() -> None:
         # interleaved, so a neighbour's load on a shared machine hits all variants alike
         variants = {
             "bare subprocess": lambda: subprocess.run([sys.executable, "-c", "pass"], capture_output=True, check=True),
-            "bwrap + python only": lambda: subprocess.run(
-                _bwrap_cmd(Limits()) + [sys.executable, "-I", "-S", "-c", "pass"], capture_output=True
-            ),
+            "bwrap + python only": bwrap_floor,
             "sandbox run_python": lambda: run_python("pass", pool=pool),
+            "sandbox asserts job": lambda: score_program("def add(a, b):\n    return a + b\n", ADD, pool=pool),
         }
         times: dict[str, list[float]] = {k: [] for k in variants}
         for _ in range(args.reps):

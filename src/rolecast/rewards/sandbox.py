@@ -13,8 +13,8 @@ Isolation, strongest available first:
     used (its root would be the host's root, owner of root's files): the harness drops to two fresh
     unprivileged uids per run (the program's and the judge's) from a block of this process, and bwrap keeps
     only CAP_SETUID/SETGID/KILL for that. Not as root: a fresh user namespace per run (``--unshare-user``,
-    ``--disable-userns``). Where the machine lets us (root, cgroup v1 or a delegated v2), each run also gets
-    a fresh memory cgroup capping all its processes together; without one, the program may not start a
+    ``--disable-userns``). Where the machine lets us (root, cgroup v1 or a delegated v2), each run also runs
+    in its pool slot's memory cgroup (one run at a time), capping all its processes together; without one, the program may not start a
     second process, so its per-process limit bounds the run. RLIMIT_NPROC on the run's own uid caps its
     processes.
 ``fallback`` (no usable bwrap: a logged warning; training refuses it unless ``sandbox.allow_unisolated``)
