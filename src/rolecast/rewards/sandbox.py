@@ -320,10 +320,22 @@ def _bwrap_cmd(limits: Limits, seccomp_fd: int | None = None) -> list[str]:
         # drops to fresh unprivileged uids instead, keeping only what that needs
         cmd += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_KILL"]
     else:
-        cmd += ["--unshare-user", "--disable-userns"]  # a fresh user namespace per run, and no nested ones
+        cmd += ["--unshare-user"]  # a fresh user namespace per run
+        if _bwrap_has("--disable-userns"):  # bubblewrap >= 0.8: and no nested ones (the filter denies them too)
+            cmd += ["--disable-userns"]
     if seccomp_fd is not None:
         cmd += ["--seccomp", str(seccomp_fd)]
     return cmd
+
+
+@functools.cache
+def _bwrap_has(option: str) -> bool:
+    """Does this bubblewrap know `option` (from its --help)?"""
+    try:
+        out = subprocess.run([shutil.which("bwrap") or "bwrap", "--help"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return option in out.stdout + out.stderr
 
 
 def _probe() -> tuple[str, str]:
