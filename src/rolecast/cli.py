@@ -108,6 +108,17 @@ def cmd_eval(args: argparse.Namespace) -> int:
     )
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    from .export import export_run
+
+    result = export_run(args.run_dir, args.out, step=args.step, overwrite=args.overwrite)
+    for p in result.policies:
+        kind = "PEFT LoRA adapter" if p.kind == "peft_lora_adapter" else "Hugging Face model"
+        print(f"{p.policy_id}: {kind} in {p.path} (roles: {', '.join(p.roles)})")
+    print(f"exported step {result.step} of {args.run_dir} to {result.out} (README.md there says how to load each)")
+    return 0
+
+
 def cmd_testbed(args: argparse.Namespace) -> int:
     from . import testbed
 
@@ -244,6 +255,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--size", type=int, default=None, help="number of eval problems")
     p.add_argument("--out", help="eval.jsonl to append to (default: the run dir or runs/eval.jsonl)")
     p.set_defaults(fn=cmd_eval)
+
+    p = sub.add_parser(
+        "export",
+        help="write a run's policies as PEFT adapters (LoRA) or Hugging Face models (full), with the tokenizer",
+    )
+    p.add_argument("run_dir", metavar="RUN_DIR")
+    p.add_argument("--step", type=int, default=None, help="the checkpoint step (default: the latest intact one)")
+    p.add_argument("--out", required=True, metavar="DIR", help="directory to write (new or empty)")
+    p.add_argument("--overwrite", action="store_true", help="replace what --out already holds")
+    p.set_defaults(fn=cmd_export)
 
     p = sub.add_parser("analyze", help="accuracy curve, failure signatures, warnings and plots of a run directory")
     p.add_argument("run_dir", metavar="RUN_DIR")
