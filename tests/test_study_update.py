@@ -331,6 +331,7 @@ def test_study_update_options_train_and_log(tiny_model_dir, tmp_path):
         "rollout.max_new_tokens": 6,
         "rollout.temperature": 1.0,
         "rollout.max_prompt_tokens": 4096,
+        "rollout.ended_reward": "study",
         "eval.at_start": False,
         "eval.at_end": False,
         "logging.progress": False,
@@ -373,3 +374,38 @@ def test_study_history_renders_with_the_qwen3_chat_template():
         "<|im_start|>user\nS<|im_end|>\n<|im_start|>assistant\ng1<|im_end|>\n<|im_start|>assistant\ne1<|im_end|>\n"
         "<|im_start|>user\nR<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
     )
+
+
+def test_ended_episode_rewards_team_or_study():
+    """Voting, scripted: the voters answer 5, 5, 6 (gold 5); the aggregator's prompt (it restates the three
+    solutions) exceeds a cap of 20, so the episode ends with the three voter turns and no answer. team: every turn
+    gets the episode's 0; study: each voter keeps its own correctness, 1, 1, 0, as the study's committed
+    trajectories do; on a code task the study's are 0 too."""
+    from rolecast.train.attribution import attribute, score_episodes, study_ended_rewards
+
+    def episode():
+        answers = iter([r"\boxed{5}", r"\boxed{5}", r"\boxed{6}"])
+        spec = get_workflow("voting")
+        (ep,) = run_episodes(
+            spec,
+            [PROBLEM],
+            1,
+            task=EchoTask(),
+            prompts=PromptBook("testbed"),
+            router=build_routing(spec.roles, "isolated"),
+            backend=CountingBackend(lambda pid, m: next(answers)),
+            max_prompt_tokens=20,
+        )
+        score_episodes([ep], {PROBLEM.id: PROBLEM}, EchoTask())
+        attribute([ep], "team")
+        return ep
+
+    team = episode()
+    assert [t.role for t in team.turns] == ["generator"] * 3 and team.metadata["ended"] == "max_prompt_tokens"
+    assert [t.reward for t in team.turns] == [0.0, 0.0, 0.0]
+    study = episode()
+    study_ended_rewards([study], "testbed")
+    assert [t.reward for t in study.turns] == [1.0, 1.0, 0.0]
+    code = episode()
+    study_ended_rewards([code], "code")
+    assert [t.reward for t in code.turns] == [0.0, 0.0, 0.0]

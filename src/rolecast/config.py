@@ -89,6 +89,11 @@ class RolloutSettings(_Strict):
     # reference study (verl's data.max_prompt_length; rllm raises MAX_PROMPT_LENGTH_EXCEEDED): the call is not
     # made, the workflow stops, the turns made so far stay and the episode has no final answer (reward 0).
     max_prompt_tokens: int | None = Field(None, gt=0)
+    # the rewards of an episode such a prompt ended: team (the episode's outcome, 0: it has no answer, to every
+    # turn it made) or study (what the reference study's committed trajectories keep: each turn's role-local
+    # reward where its workflow had set a claim, else 0; 0 throughout on code tasks, whose study workflows
+    # score only after their loop). docs/study_recipe.md
+    ended_reward: Literal["team", "study"] = "team"
 
 
 class TrainSettings(_Strict):

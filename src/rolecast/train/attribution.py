@@ -87,6 +87,19 @@ def role_local(ep: Episode) -> None:
         t.reward = ep.reward if correct is None else float(correct)
 
 
+def study_ended_rewards(episodes: Sequence[Episode], family: str) -> None:
+    """rollout.ended_reward study: the turns of an episode an over-long prompt ended get what the reference
+    study's committed trajectories keep (rllm applies use_final_outcome_reward only at the end of a completed
+    run): a turn's role-local reward where its claim was set before the episode ended (a voter's own answer, an
+    evaluator's verdict), else 0; on code tasks 0 throughout (the study's code workflows commit placeholders)."""
+    for ep in episodes:
+        if ep.metadata.get("ended") != "max_prompt_tokens":
+            continue
+        for t in ep.turns:
+            correct = t.claim.correct if t.claim is not None and family != "code" else None
+            t.reward = float(correct) if correct is not None else 0.0
+
+
 def attribute(episodes: Sequence[Episode], mode: str) -> None:
     fn = ATTRIBUTIONS.get(mode)
     if fn is None:

@@ -40,7 +40,7 @@ from ..runtime import Runtime, build_runtime
 from ..tasks.base import Problem
 from . import distributed
 from .advantages import episode_turn_advantages
-from .attribution import attribute, score_episodes
+from .attribution import attribute, score_episodes, study_ended_rewards
 from .checkpoint import (
     capture_rng_state,
     latest_step,
@@ -813,6 +813,8 @@ class _Session:
         # 3. rewards
         score_episodes(episodes, {p.id: p for p in problems}, task)
         attribute(episodes, cfg.train.attribution)
+        if cfg.rollout.max_prompt_tokens and cfg.rollout.ended_reward == "study":
+            study_ended_rewards(episodes, task.family)
         t_reward = time.perf_counter()
         # 4. advantages within groups of turns
         episode_turn_advantages(
