@@ -512,7 +512,9 @@ def test_nothing_crosses_between_jobs(workers):
                 "/tmp/" + tag: "absent",
                 "socket": "Connection refused",
             }
-            assert len(r["processes"]) == 4  # bwrap's init, the supervisor, the judge, the program: no daemon
+            # the supervisor (the container's init), the judge, the program (and bwrap's own init where bwrap
+            # cannot run the harness as pid 1): no daemon of the planting job
+            assert len(r["processes"]) == (3 if sandbox._bwrap_has("--as-pid-1") else 4), r["processes"]
 
 
 @pytest.mark.skipif(os.getuid() != 0, reason="without root the fallback for a missing cgroup is not used")
@@ -612,3 +614,67 @@ def test_seccomp_list_is_documented():
     for names in sandbox.SECCOMP_DENY.values():
         for name in names:
             assert f"`{name}`" in doc, name
+
+
+NON_ROOT = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import sandbox
+from sandbox import Job, SandboxPool
+prog = sys.argv[2]
+with SandboxPool(1) as p:
+    r = p.run(Job(mode="asserts", program=prog, tests=("assert add(1, 2) == 3",)))
+    g = p.run(Job(mode="asserts", program="def add(a, b):\\n    return a + b\\n", tests=("assert add(1, 2) == 3",)))
+print(json.dumps({"status": sandbox.sandbox_status(), "verdicts": [r.verdicts, g.verdicts], "out": r.stdout.decode()}))
+"""
+PROBE_OTHERS = (
+    "import os, json, ctypes\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "res = {'uid': os.getuid(), 'unshare': libc.unshare(0x10000000)}\n"
+    "for q in [x for x in os.listdir('/proc') if x.isdigit() and int(x) != os.getpid()]:\n"
+    "    for f in ('mem', 'fd', 'environ'):\n"
+    "        try:\n"
+    "            (os.listdir if f == 'fd' else open)(f'/proc/{q}/{f}')\n"
+    "            res[q + ' ' + f] = 'ok'\n"
+    "        except OSError as e:\n"
+    "            res[q + ' ' + f] = e.strerror\n"
+    "def add(a, b):\n"
+    "    print('REPORT ' + json.dumps(res))\n"
+    "    return None\n"
+)
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="switches to an unprivileged user to run the sandbox without root")
+def test_without_root_one_uid_is_still_a_boundary():
+    """bubblewrap run by an ordinary user: a fresh user namespace, one uid for the supervisor, the judge and
+    the program; the program still opens none of the others' /proc files and creates no namespace."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    import pyseccomp
+
+    py = "/usr/bin/python3"
+    if not os.path.exists(py) or not shutil.which("setpriv"):
+        pytest.skip("needs the system's python3 (world-readable) and setpriv")
+    d = tempfile.mkdtemp(prefix="rolecast-nonroot-")  # in /tmp itself: the user must reach it
+    try:
+        os.chmod(d, 0o755)
+        for src in (sandbox.__file__, sandbox._HARNESS_PATH, pyseccomp.__file__):
+            shutil.copy(src, d)
+            os.chmod(os.path.join(d, os.path.basename(src)), 0o644)
+        out = subprocess.run(
+            ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", py, "-c", NON_ROOT, d, PROBE_OTHERS],
+            capture_output=True, text=True, timeout=120, cwd=d, env={"PATH": "/usr/bin:/bin", "HOME": d},
+        )  # fmt: skip
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+    if "ModuleNotFoundError" in out.stderr or "SyntaxError" in out.stderr:
+        pytest.skip(f"the system's python3 cannot run the sandbox module: {out.stderr[-200:]}")
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["status"] == ["bwrap", ""]
+    assert got["verdicts"] == [{"0": False}, {"0": True}]
+    r = report(got["out"])
+    assert r.pop("uid") == 65534 and r.pop("unshare") == -1
+    assert r and set(r.values()) == {"Permission denied"}, r

@@ -323,6 +323,10 @@ def _bwrap_cmd(limits: Limits, seccomp_fd: int | None = None) -> list[str]:
         cmd += ["--unshare-user"]  # a fresh user namespace per run
         if _bwrap_has("--disable-userns"):  # bubblewrap >= 0.8: and no nested ones (the filter denies them too)
             cmd += ["--disable-userns"]
+    if _bwrap_has("--as-pid-1"):
+        # the harness is the container's init: no bwrap reaper beside it whose memory (dumpable, outside the
+        # filter) a program of the same uid could open; signals from inside cannot kill it; it reaps everything
+        cmd += ["--as-pid-1"]
     if seccomp_fd is not None:
         cmd += ["--seccomp", str(seccomp_fd)]
     return cmd

@@ -282,8 +282,8 @@ def _read_payload(fd: int) -> "dict[str, Any]":
 
 
 def _no_dump() -> None:
-    """Make this process non-dumpable: a process of the same uid can then neither ptrace it nor open its
-    /proc/<pid>/mem, fd/ or environ (only needed when the judge shares the candidate's uid)."""
+    """Make this process (and what it forks) non-dumpable: a process of the same uid can then neither ptrace
+    it nor open its /proc/<pid>/mem, fd/ or environ (needed when the judge shares the program's uid)."""
     import ctypes
 
     ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
@@ -309,6 +309,11 @@ def _install_exit() -> None:
 
 def _main() -> None:
     cand_fd, judge_fd, res_fd = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    if os.getuid() != 0:
+        # one uid for every process here (no root to drop from): before anything is forked, so that the
+        # supervisor, the judge and the program's process are all non-dumpable and none can open another's
+        # /proc/<pid>/mem, fd/ or environ (the filter denies ptrace and process_vm_* besides)
+        _no_dump()
     job = _read_payload(cand_fd)
     _write = os.write
     _exit = os._exit
@@ -471,8 +476,6 @@ def _main() -> None:
                         pass
                 if judge.get("uid") is not None:
                     _drop(judge["uid"])
-                else:
-                    _no_dump()  # one uid for judge and candidate (bwrap without root): no ptrace, no /proc/<pid>/mem
                 _judge(judge, req_w, rep_r, res_fd)
             finally:
                 _exit(0)
@@ -486,8 +489,6 @@ def _main() -> None:
         return
 
     # stdio / functional: one child per case; the parent only shuttles bytes
-    if job.get("uid") is None:
-        _no_dump()
     for i, case in enumerate(job["cases"]):
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
