@@ -341,3 +341,27 @@ def test_plain_train_runs_are_done_when_their_final_evaluation_is_at_the_last_st
     assert {c.name: c.state for c in smap.cells} == {"a": "done", "b": "incomplete"}
     assert collect_map(tmp_path / "runs" / "a").cells[0].state == "done"  # one run directory, too
     assert "incomplete 20/40" in text_map(smap) and "incomplete 40/40" not in text_map(smap)
+
+
+def test_overlay_bands_and_gain_grid_by_hand(tmp_path):
+    """Two seeds of shared (final 0.60, 0.70; base 0.50) and one of isolated (final 0.40): the band's mean at
+    the last step is 0.65 with a t(1) interval, the gains are +0.15 and -0.10 (its own interval)."""
+    from rolecast.diagnostics.curves import CurvePoint, summarize_curve
+    from rolecast.report.html import CellView, gain_grid, overlay_bands
+
+    def cell(sharing, seed, final):
+        pts = [CurvePoint(0, 0.5, 0.02, 400, "base"), CurvePoint(10, final, 0.02, 400, "final")]
+        axes = {"workflow": "voting", "task": "testbed", "model": "testbed", "sharing": sharing, "seed": seed}
+        return CellView(f"{sharing}{seed}", "train", axes, tmp_path, "done", curve=summarize_curve(pts))
+
+    cells = [cell("shared", 0, 0.6), cell("shared", 1, 0.7), cell("isolated", 0, 0.4)]
+    bands = overlay_bands(cells)[("voting", "testbed", "testbed")]
+    mean, lo, hi = bands["shared"][10]
+    se = max(0.1 / 2**0.5 / 2**0.5, (2 * 0.02**2) ** 0.5 / 2)  # sd of (0.6, 0.7) / sqrt(2), or the evals' noise
+    assert mean == pytest.approx(0.65) and hi - mean == pytest.approx(12.706 * se)
+    assert bands["isolated"][10] == pytest.approx((0.4, 0.4 - 1.959964 * 0.02, 0.4 + 1.959964 * 0.02))
+    rows, cols, gains = gain_grid(cells)
+    assert rows == ["voting"] and cols == ["isolated", "shared"]
+    assert gains[("voting", "shared")][0] == pytest.approx(0.15)
+    g, lo, hi = gains[("voting", "isolated")]
+    assert g == pytest.approx(-0.1) and hi < 0  # significantly below: drawn red

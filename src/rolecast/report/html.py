@@ -551,6 +551,88 @@ def gradient_panels(
     return panels, refs
 
 
+def _group_key(c: CellView) -> tuple[Any, Any, Any]:
+    return (c.axes.get("workflow"), c.axes.get("task"), c.axes.get("model"))
+
+
+def overlay_bands(
+    cells: list[CellView],
+) -> dict[tuple[Any, Any, Any], dict[str, dict[int, tuple[float, float, float]]]]:
+    """Per (workflow, task, model) and sharing mode: each evaluated step's mean pass@1 over the seeds that
+    evaluated it, with a 95% interval (t over seeds, its SE the larger of the seed spread and the evaluations'
+    own noise, as `paired_difference`; one seed: the evaluation's own interval)."""
+    out: dict[tuple[Any, Any, Any], dict[str, dict[int, tuple[float, float, float]]]] = defaultdict(dict)
+    by: dict[tuple[Any, Any, Any], dict[str, list[CellView]]] = defaultdict(lambda: defaultdict(list))
+    for c in cells:
+        if c.kind == "train" and c.curve and c.trained_points:
+            by[_group_key(c)][str(c.axes.get("sharing"))].append(c)
+    for key, modes in by.items():
+        for mode, cs in modes.items():
+            points: dict[int, list[CurvePoint]] = defaultdict(list)
+            for c in cs:
+                for p in c.curve.points:  # type: ignore[union-attr]
+                    points[p.step].append(p)
+            band = {}
+            for step, ps in sorted(points.items()):
+                zero = CurvePoint(step, 0.0, 0.0, 1)  # the mean of p - 0 over seeds: the mean of p
+                d = paired_difference([(zero, p) for p in ps])
+                band[step] = (d.mean, d.low, d.high)
+            out[key][mode] = band
+    return out
+
+
+def gain_grid(cells: list[CellView]) -> tuple[list[str], list[str], dict[tuple[str, str], tuple[float, float, float]]]:
+    """Rows (workflows) x columns (sharing mode, with model and task where they vary) -> mean gain final - base
+    over seeds with its 95% interval (over seeds, or the one run's own)."""
+    done = [c for c in cells if c.kind == "train" and c.complete and c.curve and c.curve.base and c.trained_points]
+    varying = [k for k in ("task", "model") if len({c.axes.get(k) for c in done}) > 1]
+    groups: dict[tuple[str, str], list[CellView]] = defaultdict(list)
+    for c in done:
+        col = "/".join([*(str(c.axes.get(k)) for k in varying), str(c.axes.get("sharing"))])
+        groups[(str(c.axes.get("workflow")), col)].append(c)
+    gains = {}
+    for key, cs in groups.items():
+        d = paired_difference([(c.curve.base, c.curve.final) for c in cs])  # type: ignore[union-attr,misc]
+        gains[key] = (d.mean, d.low, d.high)
+    rows = list(dict.fromkeys(r for r, _ in sorted(gains)))
+    cols = list(dict.fromkeys(c for _, c in sorted(gains, key=lambda k: k[1])))
+    return rows, cols, gains
+
+
+def _figures(smap: SweepMap, tmp: Path, notes: list[str]) -> list[str]:
+    """The figures a paper would show: per workflow, every sharing mode's curve (mean over seeds, 95% band) with
+    each policy's lr under it; the grid of gains."""
+    cells = smap.train_cells
+    try:
+        from .plots import plot_gain_grid, plot_overlay
+
+        out = []
+        bands = overlay_bands(cells)
+        varying = [k for k in ("task", "model") if len({c.axes.get(k) for c in cells}) > 1]
+        for i, (key, modes) in enumerate(sorted(bands.items(), key=lambda kv: tuple(map(str, kv[0])))):
+            wf, task, model = key
+            members = [c for c in cells if _group_key(c) == key and c.curve and c.trained_points]
+            lrs = {}
+            seeds: dict[str, int] = defaultdict(int)
+            for c in sorted(members, key=lambda c: str(c.axes.get("seed"))):
+                mode = str(c.axes.get("sharing"))
+                seeds[mode] += 1
+                if mode not in lrs and c.grads.get("lr"):
+                    lrs[mode] = c.grads["lr"]
+            where = ", ".join(str(x) for x, k in ((task, "task"), (model, "model")) if k in varying)
+            title = f"{wf}{' (' + where + ')' if where else ''}: sharing modes, mean over seeds, 95% band"
+            p = plot_overlay(tmp / f"overlay-{i}.png", modes, lrs or None, title=title, seeds=seeds)
+            out.append(_img(p, f"overlay {wf} {where}".strip()))
+        rows, cols, gains = gain_grid(cells)
+        if gains:
+            out.append(_img(plot_gain_grid(tmp / "gain-grid.png", rows, cols, gains), "gain grid"))
+        return out
+    except ImportError as e:
+        if str(e) not in notes:
+            notes.append(str(e))
+        return []
+
+
 def _plots(c: CellView, tmp: Path, notes: list[str]) -> list[str]:
     """The cell's plots, drawn with plots.py into a scratch directory and embedded."""
     if c.curve is None and not c.grads:
@@ -712,8 +794,11 @@ def render_html(smap: SweepMap) -> str:
         parts.append("<h2>Base evaluations not finished</h2><ul>")
         parts += [f"<li>{_e(c.name)}: {_e(c.state)}{': ' + _e(c.error) if c.error else ''}</li>" for c in bad_base]
         parts.append("</ul>")
-    parts.append("<h2>Cells</h2>")
     with tempfile.TemporaryDirectory(prefix="rolecast-report-") as tmp:
+        figures = _figures(smap, Path(tmp), notes)
+        if figures:
+            parts += ['<h2>Figures</h2><div class="plots">', *figures, "</div>"]
+        parts.append("<h2>Cells</h2>")
         for c in cells:
             parts.append(f'<div class="cell" id="cell-{_e(c.name)}"><h3>{_e(c.name)} ({_e(_state_text(c))})</h3>')
             if c.error:

@@ -153,3 +153,86 @@ def plot_panels(
     if title:
         fig.suptitle(title)
     return _save(fig, path)
+
+
+# A curve over seeds: step -> (mean, low, high) of the mean's 95% interval
+Band = dict[int, tuple[float, float, float]]
+
+
+def plot_overlay(
+    path: Path,
+    bands: Mapping[str, Band],
+    lrs: Mapping[str, Series] | None = None,
+    *,
+    title: str = "",
+    seeds: Mapping[str, int] | None = None,
+) -> Path:
+    """One workflow's accuracy curves, one per sharing mode, each the mean over seeds with its 95% interval as a
+    band; under it, each mode's policies' lr per step (from one seed: every seed trains on the same schedule)."""
+    fig = _figure(1, 5.2 if lrs else 4.0)
+    if lrs:
+        ax, lax = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [3, 1]})
+    else:
+        ax, lax = fig.add_subplot(), None
+    colors: dict[str, Any] = {}
+    for mode, band in sorted(bands.items()):
+        steps = sorted(band)
+        n = (seeds or {}).get(mode)
+        (line,) = ax.plot(
+            steps, [band[s][0] for s in steps], marker="o", ms=3, label=f"{mode}" + (f" ({n} seeds)" if n else "")
+        )
+        colors[mode] = line.get_color()
+        ax.fill_between(
+            steps, [band[s][1] for s in steps], [band[s][2] for s in steps], color=line.get_color(), alpha=0.15
+        )
+    ax.set_ylabel("held-out pass@1")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="best", fontsize=8)
+    _integer_steps(ax)
+    if lax is not None and lrs:
+        styles = ("-", "--", ":", "-.")
+        for mode, series in sorted(lrs.items()):
+            for k, (pid, (xs, ys)) in enumerate(sorted(series.items())):
+                lax.plot(xs, ys, color=colors.get(mode), ls=styles[k % len(styles)], lw=1.2, label=f"{mode}: {pid}")
+        lax.set_ylabel("lr")
+        lax.set_xlabel("step")
+        lax.grid(alpha=0.3)
+        lax.legend(loc="best", fontsize=6, ncol=2)
+    else:
+        ax.set_xlabel("step")
+    return _save(fig, path)
+
+
+def plot_gain_grid(
+    path: Path, rows: Sequence[str], cols: Sequence[str], gains: Mapping[tuple[str, str], tuple[float, float, float]]
+) -> Path:
+    """A grid of gains (final - base): rows (workflows) x columns (sharing mode, and model or task where they
+    vary); green where significantly above 0, red where significantly below, grey within noise, each cell
+    annotated with the gain and its 95% interval."""
+    fig = _figure(1, max(2.0, 0.6 * len(rows) + 1.2))
+    ax = fig.add_subplot()
+    for i, r in enumerate(rows):
+        for j, c in enumerate(cols):
+            g = gains.get((r, c))
+            if g is None:
+                color, text = "white", "-"
+            else:
+                v, lo, hi = g
+                color = "#8fd18f" if lo > 0 else "#f08c8c" if hi < 0 else "#dddddd"
+                text = f"{v:+.3f}\n[{lo:+.2f}, {hi:+.2f}]"
+            ax.add_patch(_rect(j, len(rows) - 1 - i, color))
+            ax.text(j + 0.5, len(rows) - 0.5 - i, text, ha="center", va="center", fontsize=8)
+    ax.set_xlim(0, len(cols))
+    ax.set_ylim(0, len(rows))
+    ax.set_xticks([j + 0.5 for j in range(len(cols))], list(cols), fontsize=8)
+    ax.set_yticks([len(rows) - 0.5 - i for i in range(len(rows))], list(rows), fontsize=8)
+    ax.tick_params(length=0)
+    ax.set_title("gain = final - base, 95% interval (green: above 0, red: below, grey: within noise)", fontsize=9)
+    return _save(fig, path)
+
+
+def _rect(x: float, y: float, color: str) -> Any:
+    from matplotlib.patches import Rectangle
+
+    return Rectangle((x, y), 1, 1, facecolor=color, edgecolor="white", lw=2)
