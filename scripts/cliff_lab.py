@@ -219,6 +219,34 @@ def warning_table(recs: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def alignment_table(raw: Path) -> list[str]:
+    """The old norm ratio against the new alignment on every diagnosed step of a role with parallel instances:
+    how often each crossed its warning threshold (old: sqrt(N) + 0.75 (N - sqrt(N)); new: 1 + 0.75 (N - 1)),
+    and on how many steps the old one fired with one instance holding (nearly) all of the gradient."""
+    n = old = new = single = 0
+    for metrics in raw.glob("*/*/metrics.jsonl"):
+        for line in metrics.read_text().splitlines():
+            row = json.loads(line)
+            for k, v in row.items():
+                if not k.endswith("/norm_ratio") or not isinstance(v, (int, float)):
+                    continue
+                stem = k[: -len("/norm_ratio")]
+                inst, align = row.get(f"{stem}/instances"), row.get(f"{stem}/alignment")
+                if not isinstance(inst, (int, float)) or inst < 2 or not isinstance(align, (int, float)):
+                    continue
+                n += 1
+                fired_old = v >= math.sqrt(inst) + 0.75 * (inst - math.sqrt(inst))
+                old += fired_old
+                new += align >= 1 + 0.75 * (inst - 1)
+                single += fired_old and align < 1.5
+    return [
+        "| diagnosed role-steps with >= 2 instances | old rule (norm ratio) fired | new rule (alignment) fired "
+        "| old fired while alignment < 1.5 |",
+        "|---|---|---|---|",
+        f"| {n} | {old} | {new} | {single} |",
+    ]
+
+
 MASS_MEASURES = ("tokens", "seqs", "abs_adv", "abs_adv_seq")
 
 
@@ -366,6 +394,7 @@ def tables(raw: Path, out: Path, main_lr: str) -> None:
     md += ["## Paired differences (by seed)", "", *diff_table(recs, pairs), ""]
     md += ["## Early warning, over every run of the lab", "", *warning_table(recs), ""]
     md += ["## Which mass measure names the capture role (shared policies)", "", *capture_table(recs), ""]
+    md += ["## The amplification warning: norm ratio (old) against alignment (new)", "", *alignment_table(raw), ""]
     if interventions:
         md += ["## Rollback and intervention against the cliff", ""]
         md += [*intervention_table(recs, "isolated-roleclock", interventions), ""]
