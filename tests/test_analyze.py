@@ -188,6 +188,8 @@ def test_analyze_killed_run_without_evaluations_or_episodes(tmp_path, capsys):
     assert main(["analyze", str(d)]) == 0
     out = capsys.readouterr().out
     assert "missing: eval.jsonl" in out and "missing: config.yaml" in out and "missing: episodes" in out
+    # no grad/ metrics: the gradient signals were not measured, which is not the same as none firing
+    assert "early warnings (gradient signals): not measured" in out and "signals): none fired" not in out
     # training accuracy in 5-step windows: one window of steps 1-4, mean 0.25
     assert "accuracy (metrics.jsonl:accuracy (5-step means), 1 points" in out
     assert "final  step      4  0.250" in out

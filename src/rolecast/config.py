@@ -234,8 +234,9 @@ class SandboxSettings(_Strict):
 
 
 class GradientDiagnosticsSettings(_Strict):
-    # per-role gradient statistics every N training steps (0 = off; docs/training.md, "Gradient diagnostics")
-    every: int = Field(0, ge=0)
+    # per-role gradient statistics every N training steps (0 = off; docs/training.md, "Gradient diagnostics").
+    # On by default every 4th step: measured at 1.02-1.03x a plain step (docs/benchmarks.md)
+    every: int = Field(4, ge=0)
     # 0: exact per-instance gradients (one flat copy of the trainable parameters per role instance); d > 0: a
     # count-sketch to d dims instead (inner products unbiased, error ~ sqrt(2/d) |x||y|; for full fine-tuning)
     sketch_dim: int = Field(0, ge=0)

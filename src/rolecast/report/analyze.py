@@ -200,6 +200,7 @@ def analyze(run_dir: str | Path, *, plots: bool = True, cfg: WarningConfig | Non
         "signatures": [g for g in groups if g["kind"] == "signature"],
         "warnings": [g for g in groups if g["kind"] == "gradient"],
         "rollbacks": rollbacks(run.metrics),
+        "gradients_measured": any(k.startswith("grad/") for r in run.metrics for k in r),
         "episode_steps": run.episode_steps,
         "answer_extractor": extractor_name,
         "plots": plot_files,
@@ -329,6 +330,12 @@ def format_summary(s: dict[str, Any]) -> str:
         lines += [f"  note: {n}" for n in c["notes"]]
     for title, key in (("failure signatures", "signatures"), ("early warnings (gradient signals)", "warnings")):
         groups = s[key]
+        if not groups and key == "warnings" and not s.get("gradients_measured", True):
+            lines.append(
+                f"{title}: not measured (gradient diagnostics were off, diagnostics.gradients.every 0; only "
+                "grad_spike on the policies' gradient norms was checked, and it did not fire)"
+            )
+            continue
         if not groups:
             lines.append(f"{title}: none fired")
             continue
