@@ -169,14 +169,16 @@ def test_training_points_average_windows():
 @pytest.mark.parametrize(
     "overrides,every,keep",
     [
-        ({}, 20, 20),  # the embedded recipe: 60 steps, checkpoints every 20 -> evals at 20, 40 (+ base, final)
+        ({}, 20, 0),  # the embedded recipe: 60 steps, checkpoints every 20 -> evals at 20, 40 (+ base, final)
         ({"train.steps": 3}, 0, 0),  # short runs: start and end only, as before
         ({"train.steps": 19}, 0, 0),
-        ({"train.steps": 100, "checkpoint.every": 10}, 10, 10),
-        ({"train.steps": 300, "checkpoint.every": 10}, 30, 30),  # ~10 points, on checkpointed steps
-        ({"train.steps": 100, "checkpoint.every": 0}, 10, 10),
-        ({"train.steps": 30, "checkpoint.every": 0}, 5, 5),
-        ({"train.steps": 100, "eval.every": 7}, 7, 7),  # explicit values are kept
+        ({"train.steps": 100, "checkpoint.every": 10}, 10, 0),  # keep_last alone decides what stays on disk
+        ({"train.steps": 300, "checkpoint.every": 10}, 30, 0),  # ~10 points, on checkpointed steps
+        ({"train.steps": 100, "checkpoint.every": 0}, 10, 0),
+        ({"train.steps": 30, "checkpoint.every": 0}, 5, 0),
+        # a rollback goes back to the best evaluated checkpoint: the evaluated ones are kept
+        ({"train.steps": 30, "checkpoint.every": 5, "interventions.rollback.signals": ["grad_spike"]}, 5, 5),
+        ({"train.steps": 100, "eval.every": 7}, 7, 0),  # explicit values are kept
         ({"train.steps": 100, "eval.every": 0, "checkpoint.keep_every": 50}, 0, 50),
     ],
 )
@@ -189,7 +191,7 @@ def test_auto_is_accepted_explicitly_and_bad_values_still_name_their_field(tmp_p
     p = tmp_path / "run.yaml"
     p.write_text("train: {steps: 50}\neval: {every: auto}\ncheckpoint: {every: 5, keep_every: auto}\n")
     cfg = load_config(p)
-    assert (cfg.eval.every, cfg.checkpoint.keep_every) == (5, 5)
+    assert (cfg.eval.every, cfg.checkpoint.keep_every) == (5, 0)
     assert "every: 5" in dump_config(cfg)  # the resolved config.yaml holds the number
     p.write_text("eval: {every: sometimes}\n")
     with pytest.raises(ConfigError, match=r"eval\.every"):
@@ -197,6 +199,34 @@ def test_auto_is_accepted_explicitly_and_bad_values_still_name_their_field(tmp_p
     p.write_text("eval: 5\n")
     with pytest.raises(ConfigError, match=r"eval"):
         load_config(p)
+
+
+def test_a_run_with_periodic_evaluations_keeps_only_keep_last_checkpoints(tiny_model_dir, tmp_path):
+    """`make run` kept all six checkpoints of every cell (keep_every "auto" followed eval.every); now keep_last
+    decides, and the latest checkpoint (what a resume needs) is among them."""
+    from rolecast.train.grpo import train
+
+    over = {
+        "model.path": tiny_model_dir,
+        "model.trainable": "lora",
+        "model.lora.r": 4,
+        "run_dir": str(tmp_path / "run"),
+        "train.steps": 4,
+        "train.problems_per_step": 2,
+        "train.group_size": 2,
+        "train.epochs": 1,
+        "rollout.max_new_tokens": 4,
+        "eval.size": 2,
+        "eval.every": 1,
+        "checkpoint.every": 1,
+        "checkpoint.keep_last": 2,
+        "logging.progress": False,
+        "threads": 1,
+    }
+    cfg = load_config(None, over)
+    assert cfg.checkpoint.keep_every == 0
+    train(cfg)
+    assert list_checkpoints(tmp_path / "run") == [3, 4]
 
 
 def test_keep_every_spares_evaluated_checkpoints_from_pruning(tmp_path):

@@ -153,7 +153,6 @@ def test_a_changed_lr_is_used_from_the_resume_on(run_copy, tmp_path):
     assert rows(other / "metrics.jsonl")[-1]["policy/shared/lr"] == 1e-5
     assert rows(run_copy / "metrics.jsonl")[-1]["policy/shared/lr"] == 1e-4
     assert rows(other / "resumes.jsonl")[-1]["changed"] == {
-        "checkpoint.keep_every": [1, 0],  # "auto": follows eval.every (the evaluated steps are kept)
         "eval.at_end": [True, False],
         "eval.every": [1, 0],
         "train.lr": [1e-4, 1e-5],

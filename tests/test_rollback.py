@@ -73,7 +73,8 @@ def test_off_by_default_and_config_errors_name_the_field():
     with pytest.raises(ConfigError, match=r"interventions.rollback.signals: .*checkpoint.every > 0"):
         load_config(None, {"interventions.rollback.signals": ["length_collapse"], "checkpoint.every": 0})
     with pytest.raises(ConfigError, match=r"\['amplification'\] come from gradient diagnostics"):
-        load_config(None, {"interventions.rollback.signals": ["amplification"]})
+        load_config(None, {"interventions.rollback.signals": ["amplification"], "diagnostics.gradients.every": 0})
+    assert load_config(None, {"interventions.rollback.signals": ["amplification"]}).diagnostics.gradients.every == 4
     with pytest.raises(ConfigError, match="lr_factor"):
         load_config(None, {"interventions.rollback.signals": ["grad_spike"], "interventions.rollback.lr_factor": 0})
     with pytest.raises(ConfigError, match="max_rollbacks"):

@@ -186,6 +186,10 @@ def test_a_cell_directory_from_other_settings_is_refused_not_skipped(tmp_path):
     (cell.run_dir / "DONE.json").write_text("{}")  # finished, under 5 steps rather than the matrix's 2
     (cell.run_dir / "config.yaml").write_text(dump_config(cell.config.model_copy(update={"threads": 2})))
     assert run_sweep(m, LocalExecutor(), progress=False).skipped == [cell.name]  # threads alone do not matter
+    # nor which checkpoints a run without rollback keeps (keep_every "auto" followed eval.every before)
+    kept = cell.config.checkpoint.model_copy(update={"keep_every": 5, "keep_last": 6})
+    (cell.run_dir / "config.yaml").write_text(dump_config(cell.config.model_copy(update={"checkpoint": kept})))
+    assert run_sweep(m, LocalExecutor(), progress=False).skipped == [cell.name]
     (cell.run_dir / "config.yaml").write_text(
         dump_config(load_matrix(p, out=tmp_path / "out", extra_set={"train.steps": 5}).cells[0].config)
     )

@@ -172,10 +172,14 @@ class EvalSetSettings(_Strict):
     size: int | None = Field(None, gt=0)  # problems from the split (None: all of them)
 
 
+STUDY_EVAL_SAMPLES = 4  # eval.protocol study: samples per problem unless eval.n_samples says otherwise
+
+
 class EvalSettings(_Strict):
     # custom (default): temperature and n_samples as set (their defaults decode greedily, once). greedy:
     # enforces temperature 0 and one sample. study: the reference study's protocol, sampled pass@1 at
-    # temperature 0.7, averaged over n_samples samples per problem of the held-out split.
+    # temperature 0.7, averaged over n_samples samples per problem of the held-out split (default 4). The
+    # embedded testbed recipe evaluates by the study's protocol: greedily, Voting's voters write one answer.
     protocol: Literal["custom", "greedy", "study"] = "custom"
     # evaluate every N steps (0 = only at start and end). In a run config the default is "auto", resolved at
     # load (`resolve_auto_eval`): ~10 evaluations on checkpointed steps for runs of >= 20 steps, else 0
@@ -194,7 +198,7 @@ class EvalSettings(_Strict):
     @classmethod
     def _protocol_defaults(cls, data: Any) -> Any:
         if isinstance(data, dict) and data.get("protocol") == "study":
-            data = {"temperature": 0.7, **data}
+            data = {"temperature": 0.7, "n_samples": STUDY_EVAL_SAMPLES, **data}
         return data
 
     @model_validator(mode="after")
@@ -205,8 +209,21 @@ class EvalSettings(_Strict):
                 f"{self.temperature}, n_samples {self.n_samples}); use protocol: study to sample"
             )
         if self.protocol == "study" and self.temperature != 0.7:
-            raise ValueError(f"eval.protocol study samples at temperature 0.7 (got {self.temperature})")
+            raise ValueError(
+                f"eval.protocol study samples at temperature 0.7 (got {self.temperature}); to choose the "
+                f"temperature set eval.protocol: custom (greedy: temperature 0, one sample)"
+            )
         return self
+
+    def describe(self) -> str:
+        """How evaluations sample, for the lines that print an accuracy: "study protocol: T=0.7, pass@1 over 4
+        samples"."""
+        what = f"{self.protocol} protocol: T={self.temperature:g}"
+        if self.temperature == 0:
+            what += " (greedy: parallel calls of one role write the same answer)"
+        if self.top_p is not None:
+            what += f", top-p {self.top_p:g}"
+        return what + (f", pass@1 over {self.n_samples} samples" if self.n_samples > 1 else ", one sample")
 
 
 class LogSettings(_Strict):
@@ -222,7 +239,8 @@ class CheckpointSettings(_Strict):
     every: int = Field(10, ge=0)  # 0 = only at the end
     keep_last: int = Field(2, gt=0)
     # also keep (never prune) checkpoints whose step is a multiple of this, so a finished run can be
-    # re-evaluated at several points (0 = none). In a run config the default is "auto" = the resolved eval.every
+    # re-evaluated at several points (0 = none). In a run config the default is "auto": the resolved eval.every
+    # when a rollback is configured (it goes back to the best evaluated checkpoint), else 0 (keep_last alone)
     keep_every: int = Field(0, ge=0)
 
 
@@ -314,7 +332,9 @@ def resolve_auto_eval(data: dict[str, Any]) -> dict[str, Any]:
 
     eval.every "auto": 0 when train.steps < AUTO_EVAL_MIN_STEPS; else the smallest multiple of checkpoint.every
     that is >= steps / AUTO_EVAL_POINTS (so every evaluated step has a checkpoint), or max(5, ceil(steps / 10))
-    when checkpoint.every is 0. checkpoint.keep_every "auto": the resolved eval.every (evaluated steps are kept).
+    when checkpoint.every is 0. checkpoint.keep_every "auto": the resolved eval.every when
+    interventions.rollback.signals is set (a rollback goes back to the best evaluated checkpoint, so those are
+    kept), else 0: checkpoint.keep_last alone decides what stays on disk (the latest is all a resume needs).
     Values that are neither "auto" nor absent are left for field validation."""
     every, keep = _field(data, "eval", "every"), _field(data, "checkpoint", "keep_every")
     if every != "auto" and keep != "auto":
@@ -334,8 +354,22 @@ def resolve_auto_eval(data: dict[str, Any]) -> dict[str, Any]:
         if _is_section(data.get("eval")):
             data["eval"] = _with(data.get("eval"), "every", every)
     if keep == "auto" and _is_section(data.get("checkpoint")):
-        data["checkpoint"] = _with(data.get("checkpoint"), "keep_every", every if isinstance(every, int) else 0)
+        kept = every if isinstance(every, int) and _rollback_configured(data) else 0
+        data["checkpoint"] = _with(data.get("checkpoint"), "keep_every", kept)
     return data
+
+
+def _rollback_configured(data: dict[str, Any]) -> bool:
+    """Raw config data with interventions.rollback.signals set (non-empty)."""
+    node: Any = data
+    for name in ("interventions", "rollback", "signals"):
+        if isinstance(node, BaseModel):
+            node = getattr(node, name, None)
+        elif isinstance(node, dict):
+            node = node.get(name)
+        else:  # absent, or malformed (reported by its own field)
+            return False
+    return bool(node)
 
 
 def _is_section(section: Any) -> bool:

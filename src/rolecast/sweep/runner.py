@@ -41,7 +41,12 @@ class SweepOutcome:
 
 def _comparable(config: dict[str, Any]) -> dict[str, Any]:
     # threads depend on the executor, not on what the cell computes... up to float summation order
-    return {k: v for k, v in config.items() if k != "threads"}
+    out = {k: v for k, v in config.items() if k != "threads"}
+    rollback = ((config.get("interventions") or {}).get("rollback") or {}).get("signals")
+    if not rollback and isinstance(out.get("checkpoint"), dict):
+        # which checkpoints stay on disk changes what a cell computes only when a rollback may go back to one
+        out["checkpoint"] = {k: v for k, v in out["checkpoint"].items() if k not in ("keep_last", "keep_every")}
+    return out
 
 
 def _saved_settings(saved: dict[str, Any]) -> dict[str, Any] | None:
