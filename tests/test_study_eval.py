@@ -15,6 +15,7 @@ def _run(tmp_path, name, **overrides):
     base = {
         "run_dir": str(tmp_path / name),
         "train.steps": 0,
+        "eval.protocol": "custom",  # the recipe's is study (temperature 0.7): these tests choose their own
         "eval.size": 12,
         "eval.at_end": False,
         "logging.progress": False,
@@ -61,7 +62,7 @@ def test_rolecast_eval_applies_eval_top_p(tmp_path):
     from rolecast.evaluate_cli import run_eval_command
 
     def once(name, **overrides):
-        cfg = load_config(None, {"eval.size": 12, "logging.progress": False, **overrides})
+        cfg = load_config(None, {"eval.protocol": "custom", "eval.size": 12, "logging.progress": False, **overrides})
         run_eval_command(cfg, out=str(tmp_path / f"{name}.jsonl"))
         return _rows(tmp_path / f"{name}.jsonl")[0]["pass@1"]
 

@@ -153,3 +153,10 @@ def test_eval_protocols():
     with pytest.raises(ConfigError, match="protocol greedy"):
         load_config(None, {"eval.protocol": "greedy", "eval.n_samples": 4})
     assert load_config(None, {"eval.protocol": "greedy"}).eval.temperature == 0.0
+    # the embedded recipe evaluates by the study's protocol, 4 samples per problem unless eval.n_samples says
+    recipe = load_config(None).eval
+    assert (recipe.protocol, recipe.temperature, recipe.n_samples) == ("study", 0.7, 4)
+    assert recipe.describe() == "study protocol: T=0.7, pass@1 over 4 samples"
+    assert load_config(None, {"eval.protocol": "greedy"}).eval.describe() == (
+        "greedy protocol: T=0 (greedy: parallel calls of one role write the same answer), one sample"
+    )

@@ -423,7 +423,11 @@ def test_training_at_temperature_zero_is_refused_at_load():
         ConfigError, match=r"rollout.temperature: 0 .*every completion of a GRPO group would be the same"
     ):
         load_config(None, {"rollout.temperature": 0})
-    assert load_config(None, {"eval.temperature": 0}).eval.temperature == 0  # greedy evaluation is fine
+    # greedy evaluation is fine; the recipe evaluates by the study's protocol, so it takes a protocol that allows it
+    assert load_config(None, {"eval.protocol": "greedy"}).eval.temperature == 0
+    assert load_config(None, {"eval.protocol": "custom", "eval.temperature": 0}).eval.temperature == 0
+    with pytest.raises(ConfigError, match=r"study samples at temperature 0.7 \(got 0.0\); .*eval.protocol: custom"):
+        load_config(None, {"eval.temperature": 0})
     assert load_config(None, {"rollout.temperature": 0, "train.steps": 0}).train.steps == 0  # nothing to train
 
 
