@@ -12,7 +12,6 @@ HTML has no scripts, no external CSS and no links to fetch: images are PNGs embe
 from __future__ import annotations
 
 import base64
-import html
 import json
 import math
 import tempfile
@@ -21,6 +20,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import jinja2
 
 from ..diagnostics.curves import (
     Z_95,
@@ -501,30 +502,11 @@ def text_map(smap: SweepMap, width: int = 120) -> str:
 # ---------------------------------------------------------------------------------------------------------
 # HTML
 
-_CSS = """
-body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:1.5em;color:#222;max-width:1400px}
-h1{font-size:1.4em}h2{font-size:1.15em;margin-top:1.6em}h3{font-size:1em;margin:1em 0 .3em}
-table{border-collapse:collapse;font-size:.88em}th,td{border:1px solid #ccc;padding:.25em .5em;text-align:right}
-th{background:#f2f2f2}td.l,th.l{text-align:left}
-tr.gain-pos td.gain{background:#c8ecc8}tr.gain-neg td.gain{background:#f5c6c6}tr.gain-zero td.gain{background:#eee}
-td.cliff-yes{background:#f5c6c6;font-weight:bold}tr.incomplete td{background:#fff6d5;font-style:italic}
-td.err{color:#a00;font-style:normal;text-align:left;max-width:30em}
-.legend span{display:inline-block;padding:.1em .5em;margin-right:.5em;border:1px solid #ccc}
-.cell{border-top:1px solid #ddd;margin-top:1em}.notes{color:#666;font-size:.85em}
-td:not(.l):not(.err){white-space:nowrap}
-.plots{display:flex;flex-wrap:wrap;gap:.5em;align-items:flex-start}
-.plots img{max-width:min(100%,650px);height:auto;display:block;flex:0 1 auto}
-pre{background:#f7f7f7;padding:.6em;overflow-x:auto;font-size:.85em}
-"""
 
-
-def _e(x: Any) -> str:
-    return html.escape("-" if x is None else str(x))
-
-
-def _img(path: Path, alt: str) -> str:
+def _img(path: Path, alt: str) -> dict[str, str]:
+    """An image embedded as a data URI (the page fetches nothing)."""
     data = base64.b64encode(path.read_bytes()).decode("ascii")
-    return f'<img alt="{_e(alt)}" src="data:image/png;base64,{data}">'
+    return {"src": f"data:image/png;base64,{data}", "alt": alt}
 
 
 def gradient_panels(
@@ -599,7 +581,7 @@ def gain_grid(cells: list[CellView]) -> tuple[list[str], list[str], dict[tuple[s
     return rows, cols, gains
 
 
-def _figures(smap: SweepMap, tmp: Path, notes: list[str]) -> list[str]:
+def _figures(smap: SweepMap, tmp: Path, notes: list[str]) -> list[dict[str, str]]:
     """The figures a paper would show: per workflow, every sharing mode's curve (mean over seeds, 95% band) with
     each policy's lr under it; the grid of gains."""
     cells = smap.train_cells
@@ -633,7 +615,7 @@ def _figures(smap: SweepMap, tmp: Path, notes: list[str]) -> list[str]:
         return []
 
 
-def _plots(c: CellView, tmp: Path, notes: list[str]) -> list[str]:
+def _plots(c: CellView, tmp: Path, notes: list[str]) -> list[dict[str, str]]:
     """The cell's plots, drawn with plots.py into a scratch directory and embedded."""
     if c.curve is None and not c.grads:
         return []
@@ -669,25 +651,27 @@ def _plots(c: CellView, tmp: Path, notes: list[str]) -> list[str]:
         return []
 
 
-def _map_table(cells: list[CellView]) -> str:
-    head = [
-        ("cell", "l"),
-        ("workflow", "l"),
-        ("task", "l"),
-        ("model", "l"),
-        ("sharing", "l"),
-        ("seed", ""),
-        ("base", ""),
-        ("peak (step)", ""),
-        ("final", ""),
-        ("gain final-base [95%]", ""),
-        ("cliff", ""),
-        ("dominant failure signature", "l"),
-        ("eval protocol", "l"),
-        ("state", "l"),
-    ]
-    out = ['<table id="map"><thead><tr>' + "".join(f'<th class="{k}">{_e(h)}</th>' for h, k in head) + "</tr></thead>"]
-    out.append("<tbody>")
+MAP_HEAD = [
+    ("cell", "l"),
+    ("workflow", "l"),
+    ("task", "l"),
+    ("model", "l"),
+    ("sharing", "l"),
+    ("seed", ""),
+    ("base", ""),
+    ("peak (step)", ""),
+    ("final", ""),
+    ("gain final-base [95%]", ""),
+    ("cliff", ""),
+    ("dominant failure signature", "l"),
+    ("eval protocol", "l"),
+    ("state", "l"),
+]
+
+
+def _map_rows(cells: list[CellView]) -> list[dict[str, Any]]:
+    """One row of the map table per training cell (the template escapes every value)."""
+    rows = []
     for c in cells:
         cur = c.curve
         trained = c.trained_points
@@ -703,32 +687,37 @@ def _map_table(cells: list[CellView]) -> str:
             if cur.gain:
                 gain = f"{cur.gain.value:+.3f} [{cur.gain.low:+.3f}, {cur.gain.high:+.3f}]"
             cliff = f"yes, from step {cur.cliff.step}" if cur.cliff else "no"
-            cliff_cls = " cliff-yes" if cur.cliff else ""
+            cliff_cls = "cliff-yes" if cur.cliff else ""
         sig = c.dominant_signature
-        sig_text = (
-            f"{sig['name']} [{sig['subject']}], {sig['n_steps']} step(s) from {sig['first_step']}" if sig else "-"
-        )
-        state = _state_text(c)
-        state_td = f'<td class="l">{_e(state)}</td>'
-        if c.error:
-            state_td = f'<td class="err">{_e(state)}: {_e(c.error)}</td>'
         a = c.axes
-        out.append(
-            f'<tr class="{" ".join(classes)}" data-cell="{_e(c.name)}">'
-            f'<td class="l"><a href="#cell-{_e(c.name)}">{_e(c.name)}</a></td>'
-            + "".join(f'<td class="l">{_e(a.get(k))}</td>' for k in ("workflow", "task", "model", "sharing"))
-            + f"<td>{_e(a.get('seed'))}</td>"
-            f"<td>{_e(_f(cur.base.value) if cur and cur.base else None)}</td><td>{_e(peak)}</td><td>{_e(final)}</td>"
-            f'<td class="gain">{_e(gain)}</td><td class="{cliff_cls.strip()}">{_e(cliff)}</td>'
-            f'<td class="l">{_e(sig_text)}</td><td class="l">{_e(c.protocol)}</td>{state_td}</tr>'
+        rows.append(
+            {
+                "name": c.name,
+                "classes": " ".join(classes),
+                "axes": ["-" if a.get(k) is None else a.get(k) for k in ("workflow", "task", "model", "sharing")],
+                "seed": "-" if a.get("seed") is None else a.get("seed"),
+                "base": _f(cur.base.value if cur and cur.base else None),
+                "peak": peak,
+                "final": final,
+                "peak_value": f"{cur.peak.value:.3f}" if cur and trained else "-",
+                "final_value": f"{cur.final.value:.3f}" if cur and trained else "-",
+                "gain": gain,
+                "cliff": cliff,
+                "cliff_class": cliff_cls,
+                "signature": (
+                    f"{sig['name']} [{sig['subject']}], {sig['n_steps']} step(s) from {sig['first_step']}"
+                    if sig
+                    else "-"
+                ),
+                "protocol": c.protocol,
+                "state": _state_text(c),
+                "error": c.error,
+            }
         )
-    out.append("</tbody></table>")
-    return "\n".join(out)
+    return rows
 
 
-def _sharing_section(comparisons: list[SharingComparison]) -> str:
-    if not comparisons:
-        return "<p>No (workflow, task, model) has evaluations after training yet.</p>"
+def _sharing_rows(comparisons: list[SharingComparison]) -> list[dict[str, Any]]:
     rows = []
     for c in comparisons:
         modes = "; ".join(
@@ -737,93 +726,67 @@ def _sharing_section(comparisons: list[SharingComparison]) -> str:
             for m, v in c.modes.items()
         )
         if c.final_diff is None or c.peak_diff is None:
-            verdict = f"only {c.a} finished"
+            verdict = [f"only {c.a} finished"]
         else:
             z = c.multiplier
-            verdict = (
-                f"final: {_e(_verdict(c.a, c.b, c.final_diff, z))}<br>peak: {_e(_verdict(c.a, c.b, c.peak_diff, z))}"
-                f"<br>{_e(_design(c))}"
-            )
-        rows.append(
-            f'<tr><td class="l">{_e(c.workflow)}</td><td class="l">{_e(c.task)}</td><td class="l">{_e(c.model)}</td>'
-            f'<td class="l">{_e(modes)}</td><td class="l">{verdict}</td></tr>'
-        )
-    return (
-        '<table id="sharing"><thead><tr><th class="l">workflow</th><th class="l">task</th><th class="l">model</th>'
-        '<th class="l">per mode (± 95%)</th><th class="l">which sharing mode won</th></tr></thead><tbody>'
-        + "\n".join(rows)
-        + "</tbody></table>"
-        "<p class='notes'>Differences are (mode) - shared, paired by seed (the same seed draws the same training "
-        "problems and evaluates on the same problems in every arm): the mean of the per-seed differences with a "
-        "95% t interval over seeds, its SE the spread of the differences or the evaluations' own noise, whichever "
-        "is larger (one seed: the evaluations' noise, normal interval). 'detectable' is the smallest difference "
-        "the design finds with 95% confidence and 80% power. A peak is the best of several noisy evaluations and "
-        "sits above the truth; the final evaluation carries no such selection.</p>"
+            verdict = [
+                f"final: {_verdict(c.a, c.b, c.final_diff, z)}",
+                f"peak: {_verdict(c.a, c.b, c.peak_diff, z)}",
+                _design(c),
+            ]
+        rows.append({"workflow": c.workflow, "task": c.task, "model": c.model, "modes": modes, "verdict": verdict})
+    return rows
+
+
+def _template() -> jinja2.Template:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("rolecast.report", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,  # a name the template uses and the code forgot fails loudly
+        keep_trailing_newline=True,
     )
+    return env.get_template("report.html.j2")
 
 
 def render_html(smap: SweepMap) -> str:
+    """The report page, from templates/report.html.j2."""
     notes = list(smap.notes)
     cells = smap.train_cells
-    done = sum(c.complete for c in cells)
     protocols = sorted({c.protocol for c in smap.cells if c.protocol != "-"})
-    parts = [
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        '<link rel="icon" href="data:,">',  # no favicon request: the page fetches nothing
-        f"<title>rolecast map: {_e(smap.runs_dir.name)}</title><style>{_CSS}</style></head><body>",
-        f"<h1>rolecast map: {_e(smap.runs_dir)}</h1>",
-        f"<p>{len(cells)} training cells ({done} complete), "
-        f"{sum(c.kind == 'base_eval' for c in smap.cells)} base evaluations"
-        + (f"; matrix {_e(smap.matrix)}" if smap.matrix else "")
-        + f"; generated {_e(time.strftime('%Y-%m-%d %H:%M:%S'))}.<br>Evaluation protocol(s): "
-        f"{_e('; '.join(protocols) or '-')} (name, sampling temperature, samples per problem; pass@1 is the mean "
-        "over problems of the fraction of samples correct).</p>",
-        "<h2>The map</h2>",
-        '<p class="legend"><span style="background:#c8ecc8">gain &gt; 0</span><span style="background:#eee">'
-        'gain ~ 0</span><span style="background:#f5c6c6">gain &lt; 0 / cliff</span><span style="background:'
-        '#fff6d5">incomplete</span> gain = final - base with its 95% interval; a cliff: every evaluation from '
-        "that step to the end significantly below the peak (docs/analysis.md).</p>",
-        _map_table(cells),
-        "<h2>Shared vs Isolated</h2>",
-        _sharing_section(compare_sharing(cells)),
-    ]
-    bad_base = [c for c in smap.cells if c.kind == "base_eval" and c.state != "done"]
-    if bad_base:
-        parts.append("<h2>Base evaluations not finished</h2><ul>")
-        parts += [f"<li>{_e(c.name)}: {_e(c.state)}{': ' + _e(c.error) if c.error else ''}</li>" for c in bad_base]
-        parts.append("</ul>")
+    views = []
     with tempfile.TemporaryDirectory(prefix="rolecast-report-") as tmp:
         figures = _figures(smap, Path(tmp), notes)
-        if figures:
-            parts += ['<h2>Figures</h2><div class="plots">', *figures, "</div>"]
-        parts.append("<h2>Cells</h2>")
         for c in cells:
-            parts.append(f'<div class="cell" id="cell-{_e(c.name)}"><h3>{_e(c.name)} ({_e(_state_text(c))})</h3>')
-            if c.error:
-                parts.append(f"<pre>{_e(c.error)}</pre>")
-            imgs = _plots(c, Path(tmp), notes)
-            if imgs:
-                parts += ['<div class="plots">', *imgs, "</div>"]
-            if not any(stat not in ("lr", "instances") for stat in c.grads) and c.curve is not None:
-                parts.append("<p class='notes'>no per-role gradient measurements (diagnostics.gradients.every: 0)</p>")
-            if c.signatures:
-                parts.append("<ul>")
-                parts += [
-                    f"<li>{_e(g['name'])} [{_e(g['subject'])}] at {g['n_steps']} step(s) from step "
-                    f"{g['first_step']}: {_e(g['message'])}</li>"
-                    for g in c.signatures
-                ]
-                parts.append("</ul>")
-            if c.notes:
-                parts.append("<p class='notes'>" + "<br>".join(_e(n) for n in c.notes) + "</p>")
-            parts.append("</div>")
-    if notes:
-        parts.append("<h2>Notes</h2><p class='notes'>" + "<br>".join(_e(n) for n in notes) + "</p>")
-    parts.append("<h2>Text map</h2><pre>" + _e(text_map(smap)) + "</pre>")
-    parts.append("</body></html>")
-    return "\n".join(parts)
+            views.append(
+                {
+                    "name": c.name,
+                    "state": _state_text(c),
+                    "error": c.error,
+                    "images": _plots(c, Path(tmp), notes),
+                    "no_gradients": c.curve is not None
+                    and not any(stat not in ("lr", "instances") for stat in c.grads),
+                    "signatures": c.signatures,
+                    "notes": c.notes,
+                }
+            )
+    return _template().render(
+        title=smap.runs_dir.name,
+        runs_dir=str(smap.runs_dir),
+        n_train=len(cells),
+        n_done=sum(c.complete for c in cells),
+        n_base=sum(c.kind == "base_eval" for c in smap.cells),
+        matrix=smap.matrix,
+        generated=time.strftime("%Y-%m-%d %H:%M:%S"),
+        protocols="; ".join(protocols) or "-",
+        map_head=MAP_HEAD,
+        map_rows=_map_rows(cells),
+        sharing=_sharing_rows(compare_sharing(cells)),
+        bad_base=[c for c in smap.cells if c.kind == "base_eval" and c.state != "done"],
+        figures=figures,
+        cells=views,
+        notes=notes,
+        text_map=text_map(smap),
+    )
 
 
 def write_report(runs_dir: str | Path, out: str | Path | None = None) -> tuple[Path, SweepMap]:
