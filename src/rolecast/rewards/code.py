@@ -28,6 +28,9 @@ Test formats (:class:`CodeTests`, ``kind``):
   compared as JSON values (tuples as lists, floats within 1e-6). The expected outputs never enter the
   sandbox.
 
+``grader="study"`` (stdio and functional tests): the reference study's extraction, program wrapping, stdin
+and comparison rules instead (:mod:`rolecast.rewards.code_study`), run in the same sandbox.
+
 Reward: 1.0 only if every test passes; ``partial=True`` gives the fraction that passed (a test that gets
 no verdict — timeout, crash, early exit — counts as failed).
 """
@@ -47,6 +50,7 @@ from rolecast.rewards.sandbox import CaseResult, Job, JobResult, Limits, Sandbox
 from rolecast.tasks.base import Score
 
 KINDS = ("asserts", "humaneval", "stdio", "functional")
+GRADERS = ("rolecast", "study")
 DEFAULT_TIMEOUT_S = {"asserts": 10.0, "humaneval": 10.0, "stdio": 6.0, "functional": 6.0}  # whole run / per case
 
 # ----------------------------------------------------------------------------------------------------------
@@ -132,6 +136,9 @@ class CodeTests:
     # Only matters for names of builtins (MBPP's `sum`): a program's `abs` or `sorted` is otherwise hidden from
     # the tests. None: the functions the asserts call on their left-hand side.
     provided: tuple[str, ...] | None = None
+    # stdio/functional: tests that fail whatever the program does (the study's runner cannot run them: a
+    # function-call test with non-text arguments or value run as a stdin program; see rolecast.tasks.datasets)
+    broken: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -266,10 +273,28 @@ def _defines(program: str, name: str) -> bool:
     return re.search(rf"^(?:async\s+)?def\s+{re.escape(name)}\s*\(", program, re.M) is not None
 
 
+def _check_grader(grader: str, tests: CodeTests | None = None) -> None:
+    if grader not in GRADERS:
+        raise ValueError(f"code grader must be one of {GRADERS}, got {grader!r}")
+    if grader == "study" and tests is not None and tests.kind not in ("stdio", "functional"):
+        raise ValueError(
+            f"the study's code grader runs LiveCodeBench-style tests (stdio/functional), not {tests.kind!r} tests"
+        )
+
+
 def build_job(
-    program: str, tests: CodeTests, *, partial: bool = False, timeout_s: float | None = None, memory_mb: int = 1024
+    program: str,
+    tests: CodeTests,
+    *,
+    partial: bool = False,
+    timeout_s: float | None = None,
+    memory_mb: int = 1024,
+    grader: str = "rolecast",
+    reliability_guard: bool = False,
 ) -> Job:
-    """The sandbox job that runs `program` (already extracted) against `tests`."""
+    """The sandbox job that runs `program` (already extracted) against `tests`. `grader="study"`: as the
+    reference study's runner does (rolecast.rewards.code_study), with its `reliability_guard` if asked."""
+    _check_grader(grader, tests)
     t = timeout_s or tests.timeout_s or DEFAULT_TIMEOUT_S[tests.kind]
     limits = Limits(timeout_s=t, memory_mb=memory_mb)
     if tests.kind == "asserts":
@@ -302,7 +327,21 @@ def build_job(
             provided=(tests.entry_point,),
             limits=limits,
         )
-    stop = None if partial else (lambda i, c: not _case_ok(tests, i, c))
+    stop = None if partial else (lambda i, c: not _case_ok(tests, i, c, grader))
+    if grader == "study":
+        from rolecast.rewards import code_study
+
+        wrapped = code_study.stdio_program(program) if tests.kind == "stdio" else code_study.call_program(program)
+        return Job(
+            mode=tests.kind,
+            program=wrapped,
+            inputs=tests.inputs,
+            fn_name=tests.entry_point,
+            limits=limits,
+            stop_on=stop,
+            study={"reliability_guard": reliability_guard},
+            preimport=code_study.PREIMPORT,
+        )
     return Job(
         mode=tests.kind, program=program, inputs=tests.inputs, fn_name=tests.entry_point, limits=limits, stop_on=stop
     )
@@ -368,15 +407,23 @@ def value_matches(got: str | None, expected: str) -> bool:
         return False
 
 
-def _case_ok(tests: CodeTests, i: int, c: CaseResult) -> bool:
-    if c.reason is not None or c.rc != 0:
+def _case_ok(tests: CodeTests, i: int, c: CaseResult, grader: str = "rolecast") -> bool:
+    if c.reason is not None or c.rc != 0 or i in tests.broken:
         return False
+    if grader == "study":
+        from rolecast.rewards import code_study
+
+        if tests.kind == "stdio":
+            return code_study.stdout_matches(c.stdout, tests.outputs[i])
+        return code_study.value_matches(c.value, tests.outputs[i])
     if tests.kind == "stdio":
         return stdout_matches(c.stdout, tests.outputs[i])
     return value_matches(c.value, tests.outputs[i])
 
 
-def judge(result: JobResult, tests: CodeTests, *, partial: bool = False, program: str | None = None) -> Score:
+def judge(
+    result: JobResult, tests: CodeTests, *, partial: bool = False, program: str | None = None, grader: str = "rolecast"
+) -> Score:
     """Turn a sandbox result into a Score."""
     n = tests.n_tests if tests.kind != "humaneval" else max(1, len(_split_check(tests.test)[1]))
     if tests.kind in ("asserts", "humaneval"):
@@ -392,7 +439,7 @@ def judge(result: JobResult, tests: CodeTests, *, partial: bool = False, program
         else:
             reason = None
     else:
-        oks = [_case_ok(tests, i, c) for i, c in enumerate(result.cases)]
+        oks = [_case_ok(tests, i, c, grader) for i, c in enumerate(result.cases)]
         passed = sum(oks)
         bad = next((c.reason for c in result.cases if c.reason), None)
         reason = bad or (result.reason if result.reason not in (None, "stopped_early") else None)
@@ -405,6 +452,15 @@ def judge(result: JobResult, tests: CodeTests, *, partial: bool = False, program
 # public API
 
 
+def extract_for(text: str | None, grader: str = "rolecast") -> str | None:
+    """The program a grader reads from a completion: rolecast's :func:`extract_program` or the study's."""
+    if grader == "study":
+        from rolecast.rewards import code_study
+
+        return code_study.extract_program(text)
+    return extract_program(text)
+
+
 def score_program(
     program: str,
     tests: CodeTests,
@@ -412,10 +468,15 @@ def score_program(
     partial: bool = False,
     timeout_s: float | None = None,
     pool: SandboxPool | None = None,
+    grader: str = "rolecast",
+    reliability_guard: bool = False,
 ) -> Score:
     """Score an already-extracted program (no extraction step)."""
-    res = (pool or default_pool()).run(build_job(program, tests, partial=partial, timeout_s=timeout_s))
-    return judge(res, tests, partial=partial, program=program)
+    job = build_job(
+        program, tests, partial=partial, timeout_s=timeout_s, grader=grader, reliability_guard=reliability_guard
+    )
+    res = (pool or default_pool()).run(job)
+    return judge(res, tests, partial=partial, program=program, grader=grader)
 
 
 def score_code(
@@ -425,9 +486,19 @@ def score_code(
     partial: bool = False,
     timeout_s: float | None = None,
     pool: SandboxPool | None = None,
+    grader: str = "rolecast",
+    reliability_guard: bool = False,
 ) -> Score:
     """Extract the program from a completion and score it against `tests` in the sandbox."""
-    return score_code_many([text], [tests], partial=partial, timeout_s=timeout_s, pool=pool)[0]
+    return score_code_many(
+        [text],
+        [tests],
+        partial=partial,
+        timeout_s=timeout_s,
+        pool=pool,
+        grader=grader,
+        reliability_guard=reliability_guard,
+    )[0]
 
 
 def score_code_many(
@@ -438,15 +509,29 @@ def score_code_many(
     timeout_s: float | None = None,
     pool: SandboxPool | None = None,
     extract: bool = True,
+    grader: str = "rolecast",
+    reliability_guard: bool = False,
 ) -> list[Score]:
-    """Score many completions in parallel through the (module-level by default) sandbox pool."""
+    """Score many completions in parallel through the (module-level by default) sandbox pool. `grader`:
+    "rolecast" or "study" (the reference study's rules, stdio/functional tests only)."""
     if len(texts) != len(tests_list):
         raise ValueError(f"score_code_many: {len(texts)} texts but {len(tests_list)} test sets")
-    programs = [extract_program(t) if extract else t for t in texts]
+    _check_grader(grader)
+    programs = [extract_for(t, grader) if extract else t for t in texts]
     todo = [i for i, p in enumerate(programs) if p and p.strip()]
-    jobs = [build_job(programs[i] or "", tests_list[i], partial=partial, timeout_s=timeout_s) for i in todo]
+    jobs = [
+        build_job(
+            programs[i] or "",
+            tests_list[i],
+            partial=partial,
+            timeout_s=timeout_s,
+            grader=grader,
+            reliability_guard=reliability_guard,
+        )
+        for i in todo
+    ]
     results = (pool or default_pool()).run_many(jobs) if jobs else []
     scores: list[Score] = [Score(0.0, None, "no_code")] * len(texts)
     for i, res in zip(todo, results, strict=True):
-        scores[i] = judge(res, tests_list[i], partial=partial, program=programs[i])
+        scores[i] = judge(res, tests_list[i], partial=partial, program=programs[i], grader=grader)
     return scores

@@ -169,6 +169,10 @@ class Job:
     fn_name: str = ""  # functional
     limits: Limits = field(default_factory=Limits)
     stop_on: Any = None  # stdio/functional: callable(case_index, CaseResult) -> bool, True kills the rest
+    # stdio/functional: run each case as the reference study's runner does (rolecast.rewards.code_study), with
+    # these options ({"reliability_guard": bool}); None: as a plain script / a plain call
+    study: dict[str, Any] | None = None
+    preimport: Sequence[str] = ()  # modules the harness imports before it forks the cases (trusted, stdlib+allowed)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -862,6 +866,9 @@ def _execute(job: Job, mode: str, cg: _Slot | None = None) -> JobResult:
         res_cap = 4096 + 64 * len(job.tests)
     elif job.mode in ("stdio", "functional"):
         payload.update(cases=[{"input": x} for x in job.inputs], fn_name=job.fn_name, case_timeout_s=lim.timeout_s)
+        if job.study is not None:
+            payload["study"] = dict(job.study)
+        preimport.update(job.preimport)
         wall = lim.timeout_s * n_cases + 2.0
         res_cap = lim.output_bytes * (n_cases + 1) * 2 + (1 << 16)
     else:

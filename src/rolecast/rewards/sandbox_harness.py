@@ -509,16 +509,33 @@ def _main() -> None:
                     val_fd = os.dup(val_fd)
                 enter_child({0, 1, 2, val_fd}, True)
                 prog = job["program"]
+                study = job.get("study")
+                if study is not None:
+                    _study_setup(study)
                 if mode == "stdio":
+                    if study is not None:
+                        text = case["input"]
+                        del job, case
+                        _exit(_study_stdio(prog, text, val_fd))
                     _exit(run_main(prog, "__main__"))
                 fn = job["fn_name"]
-                args = [json.loads(line) for line in case["input"].split("\n") if line.strip()]
+                if study is not None:  # every line is one argument, a blank one included (an error)
+                    args = [json.loads(line) for line in case["input"].split("\n")]
+                else:
+                    args = [json.loads(line) for line in case["input"].split("\n") if line.strip()]
                 del job, case
                 g: dict[str, Any] = {"__name__": "__solution__", "__builtins__": __builtins__}
+                if study is not None:
+                    g["__name__"] = "tmp_sol"
                 exec(compile(prog, "<program>", "exec"), g)
                 sol = g.get("Solution")
-                f = getattr(sol(), fn) if sol is not None and hasattr(sol, fn) else g[fn]
+                if study is not None:  # the study: `class Solution` in the text decides, then the attribute
+                    f = getattr(g["Solution"](), fn) if "class Solution" in prog else g[fn]
+                else:
+                    f = getattr(sol(), fn) if sol is not None and hasattr(sol, fn) else g[fn]
                 res = f(*args)
+                if study is not None and isinstance(res, tuple):
+                    res = list(res)
                 data = json.dumps(res).encode()
                 while data:
                     data = data[_write(val_fd, data) :]
@@ -545,6 +562,8 @@ def _main() -> None:
             os.close(fd)
         got, st, reason = wait_child(pid, job["case_timeout_s"], {"stdout": out_r, "stderr": err_r, "value": val_r})
         rc, why = decode_status(st)
+        if mode == "stdio" and job.get("study") is not None:
+            got["stdout"] = got["value"]  # what the program printed to the captured sys.stdout
         send({
             "case": i,
             "rc": rc,
@@ -555,6 +574,79 @@ def _main() -> None:
         })  # fmt: skip
     send({"done": True})
     _end_all(pidns, None)
+
+
+_GUARDED_OS = (
+    "kill system putenv remove removedirs rmdir fchdir setuid fork forkpty killpg rename renames truncate replace "
+    "unlink fchmod fchown chmod chown chroot lchflags lchmod lchown getcwd chdir"
+)
+
+
+def _study_setup(opts: "dict[str, Any]") -> None:
+    """The study's reliability_guard (rllm/rewards/code_utils/livecodebench.py), when asked for: in the case's
+    child, after its limits, before the program. exit() stays (the study leaves it), quit() does not."""
+    if not opts.get("reliability_guard"):
+        return
+    import builtins
+    import faulthandler
+    import shutil
+    import subprocess
+
+    faulthandler.disable()
+    os.environ["OMP_NUM_THREADS"] = "1"
+    names = ((builtins, "quit help"), (os, _GUARDED_OS), (shutil, "rmtree move chown"), (subprocess, "Popen"))
+    for mod, attrs in names:
+        for name in attrs.split():
+            setattr(mod, name, None)
+    modules: Any = sys.modules
+    for name in ("ipdb", "joblib", "resource", "psutil", "tkinter"):
+        modules[name] = None
+
+
+def _study_stdio(prog: str, text: str, out_fd: int) -> int:
+    """Run a standard-input program as the study's runner does (rllm/rewards/code_utils/livecodebench.py,
+    grade_stdio and call_method): the module `tmp_sol` defines `wrapped_function`, called with sys.stdin an
+    in-memory text stream of the input, `open` returning that text, and sys.stdout an in-memory stream, whose
+    text goes to `out_fd`. SystemExit ends the run normally; another exception (or no `wrapped_function`) is
+    status 1."""
+    import io
+    from types import ModuleType
+    from unittest.mock import mock_open, patch
+
+    status = 0
+    buf: Any = io.StringIO()
+    buf.close = lambda *a: 1  # closing it is a no-op, as in the study
+    real_out = sys.stdout
+    try:
+        mod = ModuleType("tmp_sol", "")
+        exec(compile(prog, "<program>", "exec"), mod.__dict__)
+        method = mod.__dict__["wrapped_function"]
+        with patch("builtins.open", mock_open(read_data=text)), patch("sys.stdin", io.StringIO(text)):
+            sys.stdout = buf
+            try:
+                method()
+            except SystemExit:
+                pass
+            finally:
+                sys.stdout = real_out
+    except BaseException:
+        sys.stdout = real_out
+        import traceback
+
+        try:
+            traceback.print_exc()
+        except BaseException:
+            pass
+        status = 1
+    data = buf.getvalue().encode("utf-8", "surrogatepass")
+    while data:
+        data = data[os.write(out_fd, data) :]
+    for s in (sys.stdout, sys.stderr):
+        try:
+            s.flush()
+        except BaseException:
+            pass
+    return status
 
 
 def _end_all(pidns: bool, child: "int | None") -> None:

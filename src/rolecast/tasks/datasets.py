@@ -625,26 +625,46 @@ class CodeTask(DatasetTask):
     family = "code"
     executes_code = True
 
-    def __init__(self, *args: Any, partial: bool = False, timeout_s: float | None = None, **kwargs: Any):
+    def __init__(
+        self,
+        *args: Any,
+        partial: bool = False,
+        timeout_s: float | None = None,
+        grader: str = "rolecast",
+        reliability_guard: bool = False,
+        **kwargs: Any,
+    ):
+        """`grader`: "rolecast" (rolecast.rewards.code) or "study" (the reference study's LiveCodeBench runner,
+        rolecast.rewards.code_study; LiveCodeBench-style tests only). `reliability_guard` (study grader only):
+        the study's guard too, under which quit() and some os/shutil/subprocess functions are None."""
+        if grader not in ("rolecast", "study"):
+            raise ValueError(f"{self.name}: grader must be 'rolecast' or 'study', got {grader!r}")
+        if reliability_guard and grader != "study":
+            raise ValueError(f"{self.name}: reliability_guard is the study grader's; set grader: study or drop it")
         super().__init__(*args, **kwargs)
         self.partial = partial
         self.timeout_s = timeout_s
+        self.grader = grader
+        self.reliability_guard = reliability_guard
 
     def extract_answer(self, text: str | None) -> str | None:
-        from rolecast.rewards.code import extract_program
+        from rolecast.rewards.code import extract_for
 
-        return extract_program(text)
+        return extract_for(text, self.grader)
 
     def score(self, problem: Problem, text: str | None) -> Score:
-        from rolecast.rewards.code import score_code
-
-        return score_code(text, problem.answer, partial=self.partial, timeout_s=self.timeout_s)
+        return self.score_many([problem], [text])[0]
 
     def score_many(self, problems: Sequence[Problem], texts: Sequence[str | None]) -> list[Score]:
         from rolecast.rewards.code import score_code_many
 
         return score_code_many(
-            list(texts), [p.answer for p in problems], partial=self.partial, timeout_s=self.timeout_s
+            list(texts),
+            [p.answer for p in problems],
+            partial=self.partial,
+            timeout_s=self.timeout_s,
+            grader=self.grader,
+            reliability_guard=self.reliability_guard,
         )
 
 
@@ -724,7 +744,9 @@ def _lcb_tests(raw: Any, fn_name: str | None) -> Any:
         raise _Skip(str(e)) from e
 
 
-def _deepcoder_tests(raw: Any, fn_name: str | None, per_test_timeout_s: float | None) -> Any:
+def _deepcoder_tests(
+    raw: Any, fn_name: str | None, per_test_timeout_s: float | None, function_call_tests: str = "call"
+) -> Any:
     """DeepCoder's tests in any of its subsets' layouts, as CodeTests:
 
     - LiveCodeBench style (lcbv5, and the study's prepared copy): ``[{"input", "output", "testtype":
@@ -735,7 +757,14 @@ def _deepcoder_tests(raw: Any, fn_name: str | None, per_test_timeout_s: float | 
     - TACO style: ``{"inputs": [...], "outputs": [...], "fn_name"?}``.
 
     Function-call tests become "functional" tests (the function is called with the arguments and its return
-    value compared), never standard-input programs. `per_test_timeout_s` limits each test."""
+    value compared), never standard-input programs. `per_test_timeout_s` limits each test.
+
+    ``function_call_tests="stdin"`` is the study's behaviour instead: its runner reads the test type from the key
+    ``testtype`` (rllm/rewards/code_reward.py, postprocess_lcb_sample), which PrimeIntellect and TACO tests do
+    not have, so every test not marked ``testtype: functional`` runs as a standard-input program: a list of
+    arguments joined by newlines as its input, the expected value as its output. A test whose arguments are not
+    all text, or whose expected value is not text, fails there whatever the program does (a TypeError joining
+    them, an AttributeError stripping the value): it is kept as a test that always fails (`broken`)."""
     from rolecast.rewards.code import CodeTests
 
     try:
@@ -752,6 +781,10 @@ def _deepcoder_tests(raw: Any, fn_name: str | None, per_test_timeout_s: float | 
         raise _Skip("no tests")
     if not all(isinstance(t, Mapping) and "input" in t and "output" in t for t in tests):
         raise _Skip("tests without input/output")
+    if function_call_tests not in ("call", "stdin"):
+        raise ValueError(f"function_call_tests must be 'call' or 'stdin', got {function_call_tests!r}")
+    if function_call_tests == "stdin" and tests[0].get("testtype") != "functional":
+        return _study_stdin_tests(tests, per_test_timeout_s)
 
     def call_name(t: Mapping[str, Any]) -> str | None:
         meta = t.get("metadata")
@@ -787,6 +820,30 @@ def _deepcoder_tests(raw: Any, fn_name: str | None, per_test_timeout_s: float | 
         outputs=tuple(ret(t["output"]) for t in tests),
         entry_point=str(name),
         timeout_s=per_test_timeout_s,
+    )
+
+
+def _study_stdin_tests(tests: Sequence[Mapping[str, Any]], per_test_timeout_s: float | None) -> Any:
+    """Every test as a standard-input test, as the study's runner takes a test list whose first test is not
+    ``testtype: functional`` (grade_stdio / call_method in rllm/rewards/code_utils/livecodebench.py)."""
+    from rolecast.rewards.code import CodeTests
+
+    inputs, outputs, broken = [], [], []
+    for j, t in enumerate(tests):
+        x, y = t["input"], t["output"]
+        if isinstance(x, list) and all(isinstance(a, str) for a in x):
+            x = "\n".join(x)
+        if not isinstance(x, str) or not isinstance(y, str):
+            broken.append(j)
+            x, y = "", ""
+        inputs.append(x)
+        outputs.append(y)
+    return CodeTests(
+        kind="stdio",
+        inputs=tuple(inputs),
+        outputs=tuple(outputs),
+        timeout_s=per_test_timeout_s,
+        broken=tuple(broken),
     )
 
 
@@ -833,7 +890,9 @@ class DeepCoder(CodeTask):
     the starter code after it) or ``livecodebench`` (the study's: LiveCodeBench's system message, the statement,
     then its format instructions with the starter code or a ``# YOUR CODE HERE`` block,
     rllm/data/utils.py ``fetch_live_code_bench_system_prompt``). ``subset: lcbv5`` keeps the LiveCodeBench
-    subset with its own train/test files."""
+    subset with its own train/test files. ``function_call_tests``: ``call`` (function-call tests call the
+    function) or ``stdin`` (the study's runner: they run as standard-input programs, see `_deepcoder_tests`).
+    Grading options (``grader``, ``reliability_guard``): `CodeTask`."""
 
     name = "deepcoder"
     hub_name = "agentica-org/DeepCoder-Preview-Dataset"
@@ -851,8 +910,12 @@ class DeepCoder(CodeTask):
         per_test_timeout_s: float | None = 3.0,
         runtime_results: str | None = None,
         problem_format: str = "rolecast",
+        function_call_tests: str = "call",
         **kwargs: Any,
     ):
+        if function_call_tests not in ("call", "stdin"):
+            raise ValueError(f"deepcoder: function_call_tests must be 'call' or 'stdin', got {function_call_tests!r}")
+        self.function_call_tests = function_call_tests
         if subset not in self.SUBSETS:
             raise ValueError(f"deepcoder: subset must be one of {sorted(self.SUBSETS)}, got {subset!r}")
         if problem_format not in ("rolecast", "livecodebench"):
@@ -943,7 +1006,9 @@ class DeepCoder(CodeTask):
             except json.JSONDecodeError:
                 meta_raw = {}
         fn = meta_raw.get("func_name") if isinstance(meta_raw, Mapping) else None
-        tests = _deepcoder_tests(_require(row, "tests", "the tests"), fn, self.per_test_timeout_s)
+        tests = _deepcoder_tests(
+            _require(row, "tests", "the tests"), fn, self.per_test_timeout_s, self.function_call_tests
+        )
         if self.problem_format == "livecodebench":
             text = livecodebench_prompt(statement, row.get("starter_code") or None)
             return Problem(f"deepcoder/{self.subset}/{index}", text, tests, {"split": split, "index": index})
