@@ -38,6 +38,7 @@ def test_eval_help_lists_only_what_evaluation_uses():
         "--task",
         "--model",
         "--seed",
+        "--threads",
         "--set",
         "--checkpoint",
         "--every",
@@ -53,6 +54,17 @@ def test_eval_help_lists_only_what_evaluation_uses():
 def test_train_help_keeps_the_training_flags():
     out = run_cli("train", "--help")
     assert {"--steps", "--run-dir", "--trainable", "--resume", "--overwrite", "--stop-after"} <= flags(out.stdout)
+
+
+def test_threads_flag_sets_the_runs_threads_and_the_recipe_takes_one():
+    from rolecast.cli import _overrides, build_parser
+    from rolecast.config import load_config
+
+    for command in ("train", "eval"):
+        overrides, origins = _overrides(build_parser().parse_args([command, "--threads", "3"]))
+        assert overrides == {"threads": 3} and origins == {"threads": "--threads 3"}
+        assert load_config(None, overrides, origins).threads == 3
+    assert load_config(None).threads == 1  # the embedded recipe: one thread (docs/benchmarks.md, "Threads")
 
 
 def test_eval_of_a_checkpoint_reads_the_runs_own_config(tiny_model_dir, tmp_path, capsys):

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import os
+import shlex
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +27,7 @@ FLAG_FIELDS = {
     "seed": "seed",
     "run_dir": "run_dir",
     "trainable": "model.trainable",
+    "threads": "threads",
 }
 
 
@@ -44,6 +49,12 @@ def _add_run_flags(p: argparse.ArgumentParser, *, training: bool = True) -> None
     if training:
         p.add_argument("--trainable", help="lora | full")
     p.add_argument("--seed", type=int, help="sampling seed" if not training else None)
+    p.add_argument(
+        "--threads",
+        type=int,
+        help="torch CPU threads (the embedded recipe: 1, which keeps its pace when other processes hold the "
+        "cores; docs/benchmarks.md)",
+    )
     if training:
         p.add_argument("--run-dir", dest="run_dir", help="where to write the run (default runs/<task>-<workflow>-...)")
     p.add_argument(
@@ -83,15 +94,52 @@ def cmd_train(args: argparse.Namespace) -> int:
         if not Path(config).is_file():
             raise ConfigError(f"cannot resume {args.resume}: no {config}, so it is not a rolecast run directory")
     cfg = load_config(config, *_overrides(args))
+    _quiet_libraries(args)
+    from .train.checkpoint import DiskFullError, latest_step
     from .train.grpo import train  # heavy imports only once the config is known to be good
+    from .train.interrupt import StopRequest, TrainingInterrupted
 
-    summary = train(cfg, resume=args.resume, stop_after=args.stop_after, overwrite=args.overwrite)
+    # Ctrl-C finishes the step in progress and checkpoints it; not under torchrun, whose processes must stop together
+    stop = StopRequest() if int(os.environ.get("WORLD_SIZE", "1")) == 1 else None
+    try:
+        with stop.installed() if stop is not None else contextlib.nullcontext():
+            summary = train(cfg, resume=args.resume, stop_after=args.stop_after, overwrite=args.overwrite, stop=stop)
+    except TrainingInterrupted as e:
+        print(f"rolecast: {e.message(_resume_command(e.run_dir))}", file=sys.stderr)
+        return 130
+    except DiskFullError as e:
+        run_dir = e.root.parent
+        fallback = "" if latest_step(run_dir) is not None else " (from step 0)"
+        print(
+            f"rolecast: error: {e}; free space, then resume{fallback} with: {_resume_command(run_dir)}",
+            file=sys.stderr,
+        )
+        return 2
     if "base_accuracy" in summary and "final_accuracy" in summary:
         print(
             f"accuracy: base {summary['base_accuracy']:.3f} -> final {summary['final_accuracy']:.3f} "
-            f"(run dir: {summary['run_dir']})"
+            f"({summary['eval_protocol']}; run dir: {summary['run_dir']})"
         )
     return 0
+
+
+def _resume_command(run_dir: str | Path) -> str:
+    """The command that continues `run_dir`, spelled as this one was invoked (e.g. `.venv/bin/rolecast`)."""
+    prog = sys.argv[0] if Path(sys.argv[0]).name == "rolecast" else "rolecast"
+    return f"{shlex.quote(prog)} train --resume {shlex.quote(str(run_dir))}"
+
+
+def _quiet_libraries(args: argparse.Namespace) -> None:
+    """Keep third-party loading bars (transformers' "Loading weights") and library deprecation warnings out of
+    the output, unless --verbose or --debug asks for everything."""
+    if args.verbose or args.debug:
+        return
+    for category in (DeprecationWarning, PendingDeprecationWarning, FutureWarning):
+        warnings.filterwarnings("ignore", category=category)
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()
+    transformers.utils.logging.set_verbosity_error()
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -103,6 +151,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         if not Path(config).is_file():
             raise ConfigError(f"--checkpoint {args.checkpoint}: no {config}, so it is not a rolecast run directory")
     cfg = load_config(config, *_overrides(args))
+    _quiet_libraries(args)
     return run_eval_command(
         cfg, checkpoint=args.checkpoint, every=args.every, n_samples=args.n, size=args.size, out=args.out
     )
@@ -354,6 +403,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         return args.fn(args)
+    except KeyboardInterrupt:  # Ctrl-C outside training (train has its own line): no traceback
+        print("rolecast: interrupted", file=sys.stderr)
+        return 130
     except UserError as e:
         # an expected failure (config, data file, missing package, unreachable model): its message says what to
         # fix; a traceback would only bury it. Anything else is a bug and keeps its traceback.

@@ -391,7 +391,7 @@ def check_run_config(cfg: RunConfig) -> None:
             "rollout.temperature",
             "0 (greedy) cannot train: every completion of a GRPO group would be "
             "the same, so every advantage is 0 and nothing is learned. Sample with a temperature > 0 "
-            "(e.g. 0.7 or 1.0); greedy evaluation is eval.temperature: 0",
+            "(e.g. 0.7 or 1.0); greedy evaluation is eval.protocol: greedy",
         )
     from .policies.router import build_routing
     from .prompts import PromptBook, PromptFileError

@@ -1,4 +1,5 @@
-"""Console output: a progress bar with step, reward and ETA, plus optional TensorBoard / W&B sinks."""
+"""Console output: a progress bar with step, reward and ETA on a terminal, one plain line per step without one (a
+batch job's log), plus optional TensorBoard / W&B sinks."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ class _Bar:
     def __init__(self, progress: Progress | None, task_id: TaskID | None):
         self._progress, self._task = progress, task_id
 
-    def advance(self, step: int, reward: float) -> None:
+    def advance(self, step: int, reward: float, metrics: dict[str, Any] | None = None) -> None:
         if self._progress is not None and self._task is not None:
             self._progress.update(self._task, completed=step, reward=reward)
 
@@ -35,10 +36,27 @@ class _Bar:
             self._progress.stop()
 
 
+class _Lines(_Bar):
+    """Without a terminal: one line per step (a log has no use for a redrawn bar)."""
+
+    def __init__(self, console: Console, total: int):
+        super().__init__(None, None)
+        self._console, self._total = console, total
+
+    def advance(self, step: int, reward: float, metrics: dict[str, Any] | None = None) -> None:
+        m = metrics or {}
+        line = f"step {step}/{self._total}  reward {reward:.3f}"
+        if isinstance(m.get("accuracy"), float):
+            line += f"  accuracy {m['accuracy']:.3f}"
+        if isinstance(m.get("time/step"), float):
+            line += f"  {m['time/step']:.1f} s/step"
+        self._console.print(line)
+
+
 class Console:
     def __init__(self, enabled: bool = True):
         self.enabled = enabled
-        self.rich = RichConsole(highlight=False)
+        self.rich = RichConsole(highlight=False, soft_wrap=True)  # a log keeps each message on one line
 
     def print(self, msg: str) -> None:
         self.rich.print(msg)
@@ -46,6 +64,8 @@ class Console:
     def progress(self, total: int, start: int = 0) -> _Bar:
         if not self.enabled or total <= start:
             return _Bar(None, None)
+        if not self.rich.is_terminal:
+            return _Lines(self, total)
         p = Progress(
             TextColumn("step"),
             MofNCompleteColumn(),
@@ -90,5 +110,7 @@ class MetricLoggers:
     def close(self) -> None:
         if self._tb is not None:
             self._tb.close()
+            self._tb = None
         if self._wandb is not None:
             self._wandb.finish()
+            self._wandb = None

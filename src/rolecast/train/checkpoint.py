@@ -28,6 +28,7 @@ checks this up front instead of failing at resume time. Everything is loaded ont
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
@@ -66,6 +67,37 @@ class CheckpointError(ConfigError):
     """No usable checkpoint: none written, every one damaged, or one that does not fit this run."""
 
 
+class DiskFullError(ConfigError):
+    """A checkpoint did not fit on its disk: nothing of it is left, the checkpoints before it are intact."""
+
+    def __init__(self, step: int, root: Path, needed: int, free: int):
+        self.step, self.root, self.needed, self.free = step, root, needed, free
+        newest = latest_step(root.parent)
+        kept = f"the newest complete checkpoint is step_{newest}" if newest is not None else "no checkpoint is kept"
+        super().__init__(
+            f"no space for checkpoint step_{step} in {root}: it needs about {_mb(needed)}, the disk has "
+            f"{_mb(free)} free; {kept}"
+        )
+
+
+def _mb(n: int) -> str:
+    return f"{n / 2**20:.0f} MB" if n >= 2**20 else f"{n / 2**10:.0f} kB"
+
+
+def state_bytes(value: Any) -> int:
+    """What the tensors of a checkpoint state take on disk (its plain values add little)."""
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if isinstance(value, Mapping):
+        return sum(state_bytes(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(state_bytes(v) for v in value)
+    return 0
+
+
+_SPACE_MARGIN = 1 << 20  # manifest, JSON entries, file-system overhead
+
+
 _SAFE_LEAVES = (torch.Tensor, int, float, bool, str, type(None), torch.dtype, torch.device, torch.Size)
 
 
@@ -86,13 +118,23 @@ def save_checkpoint(
     root.mkdir(parents=True, exist_ok=True)
     final, tmp = root / f"step_{step}", root / f"step_{step}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
+    # a disk that cannot hold the checkpoint is said before anything is written (cheap: a statvfs call)
+    needed = state_bytes(state) + _SPACE_MARGIN
+    free = shutil.disk_usage(root).free
+    if free < needed:
+        raise DiskFullError(step, root, needed, free)
     tmp.mkdir()
     try:
         entries = {name: _write_entry(tmp, name, value) for name, value in state.items()}
         _write_durably(tmp / MANIFEST, json.dumps({"step": step, "entries": entries}, indent=1).encode())
         _fsync_dir(tmp)
-    except BaseException:
+    except BaseException as e:
+        # the serializers report a full disk each their own way (OSError ENOSPC, safetensors' "No space left on
+        # device", torch's "unexpected pos"): a disk left (almost) without space by the failed write tells
+        full = isinstance(e, Exception) and (_no_space(e) or shutil.disk_usage(root).free < _SPACE_MARGIN)
         shutil.rmtree(tmp, ignore_errors=True)
+        if full:
+            raise DiskFullError(step, root, needed, shutil.disk_usage(root).free) from None
         raise
     _replace_dir(tmp, final)
     _fsync_dir(root)
@@ -103,6 +145,10 @@ def save_checkpoint(
     _fsync_dir(root)
     _prune(root, keep=step, keep_last=keep_last, keep_every=keep_every)
     return final
+
+
+def _no_space(e: BaseException) -> bool:
+    return (isinstance(e, OSError) and e.errno == errno.ENOSPC) or "No space left on device" in str(e)
 
 
 def _write_entry(directory: Path, name: str, value: Any) -> dict[str, Any]:

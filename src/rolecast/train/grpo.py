@@ -13,6 +13,7 @@ The loop never branches on which workflow ran: it only sees episodes, turns, rol
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -52,6 +53,7 @@ from .checkpoint import (
     trainer_state,
 )
 from .distributed import Dist
+from .interrupt import StopRequest, TrainingInterrupted
 from .interventions import Interventions
 from .losses import clipped_surrogate, clipped_tokens, k3_kl, linear_logprobs, token_entropy, token_logprobs
 from .master_weights import MasterWeightAdamW, needs_master
@@ -514,11 +516,15 @@ def train(
     stop_after: int | None = None,
     overwrite: bool = False,
     console: Any = None,
+    stop: StopRequest | None = None,
 ) -> dict[str, Any]:
     """Train per `cfg`; `stop_after` ends this session after that many steps (as a pre-empted job would),
     leaving a checkpoint to `resume` from. `resume`: the run directory to continue; `cfg` may differ from its
     config.yaml only in the fields of `config.RESUME_CHANGEABLE`. A new run refuses a directory that already
-    holds one unless `overwrite`. Raises TrainingDiverged when training diverges (docs/training.md)."""
+    holds one unless `overwrite`. Raises TrainingDiverged when training diverges (docs/training.md).
+
+    `stop` (the command line's Ctrl-C handling, train/interrupt.py): a requested stop checkpoints the step just
+    finished and raises TrainingInterrupted; so does any KeyboardInterrupt, naming the newest checkpoint."""
     from ..report.console import Console
 
     # one process, or this process's place in a torchrun launch (train/distributed.py)
@@ -538,14 +544,22 @@ def train(
         run_dir = dist.gather(Path(cfg.run_dir) if cfg.run_dir else default_run_dir(cfg))[0]
         created = prepare_new_run_dir(run_dir, overwrite) if dist.is_main else []
         dist.barrier()
+    session: _Session | None = None
     try:
-        session = _Session.open(cfg, run_dir, resume=bool(resume), changes=changes, console=console, dist=dist)
-    except BaseException:
-        if not resume and dist.is_main:
-            discard_new_run(run_dir, created)
-        raise
-    try:
-        return session.run(stop_after, discard_on_early_failure=None if resume else created)
+        try:
+            session = _Session.open(cfg, run_dir, resume=bool(resume), changes=changes, console=console, dist=dist)
+        except BaseException:
+            if not resume and dist.is_main:
+                discard_new_run(run_dir, created)
+            raise
+        return session.run(stop_after, discard_on_early_failure=None if resume else created, stop=stop)
+    except KeyboardInterrupt as e:
+        if stop is None or isinstance(e, TrainingInterrupted):
+            raise
+        reached = session.reached if session is not None else (latest_step(run_dir) or 0)
+        kept = run_dir.is_dir()
+        newest = latest_step(run_dir) if kept else None
+        raise TrainingInterrupted(run_dir, reached, cfg.train.steps, newest, at_once=True, kept=kept) from None
     finally:
         dist.close()
 
@@ -591,6 +605,7 @@ class _Session:
     # eval.extra_sets: (name, task, problems) of each further held-out set, and the pass@1 each last measured
     extra_evals: tuple[tuple[str, Any, list[Problem]], ...] = ()
     extra_pass: dict[str, float] = field(default_factory=dict)
+    reached: int = 0  # the last step completed (in this session or before it)
 
     @classmethod
     def open(
@@ -733,54 +748,87 @@ class _Session:
             }
             row = append_eval_row(self.run_dir / f"eval_{name}.jsonl", {**extra_key, "eval_set": name}, extra_res)
             self.extra_pass[name] = row["pass@1"]
+            if tag != "periodic":  # periodic ones go with the step's metrics
+                self.loggers.log(
+                    {f"eval/{name}/pass@1": row["pass@1"], f"eval/{name}/{tag}/pass@1": row["pass@1"]}, step
+                )
             self.console.print(
                 f"{name} accuracy ({row['n_problems']} problems, step {step}): {row['pass@1']:.3f} ± {row['stderr']:.3f}"
             )
-        return append_eval_row(self.run_dir / "eval.jsonl", key, res)
+        row = append_eval_row(self.run_dir / "eval.jsonl", key, res)
+        if tag != "periodic":  # TensorBoard / W&B: the base (step 0) and final points of the eval/pass@1 curve
+            self.loggers.log({"eval/pass@1": row["pass@1"], f"eval/{tag}/pass@1": row["pass@1"]}, step)
+        return row
 
-    def run(self, stop_after: int | None, discard_on_early_failure: list[Path] | None) -> dict[str, Any]:
+    def run(
+        self, stop_after: int | None, discard_on_early_failure: list[Path] | None, stop: StopRequest | None = None
+    ) -> dict[str, Any]:
         cfg, run_dir, start = self.cfg, self.run_dir, self.start
         summary: dict[str, Any] = {"run_dir": str(run_dir)}
         total_steps = cfg.train.steps
         end = total_steps if stop_after is None else min(total_steps, start + stop_after)
+        self.reached = start
+        if discard_on_early_failure is not None and self.dist.is_main:  # a new run (a resume says where it is)
+            self.console.print(f"run directory: {run_dir}")
+        training = stop.training if stop is not None else contextlib.nullcontext
         progress = self.console.progress(total_steps, start)
         try:
             try:
-                if cfg.eval.at_start and start == 0 and self.eval_set and self.dist.is_main:
-                    row = self.run_eval(0, "base")
-                    summary["base_accuracy"] = row["pass@1"]
-                    self.console.print(
-                        f"base accuracy ({cfg.task.eval_split}, {len(self.eval_set)} problems): "
-                        f"{row['pass@1']:.3f} ± {row['stderr']:.3f}"
-                    )
-                if start < end:
-                    self.step(start, end, progress)
-            except BaseException:
-                # a new run that failed before logging its first step leaves nothing; one that stopped after
-                # (diverged on step 1) keeps its logs, which show why
-                first = not (run_dir / "metrics.jsonl").exists()
-                if discard_on_early_failure is not None and self.dist.is_main and first:
-                    self.loggers.close()
-                    discard_new_run(run_dir, discard_on_early_failure)
-                raise
-            for step in range(start + 1, end):
-                self.step(step, end, progress)
-        finally:
-            progress.close()
-            self.loggers.close()
+                try:
+                    if cfg.eval.at_start and start == 0 and self.eval_set and self.dist.is_main:
+                        row = self.run_eval(0, "base")
+                        summary["base_accuracy"] = row["pass@1"]
+                        self.console.print(
+                            f"base accuracy ({cfg.task.eval_split}, {len(self.eval_set)} problems; "
+                            f"{cfg.eval.describe()}): {row['pass@1']:.3f} ± {row['stderr']:.3f}"
+                        )
+                    if start < end:
+                        with training():
+                            self.step(start, end, progress)
+                            self.stop_if_requested(stop, start)
+                except BaseException:
+                    # a new run that failed before logging its first step leaves nothing; one that stopped after
+                    # (diverged on step 1) keeps its logs, which show why
+                    first = not (run_dir / "metrics.jsonl").exists()
+                    if discard_on_early_failure is not None and self.dist.is_main and first:
+                        self.loggers.close()
+                        discard_new_run(run_dir, discard_on_early_failure)
+                    raise
+                with training():
+                    for step in range(start + 1, end):
+                        self.step(step, end, progress)
+                        self.stop_if_requested(stop, step)
+            finally:
+                progress.close()
 
-        # the final evaluation also runs when a resumed run finds its last step done but no final row (killed
-        # during that evaluation)
-        done = any(r.get("tag") == "final" and r.get("step") == total_steps for r in read_jsonl(run_dir / "eval.jsonl"))
-        if cfg.eval.at_end and self.eval_set and end == total_steps and not done and self.dist.is_main:
-            row = self.run_eval(total_steps, "final")
-            summary["final_accuracy"] = row["pass@1"]
-            self.console.print(
-                f"final accuracy ({cfg.task.eval_split}, {len(self.eval_set)} problems): "
-                f"{row['pass@1']:.3f} ± {row['stderr']:.3f}"
-            )
+            # the final evaluation also runs when a resumed run finds its last step done but no final row (killed
+            # during that evaluation)
+            rows = read_jsonl(run_dir / "eval.jsonl")
+            done = any(r.get("tag") == "final" and r.get("step") == total_steps for r in rows)
+            if cfg.eval.at_end and self.eval_set and end == total_steps and not done and self.dist.is_main:
+                row = self.run_eval(total_steps, "final")
+                summary["final_accuracy"] = row["pass@1"]
+                self.console.print(
+                    f"final accuracy ({cfg.task.eval_split}, {len(self.eval_set)} problems; "
+                    f"{cfg.eval.describe()}): {row['pass@1']:.3f} ± {row['stderr']:.3f}"
+                )
+        finally:
+            self.loggers.close()
         summary["policies"] = self.rt.routing.policy_ids
+        summary["eval_protocol"] = cfg.eval.describe()
         return summary
+
+    def stop_if_requested(self, stop: StopRequest | None, step: int) -> None:
+        """After step `step` (0-based) completed: on a requested stop, checkpoint it (unless that is done) and
+        raise TrainingInterrupted."""
+        self.reached = step + 1
+        if stop is None or not stop.requested:
+            return
+        if self.dist.is_main and latest_step(self.run_dir) != step + 1:
+            self.save(step)
+        raise TrainingInterrupted(
+            self.run_dir, step + 1, self.cfg.train.steps, latest_step(self.run_dir), at_once=False
+        )
 
     def step(self, step: int, end: int, progress: Any) -> None:
         cfg, rt, run_dir = self.cfg, self.rt, self.run_dir
@@ -914,15 +962,20 @@ class _Session:
                 self.console.print(event.message(self.rollback.max_rollbacks))
         due_eval = cfg.eval.every and (step + 1) % cfg.eval.every == 0 and step + 1 < total_steps
         if not stop and due_eval and dist.is_main:
-            metrics["eval/pass@1"] = self.run_eval(step + 1, "periodic")["pass@1"]
+            row = self.run_eval(step + 1, "periodic")
+            metrics["eval/pass@1"] = row["pass@1"]
             metrics.update({f"eval/{name}/pass@1": v for name, v in self.extra_pass.items()})
+            self.console.print(
+                f"eval at step {step + 1} ({len(self.eval_set)} problems; {cfg.eval.describe()}): "
+                f"{row['pass@1']:.3f} ± {row['stderr']:.3f}"
+            )
         if dist.is_main:
             with open(run_dir / "metrics.jsonl", "a") as f:
                 f.write(json.dumps(_finite_or_none(metrics)) + "\n")
         if cfg.logging.episodes_every and (step + 1) % cfg.logging.episodes_every == 0 and dist.is_main:
             _write_episodes(run_dir / "episodes" / f"step_{step + 1}.jsonl", episodes[: cfg.logging.max_episodes])
         self.loggers.log(metrics, step + 1)
-        progress.advance(step + 1, metrics["reward"])
+        progress.advance(step + 1, metrics["reward"], metrics)
         if stop:
             raise self.diverged(step + 1, stop)
         # A policy on a streak towards a stop is suspect: its weights are not checkpointed, except at the end of
@@ -930,19 +983,25 @@ class _Session:
         suspect = self.guard.suspect()
         due = (cfg.checkpoint.every and (step + 1) % cfg.checkpoint.every == 0 and not suspect) or step + 1 == end
         if due and dist.is_main:
-            state = trainer_state(step + 1, policies, self.optimizers, self.schedulers, guard=self.guard.counts)
-            state["early_warning"] = self.warn.state_dict()
-            if monitor is not None and monitor.state_dict():
-                state["diagnostics/gradients"] = monitor.state_dict()
-            if interventions is not None and interventions.state_dict():
-                state["interventions"] = interventions.state_dict()
-            if self.rollback is not None:
-                state["rollback"] = self.rollback.state_dict()
-            if cfg.train.lr_clock == "role_update":
-                state["lr_clock"] = self.lr_clock
-            save_checkpoint(
-                run_dir, step + 1, state, keep_last=cfg.checkpoint.keep_last, keep_every=cfg.checkpoint.keep_every
-            )
+            self.save(step)
+
+    def save(self, step: int) -> None:
+        """Checkpoint the run as it stands after step `step` (0-based): weights, optimizer, scheduler and RNG
+        state, and every counter a resume needs (train/checkpoint.py)."""
+        cfg, monitor, interventions = self.cfg, self.monitor, self.interventions
+        state = trainer_state(step + 1, self.rt.policies, self.optimizers, self.schedulers, guard=self.guard.counts)
+        state["early_warning"] = self.warn.state_dict()
+        if monitor is not None and monitor.state_dict():
+            state["diagnostics/gradients"] = monitor.state_dict()
+        if interventions is not None and interventions.state_dict():
+            state["interventions"] = interventions.state_dict()
+        if self.rollback is not None:
+            state["rollback"] = self.rollback.state_dict()
+        if cfg.train.lr_clock == "role_update":
+            state["lr_clock"] = self.lr_clock
+        save_checkpoint(
+            self.run_dir, step + 1, state, keep_last=cfg.checkpoint.keep_last, keep_every=cfg.checkpoint.keep_every
+        )
 
     def roll_back(self, event: RollbackEvent) -> None:
         """Restore checkpoint `event.to_step` (weights, optimizer and scheduler state, the divergence streaks, the
