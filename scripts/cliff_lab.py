@@ -287,20 +287,23 @@ def capture_table(recs: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def intervention_table(recs: list[dict[str, Any]], baseline: str, arms: Sequence[str]) -> list[str]:
+INTERVENTIONS = ("-rollback", "-kl")
+
+
+def intervention_table(recs: list[dict[str, Any]], arms: Sequence[str]) -> list[str]:
+    """Each intervention arm ("<baseline>-rollback", "<baseline>-kl") against its baseline arm, seed by seed."""
     by: dict[tuple[Any, Any], dict[str, dict[int, dict[str, Any]]]] = defaultdict(lambda: defaultdict(dict))
     for r in recs:
         by[(r["workflow"], r["lr"])][r["arm"]][r["seed"]] = r
     lines = [
-        f"| workflow | lr | arm | cliffs (baseline {baseline}) | cliff removed and >= 90% of the peak gain kept "
-        "| final - baseline final [95%] | final - base, arm vs baseline peak - base |",
-        "|---|---|---|---|---|---|---|",
+        "| workflow | lr | arm | baseline | cliffs: arm (baseline) | cliff removed and >= 90% of the baseline's "
+        "peak gain kept | final - baseline final [95%] | per seed: arm final - base vs baseline peak - base |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for (wf, lr), by_arm in sorted(by.items(), key=lambda kv: (kv[0][0], _lr_value(kv[0][1]))):
-        if baseline not in by_arm:
-            continue
         for arm in arms:
-            if arm not in by_arm:
+            baseline = next((arm.removesuffix(x) for x in INTERVENTIONS if arm.endswith(x)), None)
+            if arm not in by_arm or baseline not in by_arm:
                 continue
             seeds = sorted(set(by_arm[arm]) & set(by_arm[baseline]))
             if not seeds:
@@ -317,7 +320,7 @@ def intervention_table(recs: list[dict[str, Any]], baseline: str, arms: Sequence
                 gains.append(f"{kept:+.3f} vs {peak_gain:+.3f}")
                 ok += int(not a["cliff"] and kept >= 0.9 * peak_gain)
             lines.append(
-                f"| {wf} | {lr} | {arm} | {cl_a}/{len(seeds)} ({cl_b}/{len(seeds)}) | {ok}/{len(seeds)} | "
+                f"| {wf} | {lr} | {arm} | {baseline} | {cl_a}/{len(seeds)} ({cl_b}/{len(seeds)}) | {ok}/{len(seeds)} | "
                 f"{_fmt_diff(pairs, 'final')} | {'; '.join(gains)} |"
             )
     return lines
@@ -339,14 +342,16 @@ def _lr_value(label: Any) -> float:
 # Figures
 
 
-def figures(recs: list[dict[str, Any]], out: Path, lr: str, arms: Sequence[str]) -> list[Path]:
+def figures(recs: list[dict[str, Any]], out: Path, lr: str, arms: Sequence[str], name: str = "curves") -> list[Path]:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     paths = []
-    workflows = sorted({r["workflow"] for r in recs if r["lr"] == lr})
+    workflows = sorted({r["workflow"] for r in recs if r["lr"] == lr and r["arm"] in arms})
+    if not workflows:
+        return []
     fig, axes = plt.subplots(2, len(workflows), figsize=(4.2 * len(workflows), 6), squeeze=False, sharex="col")
     for j, wf in enumerate(workflows):
         ax, lax = axes[0][j], axes[1][j]
@@ -384,7 +389,7 @@ def figures(recs: list[dict[str, Any]], out: Path, lr: str, arms: Sequence[str])
         lax.grid(alpha=0.3)
         lax.legend(fontsize=6)
     fig.tight_layout()
-    p = out / f"cliff_lab_curves_{lr}.png"
+    p = out / f"cliff_lab_{name}_{lr}.png"
     fig.savefig(p, dpi=110)
     plt.close(fig)
     paths.append(p)
@@ -406,11 +411,12 @@ def tables(raw: Path, out: Path, main_lr: str) -> None:
     md += ["## The amplification warning: norm ratio (old) against alignment (new)", "", *alignment_table(raw), ""]
     if interventions:
         md += ["## Rollback and intervention against the cliff", ""]
-        md += [*intervention_table(recs, "isolated-roleclock", interventions), ""]
-        md += [*intervention_table(recs, "isolated", interventions), ""]
+        md += [*intervention_table(recs, interventions), ""]
     (out / "tables.md").write_text("\n".join(md))
     for lr in sorted({r["lr"] for r in recs}, key=_lr_value):
         figures(recs, out, lr, arms)
+        if any(r["lr"] == lr and r["arm"] in interventions for r in recs):
+            figures(recs, out, lr, ("isolated", "isolated-roleclock", *interventions), name="interventions")
     print(f"wrote {out / 'tables.md'}, {out / 'analysis.json'} and figures ({len(recs)} runs)")
 
 
