@@ -556,9 +556,10 @@ def train(
     except KeyboardInterrupt as e:
         if stop is None or isinstance(e, TrainingInterrupted):
             raise
-        reached = session.reached if session is not None else (latest_step(run_dir) or 0)
         kept = run_dir.is_dir()
         newest = latest_step(run_dir) if kept else None
+        # a stop while a checkpoint was being finished (pruning the old ones) has that step's checkpoint complete
+        reached = max(session.reached if session is not None else 0, newest or 0)
         raise TrainingInterrupted(run_dir, reached, cfg.train.steps, newest, at_once=True, kept=kept) from None
     finally:
         dist.close()
@@ -984,6 +985,7 @@ class _Session:
         due = (cfg.checkpoint.every and (step + 1) % cfg.checkpoint.every == 0 and not suspect) or step + 1 == end
         if due and dist.is_main:
             self.save(step)
+        self.reached = step + 1
 
     def save(self, step: int) -> None:
         """Checkpoint the run as it stands after step `step` (0-based): weights, optimizer, scheduler and RNG

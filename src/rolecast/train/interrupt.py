@@ -62,7 +62,8 @@ class StopRequest:
         try:
             yield self
         finally:
-            signal.signal(signal.SIGINT, previous)
+            # once stopped, the process is on its way out: a further Ctrl-C must not break the exit with a traceback
+            signal.signal(signal.SIGINT, signal.SIG_IGN if self.requested else previous)
 
     @contextmanager
     def training(self) -> Iterator[None]:
@@ -75,6 +76,7 @@ class StopRequest:
 
     def _handle(self, signum: int, frame: Any) -> None:
         if self.requested or not self._training:
+            self.requested = True
             raise KeyboardInterrupt
         self.requested = True
         sys.stderr.write("\nCtrl-C: finishing this step, then checkpointing it (Ctrl-C again stops at once)\n")
