@@ -12,7 +12,7 @@ EXTRAS ?= test
 $(VENV)/.installed-$(EXTRAS): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -c constraints.txt "$(TORCH)" -e ".[cpu,plots,ray,$(EXTRAS)]"
+	$(VENV)/bin/pip install -q -c constraints.txt "$(TORCH)" -e ".[cpu,plots,ray,tensorboard,$(EXTRAS)]"
 	@bash scripts/install-sandbox.sh
 	@bash scripts/install-browser.sh
 	@touch $@
