@@ -191,8 +191,9 @@ def test_html_is_self_contained_with_a_row_per_cell(tmp_path):
     assert rows["testbed-eval_opt-testbed-shared-s0"]["gain"] == "-"
     assert rows["testbed-eval_opt-testbed-isolated-s0"]["state"] == "pending"
 
-    # accuracy plots for the 5 cells with evaluations, gradients for the one that measured them; all real PNGs
-    assert len(page.imgs) == 6
+    # accuracy plots for the 5 cells with evaluations, gradients for the one that measured them, an overlay per
+    # workflow with evaluations (single, voting, eval_opt) and the gain grid; all real PNGs
+    assert len(page.imgs) == 6 + 3 + 1
     for src in page.imgs:
         head, data = src.split(",", 1)
         assert head == "data:image/png;base64"
