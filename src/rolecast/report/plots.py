@@ -210,7 +210,7 @@ def plot_gain_grid(
     """A grid of gains (final - base): rows (workflows) x columns (sharing mode, and model or task where they
     vary); green where significantly above 0, red where significantly below, grey within noise, each cell
     annotated with the gain and its 95% interval."""
-    fig = _figure(1, max(2.0, 0.6 * len(rows) + 1.2))
+    fig = _figure(1, max(3.0, 0.6 * len(rows) + 1.2))
     ax = fig.add_subplot()
     for i, r in enumerate(rows):
         for j, c in enumerate(cols):
