@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from echo_task import PROBLEM, EchoTask
 
 from rolecast.policies.router import build_routing
 from rolecast.prompts import PromptBook
@@ -10,10 +11,9 @@ from rolecast.rewards.math import extract_answer, score_math
 from rolecast.rewards.math_study import study_equivalent, study_extract
 from rolecast.rollout.engine import run_episodes
 from rolecast.rollout.scripted import ScriptedBackend
-from rolecast.tasks.base import Problem, Score, Task
 from rolecast.train.attribution import attribute, score_episodes
 from rolecast.workflows import get_workflow, parse_choice, parse_strategies, parse_verdict
-from rolecast.workflows.parsing import last_boxed, study_parse_choice, study_parse_strategies, study_parse_verdict
+from rolecast.workflows.parsing import study_parse_choice, study_parse_strategies, study_parse_verdict
 
 # ------------------------------------------------------------------------------------------------ math grader
 
@@ -112,20 +112,6 @@ def test_strategy_order_duplicates_and_cap():
 
 
 # ------------------------------------------------------------------------------------------------ in the workflows
-
-
-class EchoTask(Task):
-    name, family = "echo", "testbed"
-
-    def extract_answer(self, text):
-        return last_boxed(text)
-
-    def score(self, problem, text):
-        a = last_boxed(text)
-        return Score(float(a == problem.answer), a)
-
-
-PROBLEM = Problem("p0", "2 + 3", "5")
 
 
 def _run(name, respond, prompts=None, **options):

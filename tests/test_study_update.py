@@ -11,6 +11,7 @@ import random
 
 import pytest
 import torch
+from echo_task import PROBLEM, EchoTask
 
 from rolecast.config import ConfigError, load_config
 from rolecast.episode import Episode, Turn, group_turns
@@ -19,12 +20,10 @@ from rolecast.policies.router import build_routing
 from rolecast.prompts import PromptBook
 from rolecast.rollout.engine import run_episodes
 from rolecast.rollout.scripted import ScriptedBackend
-from rolecast.tasks.base import Problem, Score, Task
 from rolecast.train.advantages import compute_advantages, episode_turn_advantages
 from rolecast.train.grpo import collate, completion_logprobs, train, trainer_logprobs, update_policy
 from rolecast.train.losses import clipped_surrogate
 from rolecast.workflows import get_workflow
-from rolecast.workflows.parsing import last_boxed
 
 # ------------------------------------------------------------------------------------------------ dual-clip
 
@@ -218,20 +217,6 @@ def test_partial_minibatch_scaled_by_rows_over_nominal_size(tiny_model_dir, gene
 
 
 # ------------------------------------------------------------------------------------------------ prompt cap
-
-
-class EchoTask(Task):
-    name, family = "echo", "testbed"
-
-    def extract_answer(self, text):
-        return last_boxed(text)
-
-    def score(self, problem, text):
-        a = last_boxed(text)
-        return Score(float(a == problem.answer), a)
-
-
-PROBLEM = Problem("p0", "2 + 3", "5")
 
 
 class CountingBackend(ScriptedBackend):

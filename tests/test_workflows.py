@@ -3,30 +3,15 @@
 from __future__ import annotations
 
 import pytest
+from echo_task import PROBLEM, EchoTask
 
 from rolecast.policies.router import build_routing
 from rolecast.prompts import PromptBook
 from rolecast.rollout.engine import RolloutStats, run_episodes
 from rolecast.rollout.scripted import ScriptedBackend
-from rolecast.tasks.base import Problem, Score, Task
+from rolecast.tasks.base import Problem
 from rolecast.workflows import PickClaim, VerdictClaim, get_workflow, parse_choice, parse_strategies, parse_verdict
 from rolecast.workflows.parsing import last_boxed
-
-
-class EchoTask(Task):
-    """Answers are the content of the last \\boxed{}; correct when equal to the problem's answer."""
-
-    name, family = "echo", "testbed"
-
-    def extract_answer(self, text):
-        return last_boxed(text)
-
-    def score(self, problem, text):
-        a = last_boxed(text)
-        return Score(float(a == problem.answer), a)
-
-
-PROBLEM = Problem("p0", "2 + 3", "5")
 
 
 def run(name, respond, problems=(PROBLEM,), samples=1, sharing="isolated", **options):
