@@ -522,14 +522,14 @@ def gradient_panels(
         policies[pid] = policies.get(pid, 0) + 1
     panels: list[tuple[str, dict[str, tuple[list[int], list[float]]]]] = []
     if shares and max(policies.values()) >= 2:
-        panels.append(("gradient share s_r = g_r.g/|g|^2", shares))
+        panels.append(("gradient share s_r", shares))
     elif "norm" in grads:
-        panels.append(("gradient norm |g_r| (one role per policy)", grads["norm"]))
+        panels.append(("role gradient norm", grads["norm"]))
     refs: dict[int, list[tuple[float, str]]] = {}
     if "alignment" in grads:
         n = max((max(ys) for _, ys in grads.get("instances", {}).values() if ys), default=0)
         refs[len(panels)] = [(1.0, "orthogonal (1)")] + ([(float(n), f"identical ({n:g})")] if n >= 2 else [])
-        panels.append(("instance alignment |sum g_i|^2 / sum |g_i|^2", grads["alignment"]))
+        panels.append(("instance alignment", grads["alignment"]))
     return panels, refs
 
 

@@ -13,12 +13,12 @@ from ..diagnostics.curves import Cliff, CurvePoint
 Series = dict[str, tuple[list[int], list[float]]]  # label -> (steps, values)
 
 
-def _figure(rows: int, height: float = 3.0) -> Any:
+def _figure(rows: int, height: float = 3.0, width: float = 8.0) -> Any:
     try:
         from matplotlib.figure import Figure  # a bare Figure renders with Agg; pyplot's global state is untouched
     except ImportError as e:
         raise ImportError("plots need matplotlib: pip install 'rolecast[plots]'") from e
-    return Figure(figsize=(8, height * rows), layout="constrained")
+    return Figure(figsize=(width, height * rows), layout="constrained")
 
 
 def _integer_steps(ax: Any) -> None:
@@ -210,7 +210,7 @@ def plot_gain_grid(
     """A grid of gains (final - base): rows (workflows) x columns (sharing mode, and model or task where they
     vary); green where significantly above 0, red where significantly below, grey within noise, each cell
     annotated with the gain and its 95% interval."""
-    fig = _figure(1, max(3.0, 0.6 * len(rows) + 1.2))
+    fig = _figure(1, max(3.0, 0.7 * len(rows) + 1.6), width=max(8.0, 1.25 * len(cols) + 1.5))
     ax = fig.add_subplot()
     for i, r in enumerate(rows):
         for j, c in enumerate(cols):
@@ -220,12 +220,12 @@ def plot_gain_grid(
             else:
                 v, lo, hi = g
                 color = "#8fd18f" if lo > 0 else "#f08c8c" if hi < 0 else "#dddddd"
-                text = f"{v:+.3f}\n[{lo:+.2f}, {hi:+.2f}]"
+                text = f"{v:+.3f}\n[{lo:+.2f},\n{hi:+.2f}]"
             ax.add_patch(_rect(j, len(rows) - 1 - i, color))
             ax.text(j + 0.5, len(rows) - 0.5 - i, text, ha="center", va="center", fontsize=8)
     ax.set_xlim(0, len(cols))
     ax.set_ylim(0, len(rows))
-    ax.set_xticks([j + 0.5 for j in range(len(cols))], list(cols), fontsize=8)
+    ax.set_xticks([j + 0.5 for j in range(len(cols))], list(cols), fontsize=8, rotation=30, ha="right")
     ax.set_yticks([len(rows) - 0.5 - i for i in range(len(rows))], list(rows), fontsize=8)
     ax.tick_params(length=0)
     ax.set_title("gain = final - base, 95% interval (green: above 0, red: below, grey: within noise)", fontsize=9)
