@@ -32,13 +32,20 @@ class Runtime:
     backend: Backend
 
     def evaluate(
-        self, problems: Sequence[Problem], *, n_samples: int, options: dict[str, Any], ks: Sequence[int] = (1,)
+        self,
+        problems: Sequence[Problem],
+        *,
+        n_samples: int,
+        options: dict[str, Any],
+        ks: Sequence[int] = (1,),
+        task: Task | None = None,
     ) -> EvalResult:
-        """This runtime's workflow on `problems`, `n_samples` each, with its backend as it is set now."""
+        """This runtime's workflow on `problems`, `n_samples` each, with its backend as it is set now; `task`
+        scores them instead of the runtime's own (a further held-out set, eval.extra_sets)."""
         return evaluate(
             self.spec,
             problems,
-            task=self.task,
+            task=task or self.task,
             prompts=self.prompts,
             router=self.routing,
             backend=self.backend,

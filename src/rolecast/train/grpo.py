@@ -734,7 +734,14 @@ class _Session:
             extra = []
             for name, task, problems in self.extra_evals:  # each further set from the same seed as the first
                 backend.reseed(_step_seed(cfg.seed, step, 2))
-                extra.append((name, task, evaluate_set(rt, task, problems, cfg)))
+                extra_res = rt.evaluate(
+                    problems,
+                    task=task,
+                    n_samples=cfg.eval.n_samples,
+                    options=cfg.workflow.options,
+                    ks=(1, cfg.eval.n_samples),
+                )
+                extra.append((name, task, extra_res))
         finally:
             backend.temperature = saved
             if top_p is not None:
@@ -1044,23 +1051,6 @@ def _extra_eval_sets(cfg: RunConfig) -> tuple[tuple[str, Any, list[Problem]], ..
         task = make_task(s.task, **s.options)
         out.append((s.name, task, list(task.problems(s.split))[: s.size]))
     return tuple(out)
-
-
-def evaluate_set(rt: Runtime, task: Any, problems: list[Problem], cfg: RunConfig) -> Any:
-    """The run's workflow, prompts, routing and backend (as set now) on another task's problems."""
-    from ..evaluation import evaluate
-
-    return evaluate(
-        rt.spec,
-        problems,
-        task=task,
-        prompts=rt.prompts,
-        router=rt.routing,
-        backend=rt.backend,
-        n_samples=cfg.eval.n_samples,
-        options=cfg.workflow.options,
-        ks=(1, cfg.eval.n_samples),
-    )
 
 
 class DivergenceGuard:
