@@ -176,22 +176,34 @@ def map_table(recs: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def diff_table(recs: list[dict[str, Any]], pairs_of: Sequence[tuple[str, str]]) -> list[str]:
-    by: dict[tuple[Any, Any], dict[str, dict[int, dict[str, Any]]]] = defaultdict(lambda: defaultdict(dict))
+Arms = dict[str, dict[int, dict[str, Any]]]  # arm -> seed -> run record
+
+
+def _by_workflow_lr(recs: list[dict[str, Any]]) -> list[tuple[tuple[Any, Any], Arms]]:
+    """The runs as (workflow, lr) -> arm -> seed -> record, in workflow then lr order."""
+    by: dict[tuple[Any, Any], Arms] = defaultdict(lambda: defaultdict(dict))
     for r in recs:
         by[(r["workflow"], r["lr"])][r["arm"]][r["seed"]] = r
+    return sorted(by.items(), key=lambda kv: (kv[0][0], _lr_value(kv[0][1])))
+
+
+def _seed_pairs(arms: Arms, a: str | None, b: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(arm a's run, arm b's run) for every seed both ran; empty when either arm is missing."""
+    if a not in arms or b not in arms:
+        return []
+    return [(arms[a][s], arms[b][s]) for s in sorted(set(arms[a]) & set(arms[b]))]
+
+
+def diff_table(recs: list[dict[str, Any]], pairs_of: Sequence[tuple[str, str]]) -> list[str]:
     lines = [
         "| workflow | lr | difference | final [95%] | peak [95%] |",
         "|---|---|---|---|---|",
     ]
-    for (wf, lr), arms in sorted(by.items(), key=lambda kv: (kv[0][0], _lr_value(kv[0][1]))):
+    for (wf, lr), arms in _by_workflow_lr(recs):
         for a, b in pairs_of:
-            if a not in arms or b not in arms:
+            pairs = _seed_pairs(arms, a, b)
+            if not pairs:
                 continue
-            seeds = sorted(set(arms[a]) & set(arms[b]))
-            if not seeds:
-                continue
-            pairs = [(arms[a][s], arms[b][s]) for s in seeds]
             lines.append(f"| {wf} | {lr} | {b} - {a} | {_fmt_diff(pairs, 'final')} | {_fmt_diff(pairs, 'peak')} |")
     return lines
 
@@ -292,23 +304,18 @@ INTERVENTIONS = ("-rollback", "-kl")
 
 def intervention_table(recs: list[dict[str, Any]], arms: Sequence[str]) -> list[str]:
     """Each intervention arm ("<baseline>-rollback", "<baseline>-kl") against its baseline arm, seed by seed."""
-    by: dict[tuple[Any, Any], dict[str, dict[int, dict[str, Any]]]] = defaultdict(lambda: defaultdict(dict))
-    for r in recs:
-        by[(r["workflow"], r["lr"])][r["arm"]][r["seed"]] = r
     lines = [
         "| workflow | lr | arm | baseline | cliffs: arm (baseline) | cliff removed and >= 90% of the baseline's "
         "peak gain kept | final - baseline final [95%] | per seed: arm final - base vs baseline peak - base |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for (wf, lr), by_arm in sorted(by.items(), key=lambda kv: (kv[0][0], _lr_value(kv[0][1]))):
+    for (wf, lr), by_arm in _by_workflow_lr(recs):
         for arm in arms:
             baseline = next((arm.removesuffix(x) for x in INTERVENTIONS if arm.endswith(x)), None)
-            if arm not in by_arm or baseline not in by_arm:
+            pairs = _seed_pairs(by_arm, baseline, arm)
+            if not pairs:
                 continue
-            seeds = sorted(set(by_arm[arm]) & set(by_arm[baseline]))
-            if not seeds:
-                continue
-            pairs = [(by_arm[baseline][s], by_arm[arm][s]) for s in seeds]
+            n = len(pairs)
             cl_b = sum(bool(b["cliff"]) for b, _ in pairs)
             cl_a = sum(bool(a["cliff"]) for _, a in pairs)
             ok = 0
@@ -320,7 +327,7 @@ def intervention_table(recs: list[dict[str, Any]], arms: Sequence[str]) -> list[
                 gains.append(f"{kept:+.3f} vs {peak_gain:+.3f}")
                 ok += int(not a["cliff"] and kept >= 0.9 * peak_gain)
             lines.append(
-                f"| {wf} | {lr} | {arm} | {baseline} | {cl_a}/{len(seeds)} ({cl_b}/{len(seeds)}) | {ok}/{len(seeds)} | "
+                f"| {wf} | {lr} | {arm} | {baseline} | {cl_a}/{n} ({cl_b}/{n}) | {ok}/{n} | "
                 f"{_fmt_diff(pairs, 'final')} | {'; '.join(gains)} |"
             )
     return lines
