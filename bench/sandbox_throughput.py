@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -23,33 +22,13 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from rolecast.rewards.code import CodeTests, score_code_many, score_program
-from rolecast.rewards.sandbox import (
-    Limits,
-    SandboxPool,
-    _bwrap_cmd,
-    _interpreter,
-    run_python,
-    sandbox_mode,
-    seccomp_filter,
-)
+from rolecast.rewards.sandbox import SandboxPool, run_bare, run_python, sandbox_mode
 from rolecast.tasks.datasets import dataset_file
 
 
 def bwrap_floor() -> None:
     """The container alone, as the sandbox starts it (same mounts and filter), running `python -I -S -c pass`."""
-    bpf = seccomp_filter()
-    fds: tuple[int, ...] = ()
-    if bpf is not None:
-        r, w = os.pipe()
-        os.write(w, bpf)
-        os.close(w)
-        fds = (r,)
-    try:
-        cmd = _bwrap_cmd(Limits(), fds[0] if fds else None) + [_interpreter()[0], "-I", "-S", "-c", "pass"]
-        subprocess.run(cmd, capture_output=True, check=True, pass_fds=fds)
-    finally:
-        for fd in fds:
-            os.close(fd)
+    run_bare("pass").check_returncode()
 
 
 ADD = CodeTests(kind="asserts", asserts=("assert add(1, 2) == 3",))

@@ -346,28 +346,34 @@ def _bwrap_has(option: str) -> bool:
     return option in out.stdout + out.stderr
 
 
-def _probe() -> tuple[str, str]:
-    """("bwrap", "") when bubblewrap can run our interpreter here, else ("fallback", why not)."""
-    if shutil.which("bwrap") is None:
-        return "fallback", "bubblewrap (bwrap) is not installed"
+def run_bare(code: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    """`python -I -S -c code` in the container alone, as the sandbox starts it (the same mounts and seccomp
+    filter, no harness): the probe below, and the container-floor benchmark (bench/sandbox_throughput.py)."""
     bpf = seccomp_filter()
-    r = w = None
+    r = None
     try:
-        pass_fds: tuple[int, ...] = ()
         if bpf is not None:
             r, w = os.pipe()
             os.write(w, bpf)
             os.close(w)
-            pass_fds = (r,)
-        probe = subprocess.run(
-            _bwrap_cmd(Limits(), r) + [_interpreter()[0], "-I", "-S", "-c", "print('ok')"],
-            capture_output=True, text=True, timeout=30, env=_SANDBOX_ENV, pass_fds=pass_fds,
+        return subprocess.run(
+            _bwrap_cmd(Limits(), r) + [_interpreter()[0], "-I", "-S", "-c", code],
+            capture_output=True, text=True, timeout=timeout, env=_SANDBOX_ENV,
+            pass_fds=() if r is None else (r,),
         )  # fmt: skip
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return "fallback", f"bubblewrap is installed but cannot start a sandbox here ({e})"
     finally:
         if r is not None:
             os.close(r)
+
+
+def _probe() -> tuple[str, str]:
+    """("bwrap", "") when bubblewrap can run our interpreter here, else ("fallback", why not)."""
+    if shutil.which("bwrap") is None:
+        return "fallback", "bubblewrap (bwrap) is not installed"
+    try:
+        probe = run_bare("print('ok')")
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return "fallback", f"bubblewrap is installed but cannot start a sandbox here ({e})"
     if probe.returncode == 0 and probe.stdout.strip() == "ok":
         return "bwrap", ""
     return "fallback", f"bubblewrap is installed but cannot start a sandbox here ({probe.stderr.strip()[:300]})"
