@@ -97,22 +97,29 @@ class PairedDifference:
         return self.mean + self.multiplier * self.se
 
 
-def paired_difference(pairs: Sequence[tuple[CurvePoint, CurvePoint]]) -> PairedDifference:
-    """`pairs`: (a, b) points of the same seed (same problems, same evaluation problems). The SE is the larger
-    of the spread of the per-seed differences over seeds (sd / sqrt(k)) and the evaluations' own noise
-    (sqrt(sum of their variances) / k): with 2-3 seeds the sample spread alone can come out implausibly small."""
-    k = len(pairs)
-    if k == 0:
-        raise ValueError("paired_difference: no pairs")
-    diffs = [b.value - a.value for a, b in pairs]
-    mean = sum(diffs) / k
-    se = math.sqrt(sum(a.se**2 + b.se**2 for a, b in pairs)) / k
+def mean_over_seeds(values: Sequence[float], ses: Sequence[float]) -> PairedDifference:
+    """The mean of one measurement per seed (`values`, each with its own evaluation SE in `ses`). The SE is the
+    larger of the spread over seeds (sd / sqrt(k)) and the evaluations' own noise (sqrt(sum of their
+    variances) / k): with 2-3 seeds the sample spread alone can come out implausibly small."""
+    k = len(values)
+    if k == 0 or len(ses) != k:
+        raise ValueError(f"mean_over_seeds: need one SE per value and at least one value, got {k} and {len(ses)}")
+    mean = sum(values) / k
+    se = math.sqrt(sum(x**2 for x in ses)) / k
     if k >= 2:
-        sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (k - 1))
+        sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (k - 1))
         se = max(se, sd / math.sqrt(k))
     df = k - 1 if k >= 2 else math.inf
     q, power = t_quantile(0.975, df), t_quantile(0.80, df)
     return PairedDifference(mean, se, k, q, (q + power) * se)
+
+
+def paired_difference(pairs: Sequence[tuple[CurvePoint, CurvePoint]]) -> PairedDifference:
+    """`pairs`: (a, b) points of the same seed (same problems, same evaluation problems): the mean over seeds
+    of b - a, each difference's own SE the two evaluations' combined."""
+    if not pairs:
+        raise ValueError("paired_difference: no pairs")
+    return mean_over_seeds([b.value - a.value for a, b in pairs], [math.hypot(a.se, b.se) for a, b in pairs])
 
 
 @dataclass(frozen=True)

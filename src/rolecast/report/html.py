@@ -29,6 +29,7 @@ from ..diagnostics.curves import (
     CurveSummary,
     PairedDifference,
     eval_points,
+    mean_over_seeds,
     paired_difference,
     summarize_curve,
 )
@@ -556,9 +557,8 @@ def overlay_bands(
                     points[p.step].append(p)
             band = {}
             for step, ps in sorted(points.items()):
-                zero = CurvePoint(step, 0.0, 0.0, 1)  # the mean of p - 0 over seeds: the mean of p
-                d = paired_difference([(zero, p) for p in ps])
-                band[step] = (d.mean, d.low, d.high)
+                m = mean_over_seeds([p.value for p in ps], [p.se for p in ps])
+                band[step] = (m.mean, m.low, m.high)
             out[key][mode] = band
     return out
 
