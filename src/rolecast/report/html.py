@@ -298,6 +298,11 @@ def _pool(cells: list[CellView], which: str) -> tuple[float, float]:
     return mean, se
 
 
+def _curves_by_seed(cells: list[CellView]) -> list[tuple[Any, CurveSummary]]:
+    """(seed, curve) of each cell that has a curve."""
+    return [(c.axes.get("seed"), c.curve) for c in cells if c.curve is not None]
+
+
 def compare_sharing(cells: list[CellView]) -> list[SharingComparison]:
     """Per (workflow, task, model), over finished cells: b - a in peak and final pass@1 for every mode b other
     than the reference a (shared when present, else the first mode; isolated is compared first). Over the seeds
@@ -321,12 +326,12 @@ def compare_sharing(cells: list[CellView]) -> list[SharingComparison]:
         if len(names) == 1:
             out.append(SharingComparison(wf, task, model, modes, a, a, None, None))
         for b in names[1:]:
-            seeds_a = {c.axes.get("seed"): c for c in by_mode[a] if c.curve}
-            pairs = [(seeds_a[c.axes.get("seed")], c) for c in by_mode[b] if c.curve and c.axes.get("seed") in seeds_a]
+            seeds_a = dict(_curves_by_seed(by_mode[a]))
+            pairs = [(seeds_a[seed], cur) for seed, cur in _curves_by_seed(by_mode[b]) if seed in seeds_a]
             pf = pp = None
             if pairs:
-                pf = paired_difference([(x.curve.final, y.curve.final) for x, y in pairs])  # type: ignore[union-attr]
-                pp = paired_difference([(x.curve.peak, y.curve.peak) for x, y in pairs])  # type: ignore[union-attr]
+                pf = paired_difference([(x.final, y.final) for x, y in pairs])
+                pp = paired_difference([(x.peak, y.peak) for x, y in pairs])
                 fd, pd = (pf.mean, pf.se), (pp.mean, pp.se)
             else:
                 pd = (modes[b]["peak"] - modes[a]["peak"], math.hypot(modes[a]["peak_se"], modes[b]["peak_se"]))
@@ -552,8 +557,8 @@ def overlay_bands(
     for key, modes in by.items():
         for mode, cs in modes.items():
             points: dict[int, list[CurvePoint]] = defaultdict(list)
-            for c in cs:
-                for p in c.curve.points:  # type: ignore[union-attr]
+            for _, cur in _curves_by_seed(cs):
+                for p in cur.points:
                     points[p.step].append(p)
             band = {}
             for step, ps in sorted(points.items()):
@@ -574,7 +579,7 @@ def gain_grid(cells: list[CellView]) -> tuple[list[str], list[str], dict[tuple[s
         groups[(str(c.axes.get("workflow")), col)].append(c)
     gains = {}
     for key, cs in groups.items():
-        d = paired_difference([(c.curve.base, c.curve.final) for c in cs])  # type: ignore[union-attr,misc]
+        d = paired_difference([(cur.base, cur.final) for _, cur in _curves_by_seed(cs) if cur.base is not None])
         gains[key] = (d.mean, d.low, d.high)
     rows = list(dict.fromkeys(r for r, _ in sorted(gains)))
     cols = list(dict.fromkeys(c for _, c in sorted(gains, key=lambda k: k[1])))
