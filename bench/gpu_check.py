@@ -150,7 +150,7 @@ def run_cell(
     for r, g in zip(reqs, gens, strict=True):
         if not g.completion_ids:
             continue
-        from rolecast.episode import Turn
+        from rolecast.core.episode import Turn
 
         turn = Turn(r.policy_id, "x", r.policy_id, g.prompt_ids, g.completion_ids, g.logprobs, g.text, "stop")
         batch = to_device(collate([turn], rt.tokenizer.pad_token_id), rt.policies.device)

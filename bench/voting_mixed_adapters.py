@@ -86,7 +86,7 @@ def run(args) -> int:
         model_dir = build_tiny_model(Path(tmp) / "model", vocab="tiny")
         tok = load_tokenizer(model_dir)
         print(f"machine: {machine()}")
-        from rolecast.devices import resolve_mixed_adapters
+        from rolecast.core.devices import resolve_mixed_adapters
 
         auto = resolve_mixed_adapters("auto", "cpu")
         print(f"rollout.mixed_adapters auto on the CPU: {'mixed batch' if auto else 'one pass per adapter'}")

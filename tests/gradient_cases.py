@@ -9,8 +9,8 @@ import random
 import torch
 
 from rolecast.config import load_config
+from rolecast.core.episode import Turn
 from rolecast.diagnostics.gradients import flat_grad, flat_params
-from rolecast.episode import Turn
 from rolecast.policies import PolicySet, load_tokenizer
 from rolecast.train.grpo import collate, completion_logprobs, update_policy
 from rolecast.train.losses import clipped_surrogate

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from rolecast.episode import Episode, Turn, group_turns
+from rolecast.core.episode import Episode, Turn, group_turns
 from rolecast.train.advantages import ADVANTAGES, compute_advantages, episode_turn_advantages
 
 EPS = 1e-6

@@ -17,8 +17,8 @@ import pytest
 import torch
 
 from rolecast.config import ConfigError, load_config
-from rolecast.episode import Turn
-from rolecast.errors import MissingPackageError
+from rolecast.core.episode import Turn
+from rolecast.core.errors import MissingPackageError
 from rolecast.policies import PolicySet, load_tokenizer
 from rolecast.rollout.engine import Backend, GenRequest
 from rolecast.rollout.hf import HFBackend, chat_prompt_ids

@@ -15,7 +15,7 @@ import pytest
 from rolecast import runtime
 from rolecast.cli import main
 from rolecast.config import ConfigError, load_config
-from rolecast.errors import DatasetError, MissingPackageError, ModelNotFoundError, UserError, require
+from rolecast.core.errors import DatasetError, MissingPackageError, ModelNotFoundError, UserError, require
 from rolecast.tasks import make_task
 from rolecast.tasks.datasets import read_rows
 from rolecast.workflows import get_workflow
@@ -320,7 +320,7 @@ def test_every_expected_error_is_a_user_error():
 
 
 def test_episode_round_trips_through_the_episodes_file():
-    from rolecast.episode import AnswerClaim, Episode, PickClaim, Turn, VerdictClaim
+    from rolecast.core.episode import AnswerClaim, Episode, PickClaim, Turn, VerdictClaim
 
     def turn(claim, i):
         return Turn("r", "r", "p", [1], [2], [0.0], "t", "stop", index=i, claim=claim)

@@ -373,7 +373,7 @@ def test_repeated_prompts_are_prefilled_once_with_the_same_outputs(testbed_shape
 
 
 def test_distinct_rows():
-    from rolecast.episode import distinct_rows
+    from rolecast.core.episode import distinct_rows
 
     assert distinct_rows(["a", "b", "a", "c", "b"]) == ([0, 1, 3], [0, 1, 0, 2, 1])
 

@@ -10,6 +10,7 @@ import pytest
 import torch
 from gradient_cases import config, on_policy, reference_grad, setup, sgd_update, voting_turns
 
+from rolecast.core.episode import Turn
 from rolecast.diagnostics.gradients import (
     CountSketch,
     DirectionEMA,
@@ -18,7 +19,6 @@ from rolecast.diagnostics.gradients import (
     gradient_mass,
     gradient_statistics,
 )
-from rolecast.episode import Turn
 
 # ---------------------------------------------------------------------------------------------------------
 # Statistics on hand-built vectors

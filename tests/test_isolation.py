@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from rolecast.config import ConfigError, load_config
-from rolecast.episode import Turn
+from rolecast.core.episode import Turn
 from rolecast.policies import load_tokenizer
 from rolecast.policies.router import build_routing
 from rolecast.runtime import build_runtime

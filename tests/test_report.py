@@ -13,7 +13,7 @@ import pytest
 from report_fixtures import build_sweep
 
 from rolecast.cli import main
-from rolecast.errors import ReportError
+from rolecast.core.errors import ReportError
 from rolecast.report.html import (
     collect_map,
     compare_sharing,

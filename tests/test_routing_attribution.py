@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from rolecast.episode import AnswerClaim, Episode, PickClaim, Turn, VerdictClaim, group_turns, turns_by_policy
+from rolecast.core.episode import AnswerClaim, Episode, PickClaim, Turn, VerdictClaim, group_turns, turns_by_policy
 from rolecast.policies.router import build_routing
+from rolecast.scoring import attribute, score_episodes
 from rolecast.tasks.base import Problem, Score, Task
-from rolecast.train.attribution import attribute, score_episodes
 from rolecast.workflows.parsing import last_boxed
 
 

@@ -9,9 +9,9 @@ from typing import ClassVar
 
 import pytest
 
+from rolecast.core.episode import Episode, Turn
 from rolecast.diagnostics import signatures as sig
 from rolecast.diagnostics.warnings import EarlyWarning, WarningConfig, metric_entries
-from rolecast.episode import Episode, Turn
 
 TH = sig.SignatureThresholds()
 

@@ -11,7 +11,7 @@ from rolecast.rewards.math import extract_answer, score_math
 from rolecast.rewards.math_study import study_equivalent, study_extract
 from rolecast.rollout.engine import run_episodes
 from rolecast.rollout.scripted import ScriptedBackend
-from rolecast.train.attribution import attribute, score_episodes
+from rolecast.scoring import attribute, score_episodes
 from rolecast.workflows import get_workflow, parse_choice, parse_strategies, parse_verdict
 from rolecast.workflows.parsing import study_parse_choice, study_parse_strategies, study_parse_verdict
 

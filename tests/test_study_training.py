@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from rolecast.config import ConfigError, load_config
-from rolecast.episode import Turn
+from rolecast.core.episode import Turn
 from rolecast.policies import PolicySet, load_tokenizer
 from rolecast.rollout.engine import GenRequest, run_episodes
 from rolecast.rollout.hf import HFBackend

@@ -14,7 +14,7 @@ import torch
 from echo_task import PROBLEM, EchoTask
 
 from rolecast.config import ConfigError, load_config
-from rolecast.episode import Episode, Turn, group_turns
+from rolecast.core.episode import Episode, Turn, group_turns
 from rolecast.policies import PolicySet, load_tokenizer
 from rolecast.policies.router import build_routing
 from rolecast.prompts import PromptBook
@@ -366,7 +366,7 @@ def test_ended_episode_rewards_team_or_study():
     solutions) exceeds a cap of 20, so the episode ends with the three voter turns and no answer. team: every turn
     gets the episode's 0; study: each voter keeps its own correctness, 1, 1, 0, as the study's committed
     trajectories do; on a code task the study's are 0 too."""
-    from rolecast.train.attribution import attribute, score_episodes, study_ended_rewards
+    from rolecast.scoring import attribute, score_episodes, study_ended_rewards
 
     def episode():
         answers = iter([r"\boxed{5}", r"\boxed{5}", r"\boxed{6}"])

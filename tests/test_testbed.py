@@ -417,7 +417,7 @@ def test_shipped_judging_roles_do_their_job_on_their_own_rollouts():
 def test_rollout_synthesizer_summary_counts_workers_by_hand():
     """What the workers gave the synthesizer, on three hand-built episodes (truth 8): disagreement, accuracy by
     position and the majority-vote ceiling (ties and no majority: worker 1)."""
-    from rolecast.episode import AnswerClaim, Episode, Turn
+    from rolecast.core.episode import AnswerClaim, Episode, Turn
     from rolecast.testbed.rollouts import _synthesizer
 
     def ep(workers: list[str], final: str) -> Episode:

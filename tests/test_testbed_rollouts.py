@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rolecast.episode import AnswerClaim, Episode, PickClaim, Turn, VerdictClaim
+from rolecast.core.episode import AnswerClaim, Episode, PickClaim, Turn, VerdictClaim
 from rolecast.testbed.rollouts import SUMMARIES
 
 

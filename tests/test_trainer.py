@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from rolecast.config import load_config
-from rolecast.episode import Turn
+from rolecast.core.episode import Turn
 from rolecast.policies import PolicySet
 from rolecast.train.grpo import batching_order, collate, completion_logprobs, micro_batches, train, update_policy
 

@@ -10,7 +10,7 @@ import pytest
 
 from rolecast.cli import main
 from rolecast.config import load_config
-from rolecast.errors import UserError
+from rolecast.core.errors import UserError
 from rolecast.policies.router import build_routing
 from rolecast.prompts import PromptBook, PromptFileError
 from rolecast.rollout.engine import RolloutStats, run_episodes

@@ -4,7 +4,7 @@ non-zero and every step has a gradient (`train.attribution: token_rewards:even_t
 
 from __future__ import annotations
 
-from rolecast.episode import Episode
+from rolecast.core.episode import Episode
 
 
 def even_tokens(ep: Episode) -> None:

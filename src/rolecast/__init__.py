@@ -11,9 +11,9 @@ The Python API (README, "From Python"):
 # `rolecast.train` names the function imported below, and a subpackage holds the training code (imported as
 # `from rolecast.train.grpo import ...`). Importing a subpackage binds its name in this package only the first time
 # it is imported, so it is imported first: the function bound after it keeps the name.
-from . import train as _training_code
-from .api import TrainResult, train
-from .config import RunConfig, load_config
+from rolecast import train as _training_code
+from rolecast.api import TrainResult, train
+from rolecast.config import RunConfig, load_config
 
 del _training_code
 

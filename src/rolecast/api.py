@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .config import RunConfig
+from rolecast.config import RunConfig
 
 
 @dataclass(frozen=True)
@@ -41,8 +41,8 @@ def train(
     """Train per `config` (from `load_config`), as `rolecast train` does. `resume`: a run directory to continue
     (`config` may differ from its config.yaml only in steps, lr, eval, logging and checkpoint settings);
     `stop_after`: end this session after that many steps, checkpointed; `overwrite`: replace a run already in
-    `config.run_dir`. Errors a user can fix are `rolecast.errors.UserError`s with a one-line message."""
-    from .train.grpo import train as run_training  # heavy (torch, transformers): only when training
+    `config.run_dir`. Errors a user can fix are `rolecast.core.errors.UserError`s with a one-line message."""
+    from rolecast.train.grpo import train as run_training  # heavy (torch, transformers): only when training
 
     summary = run_training(config, resume=resume, stop_after=stop_after, overwrite=overwrite)
     return TrainResult(

@@ -12,10 +12,10 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from . import __version__
-from .config import ConfigError, load_config, parse_override
-from .errors import UserError
-from .testbed import ARTIFACT_DIRS
+from rolecast import __version__
+from rolecast.config import ConfigError, load_config, parse_override
+from rolecast.core.errors import UserError
+from rolecast.policies.shipped import ARTIFACT_DIRS
 
 # Common flags map onto config fields; `--set section.field=value` reaches every other field.
 FLAG_FIELDS = {
@@ -95,9 +95,9 @@ def cmd_train(args: argparse.Namespace) -> int:
             raise ConfigError(f"cannot resume {args.resume}: no {config}, so it is not a rolecast run directory")
     cfg = load_config(config, *_overrides(args))
     _quiet_libraries(args)
-    from .train.checkpoint import DiskFullError, latest_step
-    from .train.grpo import train  # heavy imports only once the config is known to be good
-    from .train.interrupt import StopRequest, TrainingInterrupted
+    from rolecast.train.checkpoint import DiskFullError, latest_step
+    from rolecast.train.grpo import train  # heavy imports only once the config is known to be good
+    from rolecast.train.interrupt import StopRequest, TrainingInterrupted
 
     # Ctrl-C finishes the step in progress and checkpoints it; not under torchrun, whose processes must stop together
     stop = StopRequest() if int(os.environ.get("WORLD_SIZE", "1")) == 1 else None
@@ -143,7 +143,7 @@ def _quiet_libraries(args: argparse.Namespace) -> None:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from .evaluate_cli import run_eval_command
+    from rolecast.evaluate_cli import run_eval_command
 
     config = args.config
     if args.checkpoint and not config:  # the run's own workflow, routing and policies, so its weights fit
@@ -158,7 +158,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from .export import export_run
+    from rolecast.export import export_run
 
     result = export_run(args.run_dir, args.out, step=args.step, overwrite=args.overwrite)
     for p in result.policies:
@@ -169,7 +169,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_testbed(args: argparse.Namespace) -> int:
-    from . import testbed
+    from rolecast import testbed
 
     if args.action == "build":
         options: dict[str, Any] = {}  # what the command line leaves out keeps build()'s default
@@ -185,7 +185,7 @@ def cmd_testbed(args: argparse.Namespace) -> int:
         path = Path(args.dir) if args.dir else testbed.default_path(args.size)
         print(f"testbed: {path}")
         if args.action == "rollouts":
-            from .testbed.rollouts import rollout_competence
+            from rolecast.testbed.rollouts import rollout_competence
 
             print(testbed.format_rollouts(rollout_competence(path, seed=args.seed)))
             return 0
@@ -194,7 +194,7 @@ def cmd_testbed(args: argparse.Namespace) -> int:
 
 
 def cmd_model(args: argparse.Namespace) -> int:
-    from .policies.shapes import init_random_model
+    from rolecast.policies.shapes import init_random_model
 
     path = init_random_model(args.shape, args.out, seed=args.seed)
     print(f"random-weight {args.shape} with the Qwen3 tokenizer saved to {path}")
@@ -202,7 +202,7 @@ def cmd_model(args: argparse.Namespace) -> int:
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
-    from .report.analyze import analyze, format_summary
+    from rolecast.report.analyze import analyze, format_summary
 
     if not Path(args.run_dir).is_dir():
         print(f"rolecast: analyze: {args.run_dir} is not a directory", file=sys.stderr)
@@ -221,7 +221,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def _print_report(runs_dir: str | Path, out: str | None) -> None:
-    from .report.html import text_map, write_report
+    from rolecast.report.html import text_map, write_report
 
     path, smap = write_report(runs_dir, out)
     print(text_map(smap))
@@ -229,8 +229,8 @@ def _print_report(runs_dir: str | Path, out: str | None) -> None:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from .sweep import load_matrix, make_executor, run_sweep, summary_table
-    from .sweep.matrix import describe
+    from rolecast.sweep import load_matrix, make_executor, run_sweep, summary_table
+    from rolecast.sweep.matrix import describe
 
     extra = dict(parse_override(item) for item in args.set)
     matrix = load_matrix(args.matrix, out=args.out, extra_set=extra)  # validates every cell before anything runs

@@ -14,7 +14,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from .errors import ConfigError, FieldError, MissingPackageError, UserError, require
+from rolecast.core.errors import ConfigError, FieldError, MissingPackageError, UserError, require
 
 __all__ = ["ConfigError", "FieldError", "RunConfig", "dump_config", "load_config", "parse_override", "validate_config"]
 
@@ -393,13 +393,13 @@ def check_run_config(cfg: RunConfig) -> None:
             "the same, so every advantage is 0 and nothing is learned. Sample with a temperature > 0 "
             "(e.g. 0.7 or 1.0); greedy evaluation is eval.protocol: greedy",
         )
-    from .policies.router import build_routing
-    from .prompts import PromptBook, PromptFileError
-    from .tasks import make_task, task_names
-    from .train.advantages import ADVANTAGES, SINGLETON_REWARD_ESTIMATORS
-    from .train.attribution import ATTRIBUTIONS
-    from .train.losses import AGGREGATIONS
-    from .workflows import get_workflow
+    from rolecast.policies.router import build_routing
+    from rolecast.prompts import PromptBook, PromptFileError
+    from rolecast.scoring import ATTRIBUTIONS
+    from rolecast.tasks import make_task, task_names
+    from rolecast.train.advantages import ADVANTAGES, SINGLETON_REWARD_ESTIMATORS
+    from rolecast.train.losses import AGGREGATIONS
+    from rolecast.workflows import get_workflow
 
     try:
         spec = get_workflow(cfg.workflow.name)
@@ -504,7 +504,7 @@ def _check_interventions(iv: InterventionSettings, roles: list[str]) -> None:
 
 def _check_eval_sets(cfg: RunConfig, family: str) -> None:
     """Each extra evaluation set: a known task of the run's prompt family, a unique name."""
-    from .tasks import make_task, task_names
+    from rolecast.tasks import make_task, task_names
 
     names = [s.name for s in cfg.eval.extra_sets]
     for i, s in enumerate(cfg.eval.extra_sets):
@@ -527,7 +527,7 @@ def _check_eval_sets(cfg: RunConfig, family: str) -> None:
 
 def _check_device(device: str) -> None:
     """cpu, auto, cuda or cuda:N, and a cuda device must exist on this machine (the message names the field)."""
-    from .devices import DeviceError, check_device
+    from rolecast.core.devices import DeviceError, check_device
 
     try:
         check_device(device)
@@ -536,7 +536,7 @@ def _check_device(device: str) -> None:
 
 
 def _check_rollback(cfg: RunConfig) -> None:
-    from .diagnostics.warnings import GRADIENT_SIGNALS, SIGNALS
+    from rolecast.diagnostics.warnings import GRADIENT_SIGNALS, SIGNALS
 
     rb = cfg.interventions.rollback
     unknown = [s for s in rb.signals if s not in SIGNALS]
@@ -557,8 +557,8 @@ def _check_rollback(cfg: RunConfig) -> None:
 def _check_model_path(path: str) -> None:
     """A path that is plainly local must exist; a hub id ("org/name") must be in the local cache when the hub
     is switched off (HF_HUB_OFFLINE); whether it exists online can only be checked when loading."""
-    from .policies.models import PACKAGED_MODELS, offline_hub_problem
-    from .testbed import MODEL_NAMES
+    from rolecast.policies.models import PACKAGED_MODELS, offline_hub_problem
+    from rolecast.policies.shipped import MODEL_NAMES
 
     if path in MODEL_NAMES or path in PACKAGED_MODELS:
         return

@@ -9,10 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .config import RunConfig
-from .evaluation import append_eval_row, eval_key
-from .runtime import build_runtime
-from .train.checkpoint import list_checkpoints, load_checkpoint, restore_policies
+from rolecast.config import RunConfig
+from rolecast.evaluation import append_eval_row, eval_key
+from rolecast.runtime import build_runtime
+from rolecast.train.checkpoint import list_checkpoints, load_checkpoint, restore_policies
 
 
 def run_eval_command(

@@ -9,12 +9,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .episode import Episode
-from .prompts import PromptBook
-from .rollout.engine import Backend, Router, run_episodes
-from .tasks.base import Problem, Task
-from .train.attribution import score_episodes
-from .workflows.api import WorkflowSpec
+from rolecast.core.episode import Episode
+from rolecast.prompts import PromptBook
+from rolecast.rollout.engine import Backend, Router, run_episodes
+from rolecast.scoring import score_episodes
+from rolecast.tasks.base import Problem, Task
+from rolecast.workflows.api import WorkflowSpec
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

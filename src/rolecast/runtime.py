@@ -7,16 +7,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .config import ConfigError, RunConfig
-from .devices import resolve_device, resolve_dtype, resolve_mixed_adapters
-from .errors import DatasetError, UserError
-from .evaluation import EvalResult, evaluate
-from .policies import PolicySet, Routing, build_routing, load_tokenizer
-from .prompts import PromptBook
-from .rollout.engine import Backend
-from .tasks import Task, make_task
-from .tasks.base import Problem
-from .workflows import WorkflowSpec, get_workflow
+from rolecast.config import RunConfig
+from rolecast.core.devices import resolve_device, resolve_dtype, resolve_mixed_adapters
+from rolecast.core.errors import DatasetError, SandboxUnavailable, UserError
+from rolecast.evaluation import EvalResult, evaluate
+from rolecast.policies import PolicySet, Routing, build_routing, load_tokenizer
+from rolecast.prompts import PromptBook
+from rolecast.rollout.engine import Backend
+from rolecast.tasks import Task, make_task
+from rolecast.tasks.base import Problem
+from rolecast.workflows import WorkflowSpec, get_workflow
 
 log = logging.getLogger(__name__)
 
@@ -57,10 +57,10 @@ class Runtime:
 
 def make_backend(cfg: RunConfig, policies: PolicySet, tokenizer: Any) -> Backend:
     if cfg.rollout.backend == "vllm":
-        from .rollout.vllm_backend import VLLMBackend
+        from rolecast.rollout.vllm_backend import VLLMBackend
 
         return VLLMBackend.from_config(cfg, policies, tokenizer)
-    from .rollout.hf import HFBackend
+    from rolecast.rollout.hf import HFBackend
 
     return HFBackend(
         policies,
@@ -76,15 +76,11 @@ def make_backend(cfg: RunConfig, policies: PolicySet, tokenizer: Any) -> Backend
     )
 
 
-class SandboxUnavailable(ConfigError):
-    """A task would run model-written code without isolation, and the config does not allow that."""
-
-
 def check_code_isolation(cfg: RunConfig, task: Task) -> None:
     """Refuse to run a code-executing task in the unisolated fallback unless `sandbox.allow_unisolated`."""
     if not task.executes_code:
         return
-    from .rewards.sandbox import UNISOLATED_HELP, sandbox_status
+    from rolecast.rewards.sandbox import UNISOLATED_HELP, sandbox_status
 
     mode, why = sandbox_status()
     if mode == "bwrap":

@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from ..episode import Turn
+from rolecast.core.episode import Turn
 
 Vector = torch.Tensor
 

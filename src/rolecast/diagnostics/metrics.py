@@ -6,7 +6,7 @@ import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
-from ..episode import Episode, PickClaim, Turn, VerdictClaim
+from rolecast.core.episode import Episode, PickClaim, Turn, VerdictClaim
 
 
 def _mean(xs: Iterable[float]) -> float:

@@ -39,8 +39,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from rolecast.diagnostics.signatures import (
+    AnswerExtractor,
+    Example,
+    Finding,
+    SeriesSignatures,
+    SignatureThresholds,
+    episode_findings,
+)
+
 from ..workflows.parsing import last_boxed
-from .signatures import AnswerExtractor, Example, Finding, SeriesSignatures, SignatureThresholds, episode_findings
 
 # Every name an Alert can carry: the failure signatures of signatures.py, then the gradient signals above
 # (config `interventions.rollback.signals` is checked against it; the gradient ones need gradient diagnostics).

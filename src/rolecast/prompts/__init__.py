@@ -15,8 +15,8 @@ from typing import Any
 import jinja2
 import yaml
 
-from ..errors import UserError
-from ..rewards.math import last_boxed
+from rolecast.core.errors import PromptFileError
+from rolecast.rewards.math import last_boxed
 
 PROMPT_DIR = Path(__file__).parent
 CHAT_ROLES = ("system", "user")
@@ -31,11 +31,6 @@ def final_answer(text: str) -> str:
 
 
 _ENV.filters["final_answer"] = final_answer
-
-
-class PromptFileError(UserError):
-    """A prompt a workflow needs is in none of the prompt files: the message names those files (the shipped one and
-    `task.prompts`), the prompt and who needs it. Not a ValueError, so config validation does not blame the config."""
 
 
 def families() -> list[str]:  # the top-level files only: prompts/study/ holds override files

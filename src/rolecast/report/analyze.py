@@ -13,11 +13,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..diagnostics.curves import CurveSummary, eval_points, summarize_curve, training_points
-from ..diagnostics.signatures import AnswerExtractor
-from ..diagnostics.warnings import Alert, EarlyWarning, WarningConfig
-from ..workflows.parsing import last_boxed
-from .rundir import RunFiles, read_run, sweep_base_rows
+from rolecast.diagnostics.curves import CurveSummary, eval_points, summarize_curve, training_points
+from rolecast.diagnostics.signatures import AnswerExtractor
+from rolecast.diagnostics.warnings import Alert, EarlyWarning, WarningConfig
+from rolecast.report.rundir import RunFiles, read_run, sweep_base_rows
+from rolecast.workflows.parsing import last_boxed
 
 SUMMARY_VERSION = 1
 MAX_STEPS_LISTED = 40
@@ -30,7 +30,7 @@ def _answer_extractor(run: RunFiles) -> tuple[AnswerExtractor, str]:
     if not name:
         return last_boxed, "\\boxed{} (task unknown)"
     try:
-        from ..tasks import make_task
+        from rolecast.tasks import make_task
 
         t = make_task(name, **(task.get("options") or {}))
         return t.extract_answer, f"task {name!r}"
@@ -224,7 +224,7 @@ def _draw(
     config: dict[str, Any],
     events: list[tuple[int, str]],
 ) -> list[str]:
-    from .plots import plot_accuracy, plot_panels
+    from rolecast.report.plots import plot_accuracy, plot_panels
 
     title = " / ".join(
         str(x)

@@ -18,7 +18,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from ..errors import require
+from rolecast.core.errors import require
 
 log = logging.getLogger("rolecast")
 

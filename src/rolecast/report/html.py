@@ -23,7 +23,8 @@ from typing import Any
 
 import jinja2
 
-from ..diagnostics.curves import (
+from rolecast.core.errors import ReportError
+from rolecast.diagnostics.curves import (
     Z_95,
     CurvePoint,
     CurveSummary,
@@ -33,10 +34,9 @@ from ..diagnostics.curves import (
     paired_difference,
     summarize_curve,
 )
-from ..diagnostics.warnings import SIGNATURE_MEANINGS
-from ..errors import ReportError
-from .analyze import _GRAD_ROLE, _LR, _answer_extractor, collect_series, group_alerts, replay_warnings
-from .rundir import read_jsonl, read_run
+from rolecast.diagnostics.warnings import SIGNATURE_MEANINGS
+from rolecast.report.analyze import _GRAD_ROLE, _LR, _answer_extractor, collect_series, group_alerts, replay_warnings
+from rolecast.report.rundir import read_jsonl, read_run
 
 AXES = ("workflow", "task", "model", "sharing", "seed")
 REPORT_FILE = "report.html"
@@ -591,7 +591,7 @@ def _figures(smap: SweepMap, tmp: Path, notes: list[str]) -> list[dict[str, str]
     each policy's lr under it; the grid of gains."""
     cells = smap.train_cells
     try:
-        from .plots import plot_gain_grid, plot_overlay
+        from rolecast.report.plots import plot_gain_grid, plot_overlay
 
         out = []
         bands = overlay_bands(cells)
@@ -625,7 +625,7 @@ def _plots(c: CellView, tmp: Path, notes: list[str]) -> list[dict[str, str]]:
     if c.curve is None and not c.grads:
         return []
     try:
-        from .plots import plot_accuracy, plot_panels
+        from rolecast.report.plots import plot_accuracy, plot_panels
 
         out = []
         title = " / ".join(str(c.axes[k]) for k in ("task", "workflow", "model", "sharing") if c.axes.get(k))

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..diagnostics.curves import Cliff, CurvePoint
+from rolecast.diagnostics.curves import Cliff, CurvePoint
 
 Series = dict[str, tuple[list[int], list[float]]]  # label -> (steps, values)
 

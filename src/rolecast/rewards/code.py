@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rolecast.rewards.sandbox import CaseResult, Job, JobResult, Limits, SandboxPool, default_pool, parse_quietly
-from rolecast.tasks.base import Score
+from rolecast.rewards.score import Score
 
 KINDS = ("asserts", "humaneval", "stdio", "functional")
 GRADERS = ("rolecast", "study")

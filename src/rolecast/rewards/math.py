@@ -42,7 +42,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from rolecast.tasks.base import Score
+from rolecast.rewards.score import Score
 
 log = logging.getLogger(__name__)
 

@@ -34,7 +34,7 @@ def load(enabled: bool = True):
 @functools.cache
 def _import():
     try:
-        from . import _numba_kernels
+        from rolecast.rollout import _numba_kernels
     except ImportError:
         return None
     except Exception as e:  # e.g. numba installed but unusable here (no writable cache directory)

@@ -13,11 +13,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from ..episode import Episode, FinishReason, Turn
-from ..errors import UserError
-from ..prompts import PromptBook
-from ..tasks.base import Problem, Task
-from ..workflows.api import CallOp, Context, ForkOp, Messages, WorkflowSpec
+from rolecast.core.episode import Episode, FinishReason, Turn
+from rolecast.core.errors import UserError
+from rolecast.prompts import PromptBook
+from rolecast.tasks.base import Problem, Task
+from rolecast.workflows.api import CallOp, Context, ForkOp, Messages, WorkflowSpec
 
 
 @dataclass

@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import cpu_kernels
+from rolecast.rollout import cpu_kernels
 
 # Architectures with exactly this layer: Qwen3 has q/k RMSNorm per head, Qwen2 and Llama do not (biases,
 # where a config has them, are handled generically).

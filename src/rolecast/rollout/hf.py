@@ -20,11 +20,11 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
-from ..episode import distinct_rows
-from ..policies.models import PolicySet, cache_keyword
-from . import fast_qwen3
-from .engine import Generation, GenRequest
-from .sampler import sample_tokens
+from rolecast.core.episode import distinct_rows
+from rolecast.policies.models import PolicySet, cache_keyword
+from rolecast.rollout import fast_qwen3
+from rolecast.rollout.engine import Generation, GenRequest
+from rolecast.rollout.sampler import sample_tokens
 
 
 def chat_prompt_ids(tokenizer, messages: list[dict[str, str]]) -> list[int]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from . import cpu_kernels
+from rolecast.rollout import cpu_kernels
 
 
 def _draw(

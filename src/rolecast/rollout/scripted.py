@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from .engine import Generation, GenRequest
+from rolecast.rollout.engine import Generation, GenRequest
 
 Respond = Callable[[str, list[dict[str, str]]], str]  # (policy_id, messages) -> completion text
 

@@ -29,10 +29,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, require
-from ..policies.models import PolicySet, resolve_model_path
-from .engine import Generation, GenRequest
-from .hf import chat_prompt_ids
+from rolecast.core.errors import ConfigError, require
+from rolecast.policies.models import PolicySet, resolve_model_path
+from rolecast.rollout.engine import Generation, GenRequest
+from rolecast.rollout.hf import chat_prompt_ids
 
 
 def load_vllm() -> Any:

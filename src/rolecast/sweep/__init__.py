@@ -1,10 +1,10 @@
 """Sweeps: a matrix of workflow x task x model x sharing x seed cells, each an independent run directory,
 run locally (in-process or a process pool) or on Ray; reruns skip finished cells and resume interrupted ones."""
 
-from .cell import CellJob, CellResult, cell_state, run_cell
-from .executors import LocalExecutor, PoolExecutor, RayExecutor, make_executor
-from .matrix import Cell, Matrix, MatrixConfig, MatrixError, load_matrix
-from .runner import SweepOutcome, cell_summary, run_sweep, summary_table
+from rolecast.sweep.cell import CellJob, CellResult, cell_state, run_cell
+from rolecast.sweep.executors import LocalExecutor, PoolExecutor, RayExecutor, make_executor
+from rolecast.sweep.matrix import Cell, Matrix, MatrixConfig, MatrixError, load_matrix
+from rolecast.sweep.runner import SweepOutcome, cell_summary, run_sweep, summary_table
 
 __all__ = [
     "Cell",

@@ -62,7 +62,7 @@ def is_finished(run_dir: Path) -> bool:
 
 
 def checkpoint_step(run_dir: Path) -> int | None:
-    from ..train.checkpoint import latest_step
+    from rolecast.train.checkpoint import latest_step
 
     return latest_step(run_dir) if run_dir.is_dir() else None
 
@@ -112,9 +112,9 @@ def run_cell(job: CellJob) -> CellResult:
             import transformers
             from rich.console import Console as RichConsole
 
-            from ..config import validate_config
-            from ..report.console import Console
-            from ..train.grpo import train
+            from rolecast.config import validate_config
+            from rolecast.report.console import Console
+            from rolecast.train.grpo import train
 
             transformers.utils.logging.disable_progress_bar()  # one "Loading weights" bar per cell is noise here
             config = dict(job.config)

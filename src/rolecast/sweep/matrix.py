@@ -22,7 +22,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..config import CONFIG_DIR, DEFAULT_CONFIG, ConfigError, RunConfig, load_config
+from rolecast.config import CONFIG_DIR, DEFAULT_CONFIG, ConfigError, RunConfig, load_config
+from rolecast.core.errors import MatrixError
 
 AxisName = Literal["workflow", "task", "model", "sharing", "seed"]
 AXES: tuple[str, ...] = ("workflow", "task", "model", "sharing", "seed")
@@ -36,10 +37,6 @@ AXIS_FIELDS: dict[str, str] = {
 }
 SWEEP_OWNED = ("run_dir",)  # fields the sweep sets for every cell; a matrix may not set them
 BASE_EVAL_PREFIX = "base-"
-
-
-class MatrixError(ConfigError):
-    """A sweep matrix problem, with the file, the axis or field, and the bad value named."""
 
 
 class _Strict(BaseModel):
@@ -217,9 +214,9 @@ def _axis_points(
 
 def _check_axis_value(axis: str, value: Any) -> None:
     """The registry checks of one axis value, so the error names the value rather than a whole cell."""
-    from ..config import _check_model_path
-    from ..tasks import task_names
-    from ..workflows import get_workflow
+    from rolecast.config import _check_model_path
+    from rolecast.tasks import task_names
+    from rolecast.workflows import get_workflow
 
     if axis == "workflow":
         get_workflow(str(value))

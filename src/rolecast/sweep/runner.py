@@ -18,10 +18,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ..config import RunConfig
-from .cell import DONE, CellJob, CellResult, cell_state, checkpoint_step, write_atomic
-from .executors import Executor, LocalExecutor
-from .matrix import Cell, Matrix, MatrixError
+from rolecast.config import RunConfig
+from rolecast.sweep.cell import DONE, CellJob, CellResult, cell_state, checkpoint_step, write_atomic
+from rolecast.sweep.executors import Executor, LocalExecutor
+from rolecast.sweep.matrix import Cell, Matrix, MatrixError
 
 STATUS_FILE = "sweep.json"
 LOCK_FILE = ".lock"

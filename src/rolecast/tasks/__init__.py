@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from .base import TASKS, Problem, Score, Task, register_task
+from rolecast.tasks.base import TASKS, Problem, Score, Task, register_task
 
 
 def _register_builtin() -> None:
     # Each module registers its tasks on import; a missing optional module must not break the others.
-    from . import testbed  # noqa: F401
+    from rolecast.tasks import testbed  # noqa: F401
 
     try:
-        from . import datasets  # noqa: F401
+        from rolecast.tasks import datasets  # noqa: F401
     except ImportError:
         pass
 

@@ -1,10 +1,13 @@
-"""What a task is: a source of problems, the variables its prompts need, and a verifier."""
+"""What a task is: a source of problems, the variables its prompts need, and a verifier (whose `Score` lives
+with the verifiers, in rewards/)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from rolecast.rewards.score import Score
 
 
 @dataclass(frozen=True)
@@ -13,13 +16,6 @@ class Problem:
     text: str  # the problem statement as the prompts show it ({{ problem }})
     answer: Any  # ground truth: an answer string (math) or tests (code)
     meta: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Score:
-    reward: float  # in [0, 1]; 1 = correct
-    answer: str | None = None  # what was extracted from the text, for logs and agreement metrics
-    reason: str | None = None  # why it scored 0 when that is not plain wrongness (no answer, timeout, ...)
 
 
 class Task:
@@ -55,3 +51,6 @@ def register_task(name: str) -> Callable[[TaskFactory], TaskFactory]:
         return factory
 
     return deco
+
+
+__all__ = ["Problem", "Score", "Task", "TaskFactory", "TASKS", "register_task"]

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import rolecast
-from rolecast.errors import DatasetError, require
+from rolecast.core.errors import DatasetError, DatasetFileMissing, require
 from rolecast.tasks.base import Problem, Score, Task, register_task
 
 log = logging.getLogger(__name__)
@@ -57,10 +57,6 @@ def data_root() -> Path:
         if c.is_dir():
             return c.resolve()
     return candidates[0].resolve()
-
-
-class DatasetFileMissing(DatasetError, FileNotFoundError):
-    """A dataset file (or a split's file) that does not exist."""
 
 
 class Rows(list):

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from functools import cached_property
 from typing import Any
 
-from ..rewards.math import last_boxed
-from .base import Problem, Score, Task, register_task
+from rolecast.rewards.math import last_boxed
+from rolecast.tasks.base import Problem, Score, Task, register_task
 
 # --- arithmetic -----------------------------------------------------------------------------------
 

@@ -15,28 +15,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-ARTIFACT_DIR = Path(__file__).parent / "artifact"
-ARTIFACT_DIRS = {"small": ARTIFACT_DIR, "large": Path(__file__).parent / "artifact_large"}
-# The names a config's `model.path` may use for the shipped builds.
-MODEL_NAMES = {"testbed": "small", "testbed-large": "large"}
-
-
-def default_path(size: str = "small") -> Path:
-    """The shipped testbed model + tokenizer directory of one size."""
-    if size not in ARTIFACT_DIRS:
-        raise ValueError(f"unknown testbed size {size!r}; sizes: {sorted(ARTIFACT_DIRS)}")
-    path = ARTIFACT_DIRS[size]
-    if not (path / "config.json").exists():
-        raise FileNotFoundError(
-            f"the shipped {size} testbed is missing from {path}; rebuild it with "
-            f"`rolecast testbed build --size {size} --out {path}`"
-        )
-    return path
+from rolecast.policies.shipped import ARTIFACT_DIR, ARTIFACT_DIRS, MODEL_NAMES, default_path
 
 
 def build(out_dir: str | Path, **kwargs: Any) -> Path:
     """Build a testbed into `out_dir`; see rolecast.testbed.builder.build for the options."""
-    from .builder import build as _build
+    from rolecast.testbed.builder import build as _build
 
     return _build(out_dir, **kwargs)
 

@@ -21,13 +21,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..prompts import PromptBook
-from ..tasks.testbed import ArithmeticTestbed, CodeTestbed
-from . import transcripts as T
-from .model import SHAPES, model_config, new_model
-from .rollouts import rollout_competence
-from .stats import half_width, paired_margin, rate
-from .tokenizer import IM_END, reuse_tokenizer, train_tokenizer
+from rolecast.prompts import PromptBook
+from rolecast.tasks.testbed import ArithmeticTestbed, CodeTestbed
+from rolecast.testbed import transcripts as T
+from rolecast.testbed.model import SHAPES, model_config, new_model
+from rolecast.testbed.rollouts import rollout_competence
+from rolecast.testbed.stats import half_width, paired_margin, rate
+from rolecast.testbed.tokenizer import IM_END, reuse_tokenizer, train_tokenizer
 
 DEFAULT_SEED = 0
 DEFAULT_STEPS = 2000

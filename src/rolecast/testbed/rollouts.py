@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..episode import AnswerClaim, Episode, PickClaim, VerdictClaim
-from .stats import half_width, paired_margin, rate
-from .transcripts import boxed_integer, majority_holders
+from rolecast.core.episode import AnswerClaim, Episode, PickClaim, VerdictClaim
+from rolecast.testbed.stats import half_width, paired_margin, rate
+from rolecast.testbed.transcripts import boxed_integer, majority_holders
 
 WORKFLOWS = ("eval_opt", "voting", "orch_workers")
 
@@ -32,8 +32,8 @@ def rollout_competence(
     threads: int = 1,
 ) -> dict[str, Any]:
     """Per workflow: its pass@1 and what its judging role did with the candidates the model itself wrote."""
-    from ..config import load_config
-    from ..runtime import build_runtime
+    from rolecast.config import load_config
+    from rolecast.runtime import build_runtime
 
     out: dict[str, Any] = {"protocol": {"problems": problems, "samples": samples, "temperature": temperature}}
     for name in WORKFLOWS:

@@ -16,9 +16,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..prompts import PromptBook
-from ..tasks.base import Problem
-from ..tasks.testbed import code_program, code_value, extract_program, last_boxed
+from rolecast.prompts import PromptBook
+from rolecast.tasks.base import Problem
+from rolecast.tasks.testbed import code_program, code_value, extract_program, last_boxed
 
 ROLES = ("solve", "refine", "evaluate", "aggregate", "orchestrate", "work", "synthesize")
 

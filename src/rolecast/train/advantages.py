@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from rolecast.episode import Turn
+from rolecast.core.episode import Turn
 
 AdvantageFn = Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor]
 ADVANTAGES: dict[str, AdvantageFn] = {}

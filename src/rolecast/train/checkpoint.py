@@ -45,13 +45,13 @@ from urllib.parse import quote
 import safetensors.torch
 import torch
 
-from ..config import ConfigError
+from rolecast.core.errors import CheckpointError
 
 if TYPE_CHECKING:
     from torch.optim import Optimizer
     from torch.optim.lr_scheduler import LRScheduler
 
-    from ..policies.models import PolicySet
+    from rolecast.policies.models import PolicySet
 
 log = logging.getLogger(__name__)
 
@@ -63,11 +63,7 @@ MANIFEST = "manifest.json"
 _stage_hook: Callable[[str], None] | None = None
 
 
-class CheckpointError(ConfigError):
-    """No usable checkpoint: none written, every one damaged, or one that does not fit this run."""
-
-
-class DiskFullError(ConfigError):
+class DiskFullError(CheckpointError):
     """A checkpoint did not fit on its disk: nothing of it is left, the checkpoints before it are intact."""
 
     def __init__(self, step: int, root: Path, needed: int, free: int):

@@ -27,22 +27,23 @@ import torch
 import torch.utils.checkpoint
 from transformers import DynamicCache
 
-from ..config import ConfigError, RunConfig, dump_config, resume_changes
-from ..devices import resolve_device
-from ..diagnostics.gradients import GradientMonitor, InstanceGradients, flat_params, instance_segments, norm64
-from ..diagnostics.metrics import episode_metrics
-from ..diagnostics.warnings import EarlyWarning, metric_entries
-from ..episode import Episode, Turn, distinct_rows, group_turns, turns_by_policy
-from ..evaluation import append_eval_row, eval_key
-from ..policies import PolicySet
-from ..policies.models import cache_keyword
-from ..rollout.engine import RolloutStats, run_episodes
-from ..runtime import Runtime, build_runtime
-from ..tasks.base import Problem
-from . import distributed
-from .advantages import episode_turn_advantages
-from .attribution import attribute, score_episodes, study_ended_rewards
-from .checkpoint import (
+from rolecast.config import ConfigError, RunConfig, dump_config, resume_changes
+from rolecast.core.devices import resolve_device
+from rolecast.core.episode import Episode, Turn, distinct_rows, group_turns, turns_by_policy
+from rolecast.core.errors import TrainingDiverged
+from rolecast.diagnostics.gradients import GradientMonitor, InstanceGradients, flat_params, instance_segments, norm64
+from rolecast.diagnostics.metrics import episode_metrics
+from rolecast.diagnostics.warnings import EarlyWarning, metric_entries
+from rolecast.evaluation import append_eval_row, eval_key
+from rolecast.policies import PolicySet
+from rolecast.policies.models import cache_keyword
+from rolecast.rollout.engine import RolloutStats, run_episodes
+from rolecast.runtime import Runtime, build_runtime
+from rolecast.scoring import attribute, score_episodes, study_ended_rewards
+from rolecast.tasks.base import Problem
+from rolecast.train import distributed
+from rolecast.train.advantages import episode_turn_advantages
+from rolecast.train.checkpoint import (
     capture_rng_state,
     latest_step,
     load_checkpoint,
@@ -52,16 +53,23 @@ from .checkpoint import (
     save_checkpoint,
     trainer_state,
 )
-from .distributed import Dist
-from .interrupt import StopRequest, TrainingInterrupted
-from .interventions import Interventions
-from .losses import clipped_surrogate, clipped_tokens, k3_kl, linear_logprobs, token_entropy, token_logprobs
-from .master_weights import MasterWeightAdamW, needs_master
-from .rollback import Rollback, RollbackEvent
-from .run_dir import check_resume_dir, cut_back_jsonl, discard_new_run, prepare_new_run_dir, read_jsonl
-from .sampling import step_problems
-from .schedule import build as build_schedule
-from .schedule import seek
+from rolecast.train.distributed import Dist
+from rolecast.train.interrupt import StopRequest, TrainingInterrupted
+from rolecast.train.interventions import Interventions
+from rolecast.train.losses import (
+    clipped_surrogate,
+    clipped_tokens,
+    k3_kl,
+    linear_logprobs,
+    token_entropy,
+    token_logprobs,
+)
+from rolecast.train.master_weights import MasterWeightAdamW, needs_master
+from rolecast.train.rollback import Rollback, RollbackEvent
+from rolecast.train.run_dir import check_resume_dir, cut_back_jsonl, discard_new_run, prepare_new_run_dir, read_jsonl
+from rolecast.train.sampling import step_problems
+from rolecast.train.schedule import build as build_schedule
+from rolecast.train.schedule import seek
 
 log = logging.getLogger("rolecast.train")
 
@@ -243,10 +251,6 @@ def generation_caps(cfg: RunConfig, turns: list[Turn]) -> int | torch.Tensor:
 
 class NonFiniteUpdate(RuntimeError):
     """An optimizer step that could not produce finite weights (the run cannot go on from its state)."""
-
-
-class TrainingDiverged(ConfigError):
-    """The run stopped because training diverged; its last good checkpoint is kept (docs/training.md)."""
 
 
 def update_policy(
@@ -525,7 +529,7 @@ def train(
 
     `stop` (the command line's Ctrl-C handling, train/interrupt.py): a requested stop checkpoints the step just
     finished and raises TrainingInterrupted; so does any KeyboardInterrupt, naming the newest checkpoint."""
-    from ..report.console import Console
+    from rolecast.report.console import Console
 
     # one process, or this process's place in a torchrun launch (train/distributed.py)
     dist = distributed.from_env(resolve_device(cfg.model.device))
@@ -619,7 +623,7 @@ class _Session:
         console: Any,
         dist: Dist | None = None,
     ) -> _Session:
-        from ..report.console import MetricLoggers
+        from rolecast.report.console import MetricLoggers
 
         # --- what to run and what to train (all checked at config load) ---
         rt = build_runtime(cfg)
@@ -1044,7 +1048,7 @@ _TRAINER_EVAL_TAGS = ("base", "periodic", "final")
 
 def _extra_eval_sets(cfg: RunConfig) -> tuple[tuple[str, Any, list[Problem]], ...]:
     """eval.extra_sets as (name, task, its first `size` problems of the split)."""
-    from ..tasks import make_task
+    from rolecast.tasks import make_task
 
     out = []
     for s in cfg.eval.extra_sets:

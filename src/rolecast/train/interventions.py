@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from ..diagnostics.gradients import RoleEMAs, Vector, gram
+from rolecast.diagnostics.gradients import RoleEMAs, Vector, gram
 
 
 def damping_factor(cos: float, lam: float) -> float:

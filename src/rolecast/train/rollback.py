@@ -21,8 +21,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .checkpoint import list_checkpoints
-from .run_dir import read_jsonl
+from rolecast.train.checkpoint import list_checkpoints
+from rolecast.train.run_dir import read_jsonl
 
 log = logging.getLogger("rolecast.train")
 

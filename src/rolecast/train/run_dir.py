@@ -13,7 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..config import ConfigError, RunConfig, load_config
+from rolecast.config import ConfigError, RunConfig, load_config
+from rolecast.core.errors import RunDirError
 
 log = logging.getLogger(__name__)
 
@@ -28,10 +29,6 @@ RUN_ENTRIES = (
     "tensorboard",
     "wandb",
 )
-
-
-class RunDirError(ConfigError):
-    """A run directory that cannot be used: not creatable or writable, or already holding a run."""
 
 
 def prepare_new_run_dir(run_dir: Path, overwrite: bool = False) -> list[Path]:

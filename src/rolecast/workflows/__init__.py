@@ -1,8 +1,8 @@
 """Workflows: plain async code over `ctx.call`. See `api.py` for how to write your own."""
 
-from ..episode import AnswerClaim, PickClaim, VerdictClaim
-from .api import WORKFLOWS, Context, WorkflowError, WorkflowSpec, get_workflow, workflow
-from .parsing import last_boxed, parse_choice, parse_strategies, parse_verdict
+from rolecast.core.episode import AnswerClaim, PickClaim, VerdictClaim
+from rolecast.workflows.api import WORKFLOWS, Context, WorkflowError, WorkflowSpec, get_workflow, workflow
+from rolecast.workflows.parsing import last_boxed, parse_choice, parse_strategies, parse_verdict
 
 __all__ = [
     "WORKFLOWS",

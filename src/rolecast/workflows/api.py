@@ -26,17 +26,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
-from ..episode import Turn
-from ..errors import ConfigError, FieldError, UserError
-from ..prompts import PromptBook
-from ..tasks.base import Problem, Task
+from rolecast.core.episode import Turn
+from rolecast.core.errors import ConfigError, FieldError, WorkflowError
+from rolecast.prompts import PromptBook
+from rolecast.tasks.base import Problem, Task
 
 Messages = list[dict[str, str]]
-
-
-class WorkflowError(UserError):
-    """A workflow that breaks its own declaration (calls a role it did not declare). Not a config problem, so it is
-    not a ValueError: config validation passes it on as it is, naming the workflow's file, not the config's."""
 
 
 def undeclared_role_message(spec_name: str, role: str, declared: Sequence[str], where: str = "") -> str:
@@ -228,7 +223,7 @@ def workflow(name: str, *, prompts: dict[str, Sequence[str]]) -> Callable[[Workf
 def get_workflow(name: str) -> WorkflowSpec:
     """A registered workflow, or a user's as "package.module:function" / "path/to/file.py:function".
     Every failure is a `ConfigError` naming what is missing."""
-    from . import builtin  # noqa: F401  (registers the shipped workflows)
+    from rolecast.workflows import builtin  # noqa: F401  (registers the shipped workflows)
 
     if name not in WORKFLOWS and ":" in name:
         # "package.module:function" or "path/to/file.py:function" loads a user's workflow; the decorator registers it.

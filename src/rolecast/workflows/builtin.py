@@ -1,3 +1,3 @@
 """Importing this module registers the shipped workflows."""
 
-from . import eval_opt, orch_workers, single, voting  # noqa: F401
+from rolecast.workflows import eval_opt, orch_workers, single, voting  # noqa: F401

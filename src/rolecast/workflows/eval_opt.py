@@ -4,9 +4,9 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from ..episode import AnswerClaim, VerdictClaim
-from .api import Context, Messages, workflow
-from .parsing import check_parsers, parse_verdict, study_parse_verdict
+from rolecast.core.episode import AnswerClaim, VerdictClaim
+from rolecast.workflows.api import Context, Messages, workflow
+from rolecast.workflows.parsing import check_parsers, parse_verdict, study_parse_verdict
 
 
 @workflow("eval_opt", prompts={"generator": ["solve", "refine"], "evaluator": ["evaluate"]})

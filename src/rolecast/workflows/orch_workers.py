@@ -5,9 +5,9 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from ..episode import AnswerClaim
-from .api import Context, workflow
-from .parsing import check_parsers, parse_strategies, study_parse_strategies
+from rolecast.core.episode import AnswerClaim
+from rolecast.workflows.api import Context, workflow
+from rolecast.workflows.parsing import check_parsers, parse_strategies, study_parse_strategies
 
 # When the orchestrator proposes nothing parseable, one worker still solves the problem directly.
 FALLBACK_STRATEGY = "Solve the problem directly."

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from ..rewards.math import last_boxed
+from rolecast.rewards.math import last_boxed
 
 __all__ = [
     "PARSER_SETS",

@@ -1,7 +1,7 @@
 """Single-agent control: one solver call."""
 
-from ..episode import AnswerClaim
-from .api import Context, workflow
+from rolecast.core.episode import AnswerClaim
+from rolecast.workflows.api import Context, workflow
 
 
 @workflow("single", prompts={"solver": ["solve"]})

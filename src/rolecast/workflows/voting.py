@@ -5,9 +5,9 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from ..episode import AnswerClaim, PickClaim
-from .api import Context, workflow
-from .parsing import check_parsers, parse_choice, study_parse_choice
+from rolecast.core.episode import AnswerClaim, PickClaim
+from rolecast.workflows.api import Context, workflow
+from rolecast.workflows.parsing import check_parsers, parse_choice, study_parse_choice
 
 
 @workflow("voting", prompts={"generator": ["solve"], "aggregator": ["aggregate"]})

@@ -4,7 +4,7 @@ Plain dataclasses, no torch. Advantages, losses and metrics work from these obje
 know which workflow produced them: roles are just names, and workflow-specific facts travel as
 `Episode.metrics` (numbers to average) and `Turn.claim` (what a turn asserted, for role-local credit).
 
-Claims are three small classes. The workflow fills what the turn asserted; scoring (train/attribution.py)
+Claims are three small classes. The workflow fills what the turn asserted; scoring (scoring.py)
 fills `correct` and the per-kind truth fields. In episodes/step_N.jsonl each is a JSON object with a `kind`
 tag ("answer" | "verdict" | "pick"), read back by `Episode.from_dict`.
 """

@@ -15,8 +15,8 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Sequence
 
-from ..episode import AnswerClaim, Episode, PickClaim, VerdictClaim
-from ..tasks.base import Problem, Task
+from rolecast.core.episode import AnswerClaim, Episode, PickClaim, VerdictClaim
+from rolecast.tasks.base import Problem, Task
 
 AttributionFn = Callable[[Episode], None]
 ATTRIBUTIONS: dict[str, AttributionFn] = {}

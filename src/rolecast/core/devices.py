@@ -13,11 +13,9 @@ import re
 
 import torch
 
+from rolecast.core.errors import DeviceError
+
 _CUDA = re.compile(r"^cuda(?::(\d+))?$")
-
-
-class DeviceError(ValueError):
-    """A device setting this machine cannot honour."""
 
 
 def _local_rank() -> int:

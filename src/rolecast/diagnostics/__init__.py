@@ -1,0 +1,1 @@
+"""Per-role gradient statistics, curves (peak / final / cliff), failure signatures and the early warning."""
