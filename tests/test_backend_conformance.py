@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from rolecast.config import ConfigError, load_config
+from rolecast.config import load_config
 from rolecast.core.episode import Turn
-from rolecast.core.errors import MissingPackageError
+from rolecast.core.errors import ConfigError, MissingPackageError
 from rolecast.policies import PolicySet, load_tokenizer
 from rolecast.rollout.engine import Backend, GenRequest
 from rolecast.rollout.hf import HFBackend, chat_prompt_ids

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from rolecast.cli import main
-from rolecast.config import ConfigError, load_config
+from rolecast.config import load_config
+from rolecast.core.errors import ConfigError
 from rolecast.prompts import PromptFileError
 
 

@@ -9,8 +9,9 @@ import pytest
 import torch
 from test_trainer import tiny_config
 
-from rolecast.config import ConfigError, load_config
+from rolecast.config import load_config
 from rolecast.core.devices import resolve_device, resolve_dtype, resolve_mixed_adapters
+from rolecast.core.errors import ConfigError
 from rolecast.policies import PolicySet
 from rolecast.runtime import build_runtime
 from rolecast.train.checkpoint import load_checkpoint, restore_trainer_state, save_checkpoint, trainer_state

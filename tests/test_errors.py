@@ -14,8 +14,8 @@ import pytest
 
 from rolecast import runtime
 from rolecast.cli import main
-from rolecast.config import ConfigError, load_config
-from rolecast.core.errors import DatasetError, MissingPackageError, ModelNotFoundError, UserError, require
+from rolecast.config import load_config
+from rolecast.core.errors import ConfigError, DatasetError, MissingPackageError, ModelNotFoundError, UserError, require
 from rolecast.tasks import make_task
 from rolecast.tasks.datasets import read_rows
 from rolecast.workflows import get_workflow

@@ -9,7 +9,8 @@ import pytest
 import torch
 from gradient_cases import config, on_policy, reference_grad, setup, sgd_update, voting_turns
 
-from rolecast.config import ConfigError, load_config
+from rolecast.config import load_config
+from rolecast.core.errors import ConfigError
 from rolecast.diagnostics.gradients import DirectionEMA, RoleEMAs, gram
 from rolecast.train.interventions import Interventions, balance_coefficients, damping_factor, projection_shares
 

@@ -8,8 +8,9 @@ import random
 import pytest
 import torch
 
-from rolecast.config import ConfigError, load_config
+from rolecast.config import load_config
 from rolecast.core.episode import Turn
+from rolecast.core.errors import ConfigError
 from rolecast.policies import load_tokenizer
 from rolecast.policies.router import build_routing
 from rolecast.runtime import build_runtime

@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from rolecast.cli import main
-from rolecast.config import ConfigError, load_config
+from rolecast.config import load_config
+from rolecast.core.errors import ConfigError
 from rolecast.train import grpo
 from rolecast.train.checkpoint import load_checkpoint
 from rolecast.train.grpo import train

@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from rolecast.config import ConfigError, load_config
+from rolecast.config import load_config
+from rolecast.core.errors import ConfigError
 from rolecast.train.grpo import train
 
 

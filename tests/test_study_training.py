@@ -8,8 +8,9 @@ import json
 import pytest
 import torch
 
-from rolecast.config import ConfigError, load_config
+from rolecast.config import load_config
 from rolecast.core.episode import Turn
+from rolecast.core.errors import ConfigError
 from rolecast.policies import PolicySet, load_tokenizer
 from rolecast.rollout.engine import GenRequest, run_episodes
 from rolecast.rollout.hf import HFBackend

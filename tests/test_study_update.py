@@ -13,8 +13,9 @@ import pytest
 import torch
 from echo_task import PROBLEM, EchoTask
 
-from rolecast.config import ConfigError, load_config
+from rolecast.config import load_config
 from rolecast.core.episode import Episode, Turn, group_turns
+from rolecast.core.errors import ConfigError
 from rolecast.policies import PolicySet, load_tokenizer
 from rolecast.policies.router import build_routing
 from rolecast.prompts import PromptBook

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from rolecast import __version__
-from rolecast.config import ConfigError, load_config, parse_override
-from rolecast.core.errors import UserError
+from rolecast.config import load_config, parse_override
+from rolecast.core.errors import ConfigError, UserError
 from rolecast.policies.shipped import ARTIFACT_DIRS
 
 # Common flags map onto config fields; `--set section.field=value` reaches every other field.

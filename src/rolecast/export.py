@@ -22,7 +22,8 @@ from typing import Any
 
 import torch
 
-from rolecast.config import ConfigError, RunConfig, load_config
+from rolecast.config import RunConfig, load_config
+from rolecast.core.errors import ConfigError
 
 
 @dataclass(frozen=True)

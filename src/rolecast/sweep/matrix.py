@@ -22,8 +22,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from rolecast.config import CONFIG_DIR, DEFAULT_CONFIG, ConfigError, RunConfig, load_config
-from rolecast.core.errors import MatrixError
+from rolecast.config import CONFIG_DIR, DEFAULT_CONFIG, RunConfig, load_config
+from rolecast.core.errors import ConfigError, MatrixError
 
 AxisName = Literal["workflow", "task", "model", "sharing", "seed"]
 AXES: tuple[str, ...] = ("workflow", "task", "model", "sharing", "seed")

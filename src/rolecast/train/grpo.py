@@ -27,10 +27,10 @@ import torch
 import torch.utils.checkpoint
 from transformers import DynamicCache
 
-from rolecast.config import ConfigError, RunConfig, dump_config, resume_changes
+from rolecast.config import RunConfig, dump_config, resume_changes
 from rolecast.core.devices import resolve_device
 from rolecast.core.episode import Episode, Turn, distinct_rows, group_turns, turns_by_policy
-from rolecast.core.errors import TrainingDiverged
+from rolecast.core.errors import ConfigError, TrainingDiverged
 from rolecast.diagnostics.gradients import GradientMonitor, InstanceGradients, flat_params, instance_segments, norm64
 from rolecast.diagnostics.metrics import episode_metrics
 from rolecast.diagnostics.warnings import EarlyWarning, metric_entries

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rolecast.config import ConfigError, RunConfig, load_config
-from rolecast.core.errors import RunDirError
+from rolecast.config import RunConfig, load_config
+from rolecast.core.errors import ConfigError, RunDirError
 
 log = logging.getLogger(__name__)
 

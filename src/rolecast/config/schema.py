@@ -18,7 +18,7 @@ from rolecast.core.errors import ConfigError, FieldError, MissingPackageError, U
 
 __all__ = ["ConfigError", "FieldError", "RunConfig", "dump_config", "load_config", "parse_override", "validate_config"]
 
-CONFIG_DIR = Path(__file__).parent / "configs"
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 DEFAULT_CONFIG = CONFIG_DIR / "testbed.yaml"
 
 

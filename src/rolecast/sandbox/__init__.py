@@ -1,0 +1,1 @@
+"""The code sandbox: runs model-written programs isolated from the machine (docs/sandbox.md)."""
