@@ -213,6 +213,12 @@ class EvalPassKey:
 # Parsers
 
 
+def key_family(key: str) -> str | None:
+    """The family of a metric name (its first segment: "grad" for grad/p/norm), None for a plain name (reward)."""
+    family, sep, rest = key.partition("/")
+    return family if sep and family and rest else None
+
+
 def _segments(key: str, n: int) -> list[str] | None:
     """`key` split at "/" when it has exactly `n` non-empty segments, else None."""
     parts = key.split("/")
