@@ -24,11 +24,13 @@ setup: $(VENV)/.installed-$(EXTRAS)
 run: setup
 	$(VENV)/bin/rolecast sweep configs/testbed_matrix.yaml --executor pool --report
 
-# the lint and type gate: any finding fails `make test` (and so CI)
+# the lint, type and import-layer gate: any finding fails `make test` (and so CI). The layers are written down as
+# import-linter contracts in pyproject.toml (docs/architecture.md).
 lint: setup
 	$(VENV)/bin/ruff check src tests bench examples scripts
 	$(VENV)/bin/ruff format --check src tests bench examples scripts
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 test: lint
 	$(VENV)/bin/python -m pytest -q -m "not slow"
