@@ -34,21 +34,31 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from rolecast.core.metric_keys import (
+    GRAD,
+    POLICY,
+    grad_key,
+    grad_role_key,
+    parse_named_key,
+    parse_policy_key,
+    parse_policy_role_key,
+)
+from rolecast.core.rundir import CONFIG, DONE, ERROR, EVAL, METRICS, RESUMES, SWEEP_STATUS, RunPaths, read_jsonl
 from rolecast.diagnostics.curves import CurvePoint, paired_difference
 from rolecast.diagnostics.warnings import GRADIENT_SIGNALS, SIGNATURE_SIGNALS
 from rolecast.report.html import CellView, collect_map
 
 TRAIN_DROP = 0.15
-KEEP = ("config.yaml", "metrics.jsonl", "eval.jsonl", "DONE.json", "ERROR.txt", "resumes.jsonl")
+KEEP = (CONFIG, METRICS, EVAL, DONE, ERROR, RESUMES)
 
 
 def collect(sweeps: Sequence[Path], out: Path) -> None:
     for sweep in sweeps:
         dest = out / sweep.name
         dest.mkdir(parents=True, exist_ok=True)
-        if (sweep / "sweep.json").is_file():
-            shutil.copy2(sweep / "sweep.json", dest / "sweep.json")
-        for cell in sorted(p for p in sweep.iterdir() if (p / "config.yaml").is_file()):
+        if (sweep / SWEEP_STATUS).is_file():
+            shutil.copy2(sweep / SWEEP_STATUS, dest / SWEEP_STATUS)
+        for cell in sorted(p for p in sweep.iterdir() if (p / CONFIG).is_file()):
             (dest / cell.name).mkdir(exist_ok=True)
             for name in KEEP:
                 if (cell / name).is_file():
@@ -61,7 +71,7 @@ def collect(sweeps: Sequence[Path], out: Path) -> None:
 
 
 def _read_metrics(d: Path) -> list[dict[str, Any]]:
-    return [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    return read_jsonl(RunPaths(d).metrics)
 
 
 def run_record(sweep: str, c: CellView) -> dict[str, Any]:
@@ -70,8 +80,8 @@ def run_record(sweep: str, c: CellView) -> dict[str, Any]:
     fired: dict[str, list[int]] = defaultdict(list)
     for row in metrics:
         for k, v in row.items():
-            if k.startswith("warn/") and v:
-                fired[k[len("warn/") :]].append(int(row["step"]))
+            if (signal := parse_named_key(k, "warn")) is not None and v:
+                fired[signal].append(int(row["step"]))
     # a candidate added after the first cliffs were seen (so: post hoc, analysis only, not an in-loop warning):
     # the training accuracy's 3-step mean falls 0.15 below its mean over steps 1-3
     acc = [float(r["accuracy"]) for r in metrics if isinstance(r.get("accuracy"), (int, float))]
@@ -81,10 +91,10 @@ def run_record(sweep: str, c: CellView) -> dict[str, Any]:
             t + 1 for t in range(3, len(acc)) if sum(acc[t - 2 : t + 1]) / 3 < base3 - TRAIN_DROP
         ]
     grad_capture = [
-        (int(r["step"]), r.get(f"grad/{pid}/capture_role"), _masses(r, pid))
+        (int(r["step"]), r.get(grad_key(pid, "capture_role")), _masses(r, pid))
         for r in metrics
         for pid in _policies(r)
-        if r.get(f"grad/{pid}/capture_role")
+        if r.get(grad_key(pid, "capture_role"))
     ]
     return {
         "sweep": sweep,
@@ -102,10 +112,7 @@ def run_record(sweep: str, c: CellView) -> dict[str, Any]:
         "cliff": cur.cliff.step if cur and cur.cliff else None,
         "fired": dict(fired),
         "capture": grad_capture,
-        "lrs": {
-            k.split("/")[1]: [r.get(k) for r in metrics]
-            for k in sorted({k for r in metrics for k in r if k.startswith("policy/") and k.endswith("/lr")})
-        },
+        "lrs": {pid: [r.get(k) for r in metrics] for pid, k in _lr_keys(metrics)},
     }
 
 
@@ -113,17 +120,28 @@ def _pt(p: CurvePoint) -> dict[str, Any]:
     return {"step": p.step, "value": p.value, "se": p.se, "n": p.n}
 
 
+def _lr_keys(metrics: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """(pid, policy/<pid>/lr) for every policy with a logged lr, in key order."""
+    found = {
+        (pk.pid, k)
+        for r in metrics
+        for k in r
+        if (pk := parse_policy_key(k)) and pk.family == POLICY and pk.stat == "lr"
+    }
+    return sorted(found, key=lambda pair: pair[1])
+
+
 def _policies(row: dict[str, Any]) -> set[str]:
-    return {k.split("/")[1] for k in row if k.startswith("grad/") and k.endswith("/capture_role")}
+    return {pk.pid for k in row if (pk := parse_policy_key(k)) and pk.family == GRAD and pk.stat == "capture_role"}
 
 
 def _masses(row: dict[str, Any], pid: str) -> dict[str, dict[str, float]]:
     """Per role: the mass measures logged with the gradient diagnostics, plus |A| per sequence."""
     out: dict[str, dict[str, float]] = {}
     for k, v in row.items():
-        parts = k.split("/")
-        if len(parts) == 4 and parts[0] == "grad" and parts[1] == pid and parts[3] in ("tokens", "seqs", "abs_adv"):
-            out.setdefault(parts[2], {})[parts[3]] = float(v)
+        rk = parse_policy_role_key(k)
+        if rk is not None and rk.family == GRAD and rk.pid == pid and rk.stat in ("tokens", "seqs", "abs_adv"):
+            out.setdefault(rk.role, {})[rk.stat] = float(v)
     for m in out.values():
         if m.get("seqs") and "abs_adv" in m and m.get("tokens"):
             # abs_adv is token-weighted (sum over tokens of |A|); per sequence: sum |A| / mean length
@@ -245,14 +263,14 @@ def alignment_table(raw: Path) -> list[str]:
     how often each crossed its warning threshold (old: sqrt(N) + 0.75 (N - sqrt(N)); new: 1 + 0.75 (N - 1)),
     and on how many steps the old one fired with one instance holding (nearly) all of the gradient."""
     n = old = new = single = 0
-    for metrics in raw.glob("*/*/metrics.jsonl"):
-        for line in metrics.read_text().splitlines():
-            row = json.loads(line)
+    for metrics in raw.glob(f"*/*/{METRICS}"):
+        for row in read_jsonl(metrics):
             for k, v in row.items():
-                if not k.endswith("/norm_ratio") or not isinstance(v, (int, float)):
+                rk = parse_policy_role_key(k)
+                if rk is None or rk.family != GRAD or rk.stat != "norm_ratio" or not isinstance(v, (int, float)):
                     continue
-                stem = k[: -len("/norm_ratio")]
-                inst, align = row.get(f"{stem}/instances"), row.get(f"{stem}/alignment")
+                inst = row.get(grad_role_key(rk.pid, rk.role, "instances"))
+                align = row.get(grad_role_key(rk.pid, rk.role, "alignment"))
                 if not isinstance(inst, (int, float)) or inst < 2 or not isinstance(align, (int, float)):
                     continue
                 n += 1

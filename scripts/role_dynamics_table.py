@@ -9,19 +9,31 @@ Markdown. Means are over the diagnosed steps; "first"/"last" are the means of th
 from __future__ import annotations
 
 import json
-import re
 import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from rolecast.report.rundir import sweep_base_rows
+from rolecast.core.metric_keys import (
+    GRAD,
+    UPDATE,
+    grad_key,
+    grad_role_key,
+    parse_named_key,
+    parse_policy_key,
+    parse_policy_role_key,
+    policy_key,
+    update_key,
+)
+from rolecast.core.rundir import SUMMARY, RunPaths, read_jsonl
+from rolecast.report.runfiles import sweep_base_rows
 
 WINDOW = 5
+STATS = ("share", "amplification", "instance_cos", "persistence")  # per role, beside its gradient norm
 
 
 def rows(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    return read_jsonl(path)
 
 
 def series(metrics: list[dict[str, Any]], key: str) -> list[float]:
@@ -51,34 +63,35 @@ def cell_label(d: Path) -> str:
 
 def main(out: Path) -> None:
     cells = sorted(d for d in out.iterdir() if d.is_dir() and not d.name.startswith(("base-", ".")))
-    grad_role = re.compile(r"^grad/(?P<pid>[^/]+)/(?P<role>[^/]+)/norm$")
     print("| cell | policy/role | grad norm | share | amplification | instance cos | persistence |")
     print("|---|---|---|---|---|---|---|")
     for d in cells:
-        m = rows(d / "metrics.jsonl")
-        keys = sorted({k for r in m for k in r if grad_role.match(k)})
-        for k in keys:
-            g = grad_role.match(k)
-            assert g is not None
-            p = f"grad/{g['pid']}/{g['role']}"
+        m = rows(RunPaths(d).metrics)
+        norms = {
+            k: g for r in m for k in r if (g := parse_policy_role_key(k)) and g.family == GRAD and g.stat == "norm"
+        }
+        for k, g in sorted(norms.items(), key=lambda kv: kv[0]):
+            stats = {s: three(series(m, grad_role_key(g.pid, g.role, s))) for s in STATS}
             print(
-                f"| {cell_label(d)} | {g['pid']}/{g['role']} | {three(series(m, k))} | {three(series(m, p + '/share'))} "
-                f"| {three(series(m, p + '/amplification'))} | {three(series(m, p + '/instance_cos'))} "
-                f"| {three(series(m, p + '/persistence'))} |"
+                f"| {cell_label(d)} | {g.subject} | {three(series(m, k))} | {stats['share']} "
+                f"| {stats['amplification']} | {stats['instance_cos']} | {stats['persistence']} |"
             )
     print()
     print("| cell | policy | update size | drift at end | capture index | capture role (steps) | lr |")
     print("|---|---|---|---|---|---|---|")
     for d in cells:
-        m = rows(d / "metrics.jsonl")
-        pids = sorted({k.split("/")[1] for r in m for k in r if k.startswith("update/") and k.endswith("/size")})
+        m = rows(RunPaths(d).metrics)
+        pids = sorted(
+            {p.pid for r in m for k in r if (p := parse_policy_key(k)) and p.family == UPDATE and p.stat == "size"}
+        )
         for pid in pids:
-            drift = series(m, f"update/{pid}/drift")
-            holders = Counter(r.get(f"grad/{pid}/capture_role") for r in m if r.get(f"grad/{pid}/capture_role"))
-            lr = series(m, f"policy/{pid}/lr")
+            drift = series(m, update_key(pid, "drift"))
+            holder = grad_key(pid, "capture_role")
+            holders = Counter(r.get(holder) for r in m if r.get(holder))
+            lr = series(m, policy_key(pid, "lr"))
             print(
-                f"| {cell_label(d)} | {pid} | {three(series(m, f'update/{pid}/size'))} "
-                f"| {drift[-1] if drift else float('nan'):.2f} | {three(series(m, f'grad/{pid}/capture_index'))} "
+                f"| {cell_label(d)} | {pid} | {three(series(m, update_key(pid, 'size')))} "
+                f"| {drift[-1] if drift else float('nan'):.2f} | {three(series(m, grad_key(pid, 'capture_index')))} "
                 f"| {', '.join(f'{r} ({n})' for r, n in holders.most_common()) or '–'} "
                 f"| {lr[0] if lr else float('nan'):g} |"
             )
@@ -89,10 +102,10 @@ def main(out: Path) -> None:
     )
     print("|---|---|---|---|---|---|---|---|---|")
     for d in cells:
-        m = rows(d / "metrics.jsonl")
-        fired = Counter(k.removeprefix("warn/") for r in m for k in r if k.startswith("warn/"))
+        m = rows(RunPaths(d).metrics)
+        fired = Counter(s for r in m for k in r if (s := parse_named_key(k, "warn")) is not None)
         warn = ", ".join(f"{k} ({n})" for k, n in sorted(fired.items())) or "none"
-        s_path = d / "analysis" / "summary.json"
+        s_path = RunPaths(d).analysis / SUMMARY
         base = peak = final = gain = drop = cliff = "–"
         if s_path.exists():
             c = json.loads(s_path.read_text())["curve"]
@@ -122,7 +135,7 @@ def plot(out: Path, path: Path) -> None:
         for d in cells:
             if f"-{wf}-" not in d.name:
                 continue
-            evals = rows(d / "eval.jsonl")
+            evals = rows(RunPaths(d).eval())
             if not any(r.get("tag") == "base" for r in evals):
                 evals += sweep_base_rows(d)[0]  # the sweep measured the base once, in the group's base cell
             pts = sorted((r["step"], r["pass@1"], r["stderr"]) for r in evals)

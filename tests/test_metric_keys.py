@@ -132,3 +132,10 @@ def test_named_families():
     assert mk.parse_named_key("rollback/to_step", "rollback") == "to_step"
     for bad in ("grad/p/cos/a|", "grad/p/cos/|b", "grad/p/cos/a|b|c", "grad/p/kos/a|b", "update/p/cos/a|b"):
         assert mk.parse_role_pair_key(bad) is None
+
+
+def test_key_family():
+    assert mk.key_family("grad/p/norm") == "grad"
+    assert mk.key_family("wf/x") == "wf"
+    for plain in ("reward", "grad/", "/x", ""):
+        assert mk.key_family(plain) is None

@@ -21,6 +21,8 @@ from dataclasses import asdict, dataclass, field
 from statistics import NormalDist
 from typing import Any
 
+from rolecast.core.rundir import EVAL
+
 Z_95 = 1.959963984540054  # two-sided 95% normal quantile
 
 # Student's t quantiles by degrees of freedom (standard tables), for intervals over a few seeds: 0.975 (a
@@ -225,7 +227,7 @@ def eval_points(rows: Iterable[dict[str, Any]], notes: list[str] | None = None) 
     main, _ = keys.most_common(1)[0]
     if len(keys) > 1:
         dropped = sum(c for k, c in keys.items() if k != main)
-        notes.append(f"eval.jsonl: {dropped} row(s) of another task/split/workflow than {main} left out")
+        notes.append(f"{EVAL}: {dropped} row(s) of another task/split/workflow than {main} left out")
     best: dict[int, dict[str, Any]] = {}
     for r in rows:
         if (r.get("task"), r.get("split"), r.get("workflow")) != main:
@@ -312,7 +314,7 @@ def detect_cliff(
 def summarize_curve(
     points: Sequence[CurvePoint],
     *,
-    source: str = "eval.jsonl",
+    source: str = EVAL,
     min_points: int = 2,
     alpha: float = 0.05,
     min_drop: float = 0.02,

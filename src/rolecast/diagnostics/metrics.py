@@ -7,6 +7,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
 from rolecast.core.episode import Episode, PickClaim, Turn, VerdictClaim
+from rolecast.core.metric_keys import policy_key, role_key, wf_key
 
 
 def _mean(xs: Iterable[float]) -> float:
@@ -31,24 +32,23 @@ def episode_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
         for t in ep.turns:
             by_role[t.role].append(t)
             by_policy[t.policy_id].append(t)
-    for prefix, table in (("role", by_role), ("policy", by_policy)):
+    for key, table in ((role_key, by_role), (policy_key, by_policy)):
         for name, turns in sorted(table.items()):
-            p = f"{prefix}/{name}/"
-            m[p + "turns"] = float(len(turns))
-            m[p + "reward"] = _mean(t.reward for t in turns)
-            m[p + "adv_mean"] = _mean(t.advantage for t in turns)
-            m[p + "adv_std"] = _std([t.advantage for t in turns])
-            m[p + "length"] = _mean(len(t.completion_ids) for t in turns)
-            m[p + "truncated"] = _mean(float(t.finish_reason == "length") for t in turns)
+            m[key(name, "turns")] = float(len(turns))
+            m[key(name, "reward")] = _mean(t.reward for t in turns)
+            m[key(name, "adv_mean")] = _mean(t.advantage for t in turns)
+            m[key(name, "adv_std")] = _std([t.advantage for t in turns])
+            m[key(name, "length")] = _mean(len(t.completion_ids) for t in turns)
+            m[key(name, "truncated")] = _mean(float(t.finish_reason == "length") for t in turns)
             own = [t.claim.correct for t in turns if t.claim is not None and t.claim.correct is not None]
             if own:
-                m[p + "accuracy"] = _mean(float(x) for x in own)
+                m[key(name, "accuracy")] = _mean(float(x) for x in own)
     m.update(_claim_metrics(episodes))
     wf: dict[str, list[float]] = defaultdict(list)
     for ep in episodes:
         for k, v in ep.metrics.items():
             wf[k].append(v)
-    m.update({f"wf/{k}": _mean(v) for k, v in sorted(wf.items())})
+    m.update({wf_key(k): _mean(v) for k, v in sorted(wf.items())})
     return m
 
 
@@ -64,10 +64,10 @@ def _claim_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
     if verdicts:
         accepted = [v for v in verdicts if v.accept]
         truly = [v for v in verdicts if v.reviewed_correct]
-        out["wf/evaluator_accept_rate"] = len(accepted) / len(verdicts)
-        out["wf/evaluator_precision"] = _mean(float(bool(v.reviewed_correct)) for v in accepted)
-        out["wf/evaluator_recall"] = _mean(float(v.accept) for v in truly)
-        out["wf/evaluator_accuracy"] = _mean(float(bool(v.correct)) for v in verdicts)
+        out[wf_key("evaluator_accept_rate")] = len(accepted) / len(verdicts)
+        out[wf_key("evaluator_precision")] = _mean(float(bool(v.reviewed_correct)) for v in accepted)
+        out[wf_key("evaluator_recall")] = _mean(float(v.accept) for v in truly)
+        out[wf_key("evaluator_accuracy")] = _mean(float(bool(v.correct)) for v in verdicts)
     picks = [
         c
         for ep in episodes
@@ -76,6 +76,6 @@ def _claim_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
     ]
     if picks:
         solvable = [p for p in picks if any(p.candidates_correct or ())]
-        out["wf/aggregator_solvable"] = len(solvable) / len(picks)
-        out["wf/aggregator_picks_correct"] = _mean(float((p.candidates_correct or [])[p.picked]) for p in solvable)
+        out[wf_key("aggregator_solvable")] = len(solvable) / len(picks)
+        out[wf_key("aggregator_picks_correct")] = _mean(float((p.candidates_correct or [])[p.picked]) for p in solvable)
     return out

@@ -27,7 +27,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..workflows.parsing import last_boxed, parse_strategies
+from rolecast.core.metric_keys import parse_role_key, wf_key
+from rolecast.core.text import last_boxed, parse_strategies
 
 AnswerExtractor = Callable[[str], str | None]  # a task's extract_answer; \boxed{} by default
 
@@ -524,7 +525,8 @@ class _Tracked:
         return {"first": list(self.first), "recent": list(self.recent)}
 
 
-_ROLE_KEY = re.compile(r"^role/(?P<role>[^/]+)/(?P<stat>length|entropy|truncated)$")
+_SERIES_STATS = ("length", "entropy", "truncated")  # the role/<role>/<stat> series followed
+_ACCEPT_RATE, _PRECISION = wf_key("evaluator_accept_rate"), wf_key("evaluator_precision")
 
 
 class SeriesSignatures:
@@ -563,11 +565,11 @@ class SeriesSignatures:
 
         out: list[Finding] = []
         for k in sorted(metrics):
-            m = _ROLE_KEY.match(k)
+            rk = parse_role_key(k)
             x = _finite(metrics[k])
-            if not m or x is None:
+            if rk is None or rk.stat not in _SERIES_STATS or x is None:
                 continue
-            role, stat = m.group("role"), m.group("stat")
+            role, stat = rk.role, rk.stat
             tr = self._track(k, x)
             if not tr.ready:
                 continue
@@ -620,9 +622,9 @@ class SeriesSignatures:
                         examples(of_role(role, truncated=True)),
                     )
                 )
-        acc, prec = _finite(metrics.get("wf/evaluator_accept_rate")), _finite(metrics.get("wf/evaluator_precision"))
+        acc, prec = _finite(metrics.get(_ACCEPT_RATE)), _finite(metrics.get(_PRECISION))
         if acc is not None and prec is not None:
-            ta, tp = self._track("wf/evaluator_accept_rate", acc), self._track("wf/evaluator_precision", prec)
+            ta, tp = self._track(_ACCEPT_RATE, acc), self._track(_PRECISION, prec)
             if (
                 ta.ready
                 and tp.ready

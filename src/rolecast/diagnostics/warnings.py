@@ -33,12 +33,24 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from rolecast.core.metric_keys import (
+    GRAD,
+    POLICY,
+    UPDATE,
+    PolicyKey,
+    PolicyRoleKey,
+    grad_key,
+    grad_role_key,
+    parse_policy_key,
+    parse_policy_role_key,
+    warn_key,
+)
+from rolecast.core.text import last_boxed
 from rolecast.diagnostics.signatures import (
     AnswerExtractor,
     Example,
@@ -47,8 +59,6 @@ from rolecast.diagnostics.signatures import (
     SignatureThresholds,
     episode_findings,
 )
-
-from ..workflows.parsing import last_boxed
 
 # Every name an Alert can carry: the failure signatures of signatures.py, then the gradient signals above
 # (config `interventions.rollback.signals` is checked against it; the gradient ones need gradient diagnostics).
@@ -114,20 +124,36 @@ class Alert:
 
 def metric_entries(alerts: Iterable[Alert]) -> dict[str, float]:
     """The metrics to log for a step's alerts: "warn/<name>" = 1.0 for each signal that fired (absent otherwise)."""
-    return {f"warn/{a.name}": 1.0 for a in alerts}
+    return {warn_key(a.name): 1.0 for a in alerts}
 
 
 def _num(x: Any) -> float | None:
     return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) else None
 
 
-_ROLE_STAT = re.compile(r"^grad/(?P<pid>[^/]+)/(?P<role>[^/]+)/(?P<stat>alignment|persistence|norm|share)$")
-_SPIKES = (
-    (re.compile(r"^grad/(?P<subject>[^/]+)/norm$"), "grad_spike"),
-    (re.compile(r"^policy/(?P<subject>[^/]+)/grad_norm$"), "grad_spike"),
-    (re.compile(r"^grad/(?P<subject>[^/]+/[^/]+)/norm$"), "grad_spike"),
-    (re.compile(r"^update/(?P<subject>[^/]+)/size$"), "update_spike"),
-)
+def _roles_by_policy(metrics: dict[str, Any]) -> dict[str, set[str]]:
+    """pid -> the roles with a gradient share on it (grad/<pid>/<role>/share): the roles that share the policy."""
+    out: dict[str, set[str]] = {}
+    for k in metrics:
+        rk = parse_policy_role_key(k)
+        if rk is not None and rk.family == GRAD and rk.stat == "share":
+            out.setdefault(rk.pid, set()).add(rk.role)
+    return out
+
+
+def _spike_signal(metrics: dict[str, Any], pk: PolicyKey | None, rk: PolicyRoleKey | None) -> tuple[str, str] | None:
+    """(signal, subject) when the metric is one judged for spikes: grad/<pid>/norm, policy/<pid>/grad_norm (unless
+    grad/<pid>/norm is logged too: the same norm, judged once), grad/<pid>/<role>/norm, update/<pid>/size."""
+    if pk is not None:
+        if pk.family == GRAD and pk.stat == "norm":
+            return "grad_spike", pk.pid
+        if pk.family == POLICY and pk.stat == "grad_norm" and grad_key(pk.pid, "norm") not in metrics:
+            return "grad_spike", pk.pid
+        if pk.family == UPDATE and pk.stat == "size":
+            return "update_spike", pk.pid
+    if rk is not None and rk.family == GRAD and rk.stat == "norm":
+        return "grad_spike", rk.subject
+    return None
 
 
 class EarlyWarning:
@@ -153,95 +179,95 @@ class EarlyWarning:
         return alerts
 
     def _gradient_alerts(self, step: int, metrics: dict[str, Any]) -> list[Alert]:
-        c = self.cfg
-        out: list[Alert] = []
-        roles_of: dict[str, set[str]] = {}
-        for k in metrics:
-            m = _ROLE_STAT.match(k)
-            if m and m.group("stat") == "share":
-                roles_of.setdefault(m.group("pid"), set()).add(m.group("role"))
+        roles_of = _roles_by_policy(metrics)
+        out: list[Alert | None] = []
         for k in sorted(metrics):
             x = _num(metrics[k])
             if x is None:
                 continue
-            m = _ROLE_STAT.match(k)
-            if m and m.group("stat") == "alignment":
-                pid, role = m.group("pid"), m.group("role")
-                n = _num(metrics.get(f"grad/{pid}/{role}/instances"))
-                if n is not None and n < 2:
-                    continue
-                thr = 1 + c.amplification_coherence * (n - 1) if n is not None else c.amplification_abs
-                if x >= thr:
-                    out.append(
-                        Alert(
-                            "amplification",
-                            "gradient",
-                            step,
-                            f"{pid}/{role}",
-                            x,
-                            thr,
-                            f"{role} on {pid}: instance alignment {x:.2f} with "
-                            f"{int(n) if n is not None else '?'} instances (>= {thr:.2f})",
-                        )
-                    )
-            elif m and m.group("stat") == "persistence":
-                window = self.persist.setdefault(k, [])
-                window.append(x)
-                del window[: -c.signatures.window]
-                mean = sum(window) / len(window)
-                if len(window) == c.signatures.window and mean >= c.persistence:
-                    out.append(
-                        Alert(
-                            "persistence",
-                            "gradient",
-                            step,
-                            f"{m.group('pid')}/{m.group('role')}",
-                            mean,
-                            c.persistence,
-                            f"{m.group('role')} on {m.group('pid')}: gradient direction "
-                            f"persistence {mean:.2f} over {len(window)} diagnosed steps",
-                        )
-                    )
-            cap = re.fullmatch(r"grad/(?P<pid>[^/]+)/capture_index", k)
-            if cap and len(roles_of.get(cap.group("pid"), ())) >= 2 and x >= c.capture_index:
-                pid = cap.group("pid")
-                holder = metrics.get(f"grad/{pid}/capture_role")
-                out.append(
-                    Alert(
-                        "capture",
-                        "gradient",
-                        step,
-                        f"{pid}/{holder}",
-                        x,
-                        c.capture_index,
-                        f"{holder} holds {x:.2f} of {pid}'s gradient ({len(roles_of[pid])} roles share it)",
-                    )
+            pk, rk = parse_policy_key(k), parse_policy_role_key(k)
+            if rk is not None and rk.family == GRAD and rk.stat == "alignment":
+                out.append(self._amplification(step, rk, x, metrics))
+            elif rk is not None and rk.family == GRAD and rk.stat == "persistence":
+                out.append(self._persistence(step, k, rk, x))
+            if pk is not None and pk.family == GRAD and pk.stat == "capture_index":
+                out.append(self._capture(step, pk.pid, x, metrics, roles_of.get(pk.pid, set())))
+            signal = _spike_signal(metrics, pk, rk)
+            if signal is not None:
+                out.append(self._spike(step, k, x, *signal))
+        return [a for a in out if a is not None]
+
+    def _amplification(self, step: int, rk: PolicyRoleKey, x: float, metrics: dict[str, Any]) -> Alert | None:
+        c = self.cfg
+        n = _num(metrics.get(grad_role_key(rk.pid, rk.role, "instances")))
+        if n is not None and n < 2:
+            return None
+        thr = 1 + c.amplification_coherence * (n - 1) if n is not None else c.amplification_abs
+        if x < thr:
+            return None
+        return Alert(
+            "amplification",
+            "gradient",
+            step,
+            rk.subject,
+            x,
+            thr,
+            f"{rk.role} on {rk.pid}: instance alignment {x:.2f} with "
+            f"{int(n) if n is not None else '?'} instances (>= {thr:.2f})",
+        )
+
+    def _persistence(self, step: int, key: str, rk: PolicyRoleKey, x: float) -> Alert | None:
+        c = self.cfg
+        window = self.persist.setdefault(key, [])
+        window.append(x)
+        del window[: -c.signatures.window]
+        mean = sum(window) / len(window)
+        if len(window) != c.signatures.window or mean < c.persistence:
+            return None
+        return Alert(
+            "persistence",
+            "gradient",
+            step,
+            rk.subject,
+            mean,
+            c.persistence,
+            f"{rk.role} on {rk.pid}: gradient direction persistence {mean:.2f} over {len(window)} diagnosed steps",
+        )
+
+    def _capture(self, step: int, pid: str, x: float, metrics: dict[str, Any], roles: set[str]) -> Alert | None:
+        if len(roles) < 2 or x < self.cfg.capture_index:
+            return None
+        holder = metrics.get(grad_key(pid, "capture_role"))
+        return Alert(
+            "capture",
+            "gradient",
+            step,
+            f"{pid}/{holder}",
+            x,
+            self.cfg.capture_index,
+            f"{holder} holds {x:.2f} of {pid}'s gradient ({len(roles)} roles share it)",
+        )
+
+    def _spike(self, step: int, key: str, x: float, signal: str, subject: str) -> Alert | None:
+        """Judge `x` against the running median of the key's previous values, then add it to them."""
+        c = self.cfg
+        hist = self.history.setdefault(key, [])
+        alert = None
+        if len(hist) >= c.spike_min_history:
+            med = statistics.median(hist)
+            if med > 0 and x > c.spike_ratio * med:
+                alert = Alert(
+                    signal,
+                    "gradient",
+                    step,
+                    subject,
+                    x / med,
+                    c.spike_ratio,
+                    f"{key} = {x:.4g}, {x / med:.1f}x its running median {med:.4g}",
                 )
-            for pattern, name in _SPIKES:
-                sm = pattern.match(k)
-                if not sm:
-                    continue
-                if k.startswith("policy/") and f"grad/{sm.group('subject')}/norm" in metrics:
-                    break  # the same norm, logged twice once gradient diagnostics run: judge it once
-                hist = self.history.setdefault(k, [])
-                if len(hist) >= c.spike_min_history:
-                    med = statistics.median(hist)
-                    if med > 0 and x > c.spike_ratio * med:
-                        out.append(
-                            Alert(
-                                name,
-                                "gradient",
-                                step,
-                                sm.group("subject"),
-                                x / med,
-                                c.spike_ratio,
-                                f"{k} = {x:.4g}, {x / med:.1f}x its running median {med:.4g}",
-                            )
-                        )
-                hist.append(x)
-                del hist[: -c.spike_history]
-                break
-        return out
+        hist.append(x)
+        del hist[: -c.spike_history]
+        return alert
 
     def state_dict(self) -> dict[str, Any]:
         return {

@@ -8,30 +8,38 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rolecast.core.metric_keys import (
+    GRAD,
+    key_family,
+    parse_named_key,
+    parse_policy_key,
+    parse_policy_role_key,
+    rollback_key,
+)
+from rolecast.core.rundir import ANALYSIS, EVAL, METRICS, SUMMARY, write_atomic
+from rolecast.core.text import last_boxed
 from rolecast.diagnostics.curves import CurveSummary, eval_points, summarize_curve, training_points
 from rolecast.diagnostics.signatures import AnswerExtractor
 from rolecast.diagnostics.warnings import Alert, EarlyWarning, WarningConfig
-from rolecast.report.rundir import RunFiles, read_run, sweep_base_rows
-from rolecast.workflows.parsing import last_boxed
+from rolecast.report.plots import plot_accuracy, plot_panels
+from rolecast.report.runfiles import RunFiles, read_run, sweep_base_rows
+from rolecast.tasks import make_task
 
 SUMMARY_VERSION = 1
 MAX_STEPS_LISTED = 40
 
 
-def _answer_extractor(run: RunFiles) -> tuple[AnswerExtractor, str]:
+def answer_extractor(run: RunFiles) -> tuple[AnswerExtractor, str]:
     """The run's task's own answer extractor when the task can be built offline, else \\boxed{}."""
     task = (run.config or {}).get("task") or {}
     name = task.get("name")
     if not name:
         return last_boxed, "\\boxed{} (task unknown)"
     try:
-        from rolecast.tasks import make_task
-
         t = make_task(name, **(task.get("options") or {}))
         return t.extract_answer, f"task {name!r}"
     except Exception as e:  # a task whose data is absent here: fall back, and say so
@@ -95,22 +103,42 @@ def replay_warnings(
     return alerts
 
 
-_GRAD_ROLE = re.compile(r"^grad/(?P<pid>[^/]+)/(?P<role>[^/]+)/(?P<stat>norm|share|alignment|instances)$")
-_UPDATE = re.compile(r"^update/(?P<pid>[^/]+)/(?P<stat>size|drift)$")
-_LR = re.compile(r"^policy/(?P<pid>[^/]+)/(?P<stat>lr)$")
+# A series selector: a metric name -> (stat, label) when the name belongs to the plotted series, else None
+Selector = Callable[[str], tuple[str, str] | None]
+
+
+def grad_role_series(key: str) -> tuple[str, str] | None:
+    """grad/<pid>/<role>/<stat> of the plotted stats (norm, share, alignment, instances) -> (stat, "pid/role")."""
+    k = parse_policy_role_key(key)
+    if k is None or k.family != "grad" or k.stat not in ("norm", "share", "alignment", "instances"):
+        return None
+    return k.stat, k.subject
+
+
+def update_series(key: str) -> tuple[str, str] | None:
+    """update/<pid>/size and update/<pid>/drift -> (stat, pid)."""
+    k = parse_policy_key(key)
+    return (k.stat, k.pid) if k is not None and k.family == "update" and k.stat in ("size", "drift") else None
+
+
+def lr_series(key: str) -> tuple[str, str] | None:
+    """policy/<pid>/lr -> ("lr", pid)."""
+    k = parse_policy_key(key)
+    return (k.stat, k.pid) if k is not None and k.family == "policy" and k.stat == "lr" else None
 
 
 def collect_series(
-    metrics: list[dict[str, Any]], pattern: re.Pattern[str], label: Callable[[re.Match[str]], str]
+    metrics: list[dict[str, Any]], select: Selector
 ) -> dict[str, dict[str, tuple[list[int], list[float]]]]:
-    """stat -> label -> (steps, values) for every numeric metric matching `pattern` (with a `stat` group)."""
+    """stat -> label -> (steps, values) for every numeric metric `select` names a (stat, label) for."""
     out: dict[str, dict[str, tuple[list[int], list[float]]]] = {}
     for row in metrics:
         for k, v in row.items():
-            m = pattern.match(k)
-            if not m or not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
+            sel = select(k)
+            if sel is None or not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
                 continue
-            xs, ys = out.setdefault(m.group("stat"), {}).setdefault(label(m), ([], []))
+            stat, label = sel
+            xs, ys = out.setdefault(stat, {}).setdefault(label, ([], []))
             xs.append(row["step"])
             ys.append(float(v))
     return out
@@ -130,16 +158,16 @@ def _clean(x: Any) -> Any:
 def rollbacks(metrics: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The rollbacks on early warning the trainer logged (`rollback/*` keys of metrics.jsonl), in step order."""
     return [
-        {"step": r["step"], **{k.removeprefix("rollback/"): v for k, v in r.items() if k.startswith("rollback/")}}
+        {"step": r["step"], **{name: v for k, v in r.items() if (name := parse_named_key(k, "rollback")) is not None}}
         for r in metrics
-        if "rollback/to_step" in r
+        if rollback_key("to_step") in r
     ]
 
 
 def analyze(run_dir: str | Path, *, plots: bool = True, cfg: WarningConfig | None = None) -> dict[str, Any]:
     """Analyse a run directory; write analysis/summary.json (and the PNGs unless plots=False); return the summary."""
     run = read_run(run_dir)
-    out_dir = run.run_dir / "analysis"
+    out_dir = run.run_dir / ANALYSIS
     notes = run.notes
     config = run.config or {}
     planned = (config.get("train") or {}).get("steps")
@@ -164,12 +192,12 @@ def analyze(run_dir: str | Path, *, plots: bool = True, cfg: WarningConfig | Non
             "(conservative for evaluations on the same problems)"
         )
     train_pts = training_points(run.metrics)
-    curve: CurveSummary | None = summarize_curve(points, source="eval.jsonl", notes=curve_notes)
-    train_curve = summarize_curve(train_pts, source="metrics.jsonl:accuracy (5-step means)")
+    curve: CurveSummary | None = summarize_curve(points, source=EVAL, notes=curve_notes)
+    train_curve = summarize_curve(train_pts, source=f"{METRICS}:accuracy (5-step means)")
     if curve is None and run.evals:
-        notes.append("eval.jsonl has no usable rows")
+        notes.append(f"{EVAL} has no usable rows")
 
-    extract, extractor_name = _answer_extractor(run)
+    extract, extractor_name = answer_extractor(run)
     wcfg = cfg or WarningConfig()
     alerts = replay_warnings(run, wcfg, extract)
     groups = group_alerts(alerts, wcfg.signatures.examples)
@@ -200,7 +228,7 @@ def analyze(run_dir: str | Path, *, plots: bool = True, cfg: WarningConfig | Non
         "signatures": [g for g in groups if g["kind"] == "signature"],
         "warnings": [g for g in groups if g["kind"] == "gradient"],
         "rollbacks": rollbacks(run.metrics),
-        "gradients_measured": any(k.startswith("grad/") for r in run.metrics for k in r),
+        "gradients_measured": any(key_family(k) == GRAD for r in run.metrics for k in r),
         "episode_steps": run.episode_steps,
         "answer_extractor": extractor_name,
         "plots": plot_files,
@@ -209,9 +237,7 @@ def analyze(run_dir: str | Path, *, plots: bool = True, cfg: WarningConfig | Non
         "thresholds": dataclasses.asdict(wcfg),
     }
     out_dir.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir / "summary.json.tmp"
-    tmp.write_text(json.dumps(_clean(summary), indent=1))
-    tmp.replace(out_dir / "summary.json")
+    write_atomic(out_dir / SUMMARY, json.dumps(_clean(summary), indent=1))
     return summary
 
 
@@ -224,8 +250,6 @@ def _draw(
     config: dict[str, Any],
     events: list[tuple[int, str]],
 ) -> list[str]:
-    from rolecast.report.plots import plot_accuracy, plot_panels
-
     title = " / ".join(
         str(x)
         for x in (
@@ -248,10 +272,10 @@ def _draw(
                 z=z,
                 title=title,
                 events=events,
-                lrs=collect_series(run.metrics, _LR, lambda m: m.group("pid")).get("lr"),
+                lrs=collect_series(run.metrics, lr_series).get("lr"),
             )
         )
-    grads = collect_series(run.metrics, _GRAD_ROLE, lambda m: f"{m.group('pid')}/{m.group('role')}")
+    grads = collect_series(run.metrics, grad_role_series)
     if grads:
         panels = [
             (label, grads[stat])
@@ -263,7 +287,7 @@ def _draw(
             if stat in grads
         ]
         files.append(plot_panels(out_dir / "gradients.png", panels, title=f"per-role gradients {title}"))
-    updates = collect_series(run.metrics, _UPDATE, lambda m: m.group("pid"))
+    updates = collect_series(run.metrics, update_series)
     if updates:
         panels = [
             (label, updates[stat])

@@ -4,7 +4,7 @@ evaluation protocol), accuracy curves with peak and cliff markers, per-role grad
 where runs measured them, and which sharing mode won per (workflow, task, model), with its uncertainty.
 
 Reads only files: `sweep.json` (cells, axes, status, errors) when the directory is a sweep's, else every
-subdirectory that looks like a run; each run through the tolerant readers of `rundir.py`. A cell that failed,
+subdirectory that looks like a run; each run through the tolerant readers of `runfiles.py`. A cell that failed,
 is still running, or was killed half-way appears as incomplete with what it has, never as an exception. The
 HTML has no scripts, no external CSS and no links to fetch: images are PNGs embedded as base64 data URIs.
 """
@@ -24,6 +24,18 @@ from typing import Any
 import jinja2
 
 from rolecast.core.errors import ReportError
+from rolecast.core.rundir import (
+    CONFIG,
+    DONE,
+    ERROR,
+    EVAL,
+    METRICS,
+    REPORT,
+    SWEEP_STATUS,
+    RunPaths,
+    read_jsonl,
+    write_atomic,
+)
 from rolecast.diagnostics.curves import (
     Z_95,
     CurvePoint,
@@ -35,11 +47,19 @@ from rolecast.diagnostics.curves import (
     summarize_curve,
 )
 from rolecast.diagnostics.warnings import SIGNATURE_MEANINGS
-from rolecast.report.analyze import _GRAD_ROLE, _LR, _answer_extractor, collect_series, group_alerts, replay_warnings
-from rolecast.report.rundir import read_jsonl, read_run
+from rolecast.report.analyze import (
+    answer_extractor,
+    collect_series,
+    grad_role_series,
+    group_alerts,
+    lr_series,
+    replay_warnings,
+)
+from rolecast.report.plots import plot_accuracy, plot_gain_grid, plot_overlay, plot_panels
+from rolecast.report.runfiles import read_run
 
 AXES = ("workflow", "task", "model", "sharing", "seed")
-REPORT_FILE = "report.html"
+REPORT_FILE = REPORT
 
 
 @dataclass
@@ -140,7 +160,7 @@ def _axes_from_config(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def _looks_like_run(d: Path) -> bool:
-    return any((d / f).exists() for f in ("config.yaml", "metrics.jsonl", "eval.jsonl", "DONE.json", "ERROR.txt"))
+    return any((d / f).exists() for f in (CONFIG, METRICS, EVAL, DONE, ERROR))
 
 
 def _last_line(path: Path) -> str | None:
@@ -152,7 +172,7 @@ def _last_line(path: Path) -> str | None:
 
 
 def _sweep_rows(runs_dir: Path, notes: list[str]) -> tuple[list[dict[str, Any]], str | None]:
-    path = runs_dir / "sweep.json"
+    path = runs_dir / SWEEP_STATUS
     if not path.is_file():
         return [], None
     try:
@@ -160,16 +180,16 @@ def _sweep_rows(runs_dir: Path, notes: list[str]) -> tuple[list[dict[str, Any]],
         cells = [c for c in data["cells"] if isinstance(c, dict) and isinstance(c.get("name"), str)]
         return cells, data.get("matrix")
     except (json.JSONDecodeError, KeyError, TypeError, OSError) as e:
-        notes.append(f"sweep.json unreadable ({e.__class__.__name__}); cells found from the directories instead")
+        notes.append(f"{SWEEP_STATUS} unreadable ({e.__class__.__name__}); cells found from the directories instead")
         return [], None
 
 
 def _state(d: Path, recorded: dict[str, Any]) -> tuple[str, str | None]:
     """The cell's state from its files first (they are written last), then from sweep.json."""
-    if (d / "DONE.json").is_file():
+    if (d / DONE).is_file():
         return "done", None
-    if (d / "ERROR.txt").is_file():
-        return "failed", recorded.get("error") or _last_line(d / "ERROR.txt")
+    if (d / ERROR).is_file():
+        return "failed", recorded.get("error") or _last_line(d / ERROR)
     status = recorded.get("status")
     if status == "failed":
         return "failed", recorded.get("error") or "failed (no error recorded)"
@@ -222,15 +242,15 @@ def _cell_view(
     planned = (config.get("train") or {}).get("steps") if isinstance(config.get("train"), dict) else None
     cell.steps_planned = planned if isinstance(planned, int) else None
     rows = [*base_rows, *run.evals]
-    cell.curve = summarize_curve(eval_points(rows, cell.notes), source="eval.jsonl", notes=cell.notes)
+    cell.curve = summarize_curve(eval_points(rows, cell.notes), source=EVAL, notes=cell.notes)
     cell.protocol = _protocol(rows, config)
     try:
-        extract, _ = _answer_extractor(run)
+        extract, _ = answer_extractor(run)
         cell.signatures = [g for g in group_alerts(replay_warnings(run, extract=extract)) if g["kind"] == "signature"]
     except Exception as e:  # a report must not die on one cell's odd episodes
         cell.notes.append(f"failure signatures not checked ({e.__class__.__name__}: {e})")
-    cell.grads = collect_series(run.metrics, _GRAD_ROLE, lambda m: f"{m.group('pid')}/{m.group('role')}")
-    cell.grads.update(collect_series(run.metrics, _LR, lambda m: m.group("pid")))
+    cell.grads = collect_series(run.metrics, grad_role_series)
+    cell.grads.update(collect_series(run.metrics, lr_series))
     cell.notes += run.notes
     return cell
 
@@ -274,7 +294,7 @@ def collect_map(runs_dir: str | Path) -> SweepMap:
                 tuple(axes[k] for k in ("workflow", "task", "model"))
             )
             if bd is not None:
-                base_rows = [r for r in read_jsonl(bd / "eval.jsonl")[0] if r.get("tag") == "base"]
+                base_rows = [r for r in read_jsonl(RunPaths(bd).eval(), skipped=[]) if r.get("tag") == "base"]
         cells.append(_cell_view(name, kind, axes, d, rec, base_rows))
     if not cells:
         notes.append(f"no cells found in {runs_dir} (no sweep.json, and no subdirectory holding a run)")
@@ -591,8 +611,6 @@ def _figures(smap: SweepMap, tmp: Path, notes: list[str]) -> list[dict[str, str]
     each policy's lr under it; the grid of gains."""
     cells = smap.train_cells
     try:
-        from rolecast.report.plots import plot_gain_grid, plot_overlay
-
         out = []
         bands = overlay_bands(cells)
         varying = [k for k in ("task", "model") if len({c.axes.get(k) for c in cells}) > 1]
@@ -625,8 +643,6 @@ def _plots(c: CellView, tmp: Path, notes: list[str]) -> list[dict[str, str]]:
     if c.curve is None and not c.grads:
         return []
     try:
-        from rolecast.report.plots import plot_accuracy, plot_panels
-
         out = []
         title = " / ".join(str(c.axes[k]) for k in ("task", "workflow", "model", "sharing") if c.axes.get(k))
         if c.curve is not None:
@@ -803,7 +819,5 @@ def write_report(runs_dir: str | Path, out: str | Path | None = None) -> tuple[P
         )
     path = Path(out) if out else smap.runs_dir / REPORT_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(render_html(smap), encoding="utf-8")
-    tmp.replace(path)
+    write_atomic(path, render_html(smap))
     return path, smap

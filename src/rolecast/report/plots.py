@@ -4,10 +4,12 @@ here, when a plot is drawn, with a clear message when it is missing."""
 
 from __future__ import annotations
 
+import io
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from rolecast.core.rundir import write_atomic
 from rolecast.diagnostics.curves import Cliff, CurvePoint
 
 Series = dict[str, tuple[list[int], list[float]]]  # label -> (steps, values)
@@ -29,9 +31,9 @@ def _integer_steps(ax: Any) -> None:
 
 def _save(fig: Any, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.stem + ".tmp.png")  # written whole, then renamed: a reader never sees half a PNG
-    fig.savefig(tmp, format="png", dpi=100)
-    tmp.replace(path)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    write_atomic(path, buf.getvalue())  # a reader never sees half a PNG
     return path
 
 
