@@ -8,12 +8,14 @@ import random
 
 import torch
 
-from rolecast.config import load_config
+from rolecast.config.load import load_config
 from rolecast.core.episode import Turn
 from rolecast.diagnostics.gradients import flat_grad, flat_params
 from rolecast.policies import PolicySet, load_tokenizer
-from rolecast.train.grpo import collate, completion_logprobs, update_policy
+from rolecast.train.batching import collate
+from rolecast.train.logprobs import completion_logprobs
 from rolecast.train.losses import clipped_surrogate
+from rolecast.train.update import update_policy
 
 
 def config(model_dir: str, **overrides):
@@ -115,7 +117,7 @@ def sgd_update(
     params = policies.parameters(pid)
     before = flat_params(params)
     opt = torch.optim.SGD(params, lr=1.0)
-    stats, _ = update_policy(
+    stats = update_policy(
         pid,
         turns,
         cfg=cfg,
@@ -125,7 +127,7 @@ def sgd_update(
         rng=random.Random(0),
         check_logprobs=False,
         **kwargs,
-    )
+    ).stats
     return before - flat_params(params), stats
 
 

@@ -39,11 +39,19 @@ step1 = {"policies/gen": {"w": torch.randn(64, 64, generator=g)}, "trainer": {"s
 checkpoint.save_checkpoint(run_dir, 1, step1)
 print("saved 1", flush=True)
 big = torch.randn(4096, 4096, generator=g)  # 64 MiB: writing it takes far longer than the parent's poll
-def hook(label):
+def hook(label):  # after each durable stage of a write: print it, and hang at the chosen one to be killed there
     print(label, flush=True)
     if label == stop_at:
         time.sleep(600)
-checkpoint._stage_hook = hook
+write_entry, replace_dir = checkpoint._write_entry, checkpoint._replace_dir
+def write_entry_then_hook(directory, name, value):
+    entry = write_entry(directory, name, value)
+    hook(f"wrote {entry['file']}")
+    return entry
+def replace_dir_then_hook(src, dst):
+    replace_dir(src, dst)
+    hook("renamed")
+checkpoint._write_entry, checkpoint._replace_dir = write_entry_then_hook, replace_dir_then_hook
 step2 = {"policies/gen": {"w": big}, "optim/gen": {"m": big.clone()}, "trainer": {"step": 2}}
 checkpoint.save_checkpoint(run_dir, 2, step2)
 print("saved 2", flush=True)

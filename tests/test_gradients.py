@@ -15,10 +15,10 @@ from rolecast.diagnostics.gradients import (
     CountSketch,
     DirectionEMA,
     GradientMonitor,
-    InstanceGradients,
     gradient_mass,
     gradient_statistics,
 )
+from rolecast.train.role_batches import InstanceGradients
 
 # ---------------------------------------------------------------------------------------------------------
 # Statistics on hand-built vectors
@@ -208,9 +208,9 @@ def test_instance_gradients_capture_and_write_back():
 class RecordingMonitor(GradientMonitor):
     """Keeps a copy of what the update reported, to compare with separate autograd."""
 
-    def add_gradients(self, pid, grads):
-        self.seen = {k: v.clone() for k, v in grads.vectors.items()}
-        super().add_gradients(pid, grads)
+    def add_gradients(self, pid, vectors, role_of):
+        self.seen = {k: v.clone() for k, v in vectors.items()}
+        super().add_gradients(pid, vectors, role_of)
 
 
 @pytest.mark.parametrize("loss_agg", ["token-mean", "seq-mean-token-mean"])
@@ -275,10 +275,10 @@ def test_minibatch_schedule_counts_role_steps_and_sums_the_first_pass(tiny_model
     opt = torch.optim.AdamW(params, lr=1e-3)
     import random as _random
 
-    from rolecast.train.grpo import update_policy
+    from rolecast.train.update import update_policy
 
     rng = _random.Random(5)
-    stats, _ = update_policy(
+    stats = update_policy(
         "shared",
         turns,
         cfg=cfg,
@@ -288,7 +288,7 @@ def test_minibatch_schedule_counts_role_steps_and_sums_the_first_pass(tiny_model
         rng=rng,
         check_logprobs=False,
         monitor=monitor,
-    )
+    ).stats
     m = monitor.pop_metrics()
     # 8 turns in mini-batches of 4, two epochs: 4 optimizer steps; the same shuffles say which held each role
     order_rng = _random.Random(5)
@@ -330,7 +330,7 @@ def test_sketched_statistics_track_the_exact_ones(tiny_model_dir):
 
 
 def _run(run_dir, stop_after=None, resume=False, **over):
-    from rolecast.config import load_config
+    from rolecast.config.load import load_config
     from rolecast.train.grpo import train
 
     # the trained testbed model (a random one never scores, so every advantage and gradient would be 0)

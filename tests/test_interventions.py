@@ -9,7 +9,7 @@ import pytest
 import torch
 from gradient_cases import config, on_policy, reference_grad, setup, sgd_update, voting_turns
 
-from rolecast.config import load_config
+from rolecast.config.load import load_config
 from rolecast.core.errors import ConfigError
 from rolecast.diagnostics.gradients import DirectionEMA, RoleEMAs, gram
 from rolecast.train.interventions import Interventions, balance_coefficients, damping_factor, projection_shares
@@ -29,7 +29,7 @@ def test_damping_halves_a_role_that_repeats_its_direction():
 
 def test_interventions_damping_state_per_policy_and_role():
     cfg = load_config(None, {"workflow.name": "voting", "interventions.coherence_damping": 0.5})
-    iv = Interventions.from_config(cfg)
+    iv = Interventions.from_config(cfg.interventions, cfg.train.kl_coef)
     assert iv is not None and iv.rescales
     g = {"generator": torch.tensor([1.0, 0.0]), "aggregator": torch.tensor([0.0, 1.0])}
     assert iv.role_coefficients("shared", g) == {"generator": 1.0, "aggregator": 1.0}
@@ -65,7 +65,7 @@ def test_balancing_correlated_roles_and_a_role_without_gradient():
 
 def test_balance_shares_needs_every_role_of_the_policy():
     cfg = load_config(None, {"workflow.name": "voting", "interventions.balance_shares": {"generator": 1.0}})
-    iv = Interventions.from_config(cfg)
+    iv = Interventions.from_config(cfg.interventions, cfg.train.kl_coef)
     with pytest.raises(ValueError, match="balance_shares.*aggregator"):
         iv.role_coefficients("shared", {"generator": torch.ones(2), "aggregator": torch.ones(2)})
 
@@ -80,7 +80,7 @@ def test_loss_side_coefficients():
             "interventions.multiplicity_norm": True,
         },
     )
-    iv = Interventions.from_config(cfg)
+    iv = Interventions.from_config(cfg.interventions, cfg.train.kl_coef)
     assert not iv.rescales
     assert iv.kl_coefs(["generator", "aggregator"]).tolist() == pytest.approx([0.01, 0.5])
     assert iv.row_weights(["generator", "aggregator"], {"generator": 3, "aggregator": 1}).tolist() == pytest.approx(
@@ -89,7 +89,7 @@ def test_loss_side_coefficients():
 
 
 def test_all_off_builds_nothing_and_config_errors_name_the_field():
-    assert Interventions.from_config(load_config(None, {"workflow.name": "voting"})) is None
+    assert Interventions.from_config(load_config(None, {"workflow.name": "voting"}).interventions, 0.0) is None
     with pytest.raises(ConfigError, match=r"interventions.kl_coef_by_role: 'voter' is not a role"):
         load_config(None, {"workflow.name": "voting", "interventions.kl_coef_by_role": {"voter": 0.1}})
     with pytest.raises(ConfigError, match=r"interventions.balance_shares.generator: must be > 0"):
@@ -143,7 +143,7 @@ def test_kl_coef_by_role_anchors_each_role_with_its_coefficient(tiny_model_dir):
 def test_coherence_damping_on_the_real_update(tiny_model_dir):
     tok, policies, cfg, turns = _case(tiny_model_dir, **{"interventions.coherence_damping": 0.5})
     g = _role_grads(policies, cfg, turns, tok.pad_token_id)
-    iv = Interventions.from_config(cfg)
+    iv = Interventions.from_config(cfg.interventions, cfg.train.kl_coef)
     # history: the generator's EMA points where its gradient does (cos 1: halved), the aggregator's opposite (kept)
     iv.ema = RoleEMAs(
         0.9,
@@ -194,7 +194,7 @@ def test_balance_shares_on_the_real_update(tiny_model_dir):
 def test_interventions_that_change_nothing_leave_the_update_bit_identical(tiny_model_dir, over, one_instance_per_role):
     import random
 
-    from rolecast.train.grpo import update_policy
+    from rolecast.train.update import update_policy
 
     results = []
     for extra in ({}, over):
@@ -205,7 +205,7 @@ def test_interventions_that_change_nothing_leave_the_update_bit_identical(tiny_m
             turns = [t for t in turns if t.instance in ("generator/0", "aggregator")]
         params = policies.parameters("shared")
         opt = torch.optim.AdamW(params, lr=1e-2)
-        stats, tally = update_policy(
+        update = update_policy(
             "shared",
             turns,
             cfg=cfg,
@@ -215,6 +215,7 @@ def test_interventions_that_change_nothing_leave_the_update_bit_identical(tiny_m
             rng=random.Random(0),
             check_logprobs=False,
         )
+        stats, tally = update.stats, update.tally
         results.append((policies.state_dict("shared"), stats, tally))
     (w_a, s_a, t_a), (w_b, s_b, t_b) = results
     assert s_a == s_b and t_a == t_b

@@ -8,9 +8,9 @@ import json
 import pytest
 import torch
 
-from rolecast.config import load_config
+from rolecast.config.load import load_config
 from rolecast.train.grpo import train
-from rolecast.train.schedule import build, seek, verl_constant_factor, verl_cosine_factor, warmup_cosine
+from rolecast.train.schedule import build, verl_constant_factor, verl_cosine_factor, warmup_cosine
 
 # verl's cosine with warmup 2 over 6 steps (min lr ratio 0), by hand: warmup c / 2 for c = 0, 1; then
 # 0.5 (1 + cos(pi p)) with p = (c - 2) / 4, NOT clamped at p = 1: cos(pi/4) = 0.70711 gives 0.85355 and
@@ -34,9 +34,9 @@ def test_verl_cosine_factor_matches_the_hand_worked_values():
 def test_seek_sets_the_optimizer_lr_and_a_new_base():
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=2.0)
     sched = build(opt, "verl_cosine", 2, 6)
-    assert seek(sched, 3) == pytest.approx(2.0 * HI)
+    assert sched.seek(3) == pytest.approx(2.0 * HI)
     assert opt.param_groups[0]["lr"] == pytest.approx(2.0 * HI) and sched.get_last_lr()[0] == pytest.approx(2.0 * HI)
-    assert seek(sched, 8, base_lr=4.0) == pytest.approx(2.0)
+    assert sched.seek(8, base_lr=4.0) == pytest.approx(2.0)
     with pytest.raises(ValueError, match="train.lr_schedule"):
         build(opt, "linear", 0, 6)
 

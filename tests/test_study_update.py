@@ -13,7 +13,7 @@ import pytest
 import torch
 from echo_task import PROBLEM, EchoTask
 
-from rolecast.config import load_config
+from rolecast.config.load import load_config
 from rolecast.core.episode import Episode, Turn, group_turns
 from rolecast.core.errors import ConfigError
 from rolecast.policies import PolicySet, load_tokenizer
@@ -22,8 +22,11 @@ from rolecast.prompts import PromptBook
 from rolecast.rollout.engine import run_episodes
 from rolecast.rollout.scripted import ScriptedBackend
 from rolecast.train.advantages import compute_advantages, episode_turn_advantages
-from rolecast.train.grpo import collate, completion_logprobs, train, trainer_logprobs, update_policy
+from rolecast.train.batching import collate
+from rolecast.train.grpo import train
+from rolecast.train.logprobs import completion_logprobs, trainer_logprobs
 from rolecast.train.losses import clipped_surrogate
+from rolecast.train.update import update_policy
 from rolecast.workflows import get_workflow
 
 # ------------------------------------------------------------------------------------------------ dual-clip
@@ -137,7 +140,7 @@ def _update(tiny_model_dir, turns, policies, tok, **train_overrides):
     }
     cfg = load_config(None, overrides)
     opt = torch.optim.AdamW(policies.parameters("generator"), lr=1e-12)  # weights stay put: ratios stay exact
-    stats, _ = update_policy(
+    stats = update_policy(
         "generator",
         turns,
         cfg=cfg,
@@ -146,7 +149,7 @@ def _update(tiny_model_dir, turns, policies, tok, **train_overrides):
         pad_id=tok.pad_token_id,
         rng=random.Random(0),
         check_logprobs=False,
-    )
+    ).stats
     return stats
 
 

@@ -8,10 +8,13 @@ import random
 import pytest
 import torch
 
-from rolecast.config import load_config
+from rolecast.config.load import load_config
 from rolecast.core.episode import Turn
 from rolecast.policies import PolicySet
-from rolecast.train.grpo import batching_order, collate, completion_logprobs, micro_batches, train, update_policy
+from rolecast.train.batching import batching_order, collate, micro_batches
+from rolecast.train.grpo import train
+from rolecast.train.logprobs import completion_logprobs
+from rolecast.train.update import update_policy
 
 
 def tiny_config(model_dir, run_dir, **overrides):
@@ -202,7 +205,7 @@ def test_isolated_update_changes_no_other_policy(tiny_model_dir, mode):
     cfg = load_config(None, {"model.path": tiny_model_dir, "train.lr": 1e-2, "rollout.temperature": 1.0})
     opt = torch.optim.AdamW(policies.parameters("generator"), lr=1e-2)
     turns = _with_sampler_logprobs(_turns(policies, tok), policies, "generator", tok.pad_token_id)
-    stats, tally = update_policy(
+    update = update_policy(
         "generator",
         turns,
         cfg=cfg,
@@ -212,6 +215,7 @@ def test_isolated_update_changes_no_other_policy(tiny_model_dir, mode):
         rng=random.Random(0),
         check_logprobs=True,
     )
+    stats, tally = update.stats, update.tally
     # both epochs' tokens are tallied under the turns' role
     assert tally["generator"]["tokens"] == 2 * sum(len(t.completion_ids) for t in turns)
     assert stats["optimizer_steps"] == 2  # testbed recipe: 2 epochs, one step per epoch
@@ -232,7 +236,7 @@ def test_nan_step_is_skipped_and_logged(tiny_model_dir, caplog):
     before = policies.state_dict("generator")
     opt = torch.optim.AdamW(policies.parameters("generator"), lr=1e-2)
     with caplog.at_level("WARNING"):
-        stats, _ = update_policy(
+        stats = update_policy(
             "generator",
             turns,
             cfg=cfg,
@@ -241,7 +245,7 @@ def test_nan_step_is_skipped_and_logged(tiny_model_dir, caplog):
             pad_id=tok.pad_token_id,
             rng=random.Random(0),
             check_logprobs=False,
-        )
+        ).stats
     assert stats["skipped_nan"] == 2 and stats["optimizer_steps"] == 0
     assert "non-finite" in caplog.text
     after = policies.state_dict("generator")
@@ -363,7 +367,7 @@ def test_empty_completions_train_without_error(tiny_model_dir):
     empty = Turn("generator", "generator", "generator", [5, 6, 7], [], [], "", "stop")
     empty.advantage = 1.0
     opt = torch.optim.AdamW(policies.parameters("generator"), lr=1e-2)
-    stats, tally = update_policy(
+    update = update_policy(
         "generator",
         turns + [empty],
         cfg=cfg,
@@ -373,10 +377,11 @@ def test_empty_completions_train_without_error(tiny_model_dir):
         rng=random.Random(0),
         check_logprobs=True,
     )
+    stats, tally = update.stats, update.tally
     assert stats["skipped_nan"] == 0 and stats["optimizer_steps"] == 2
     assert tally["generator"]["tokens"] == 2 * sum(len(t.completion_ids) for t in turns)
     # only empty completions: nothing to learn from, still no error
-    stats, _ = update_policy(
+    stats = update_policy(
         "generator",
         [empty],
         cfg=cfg,
@@ -385,7 +390,7 @@ def test_empty_completions_train_without_error(tiny_model_dir):
         pad_id=tok.pad_token_id,
         rng=random.Random(0),
         check_logprobs=False,
-    )
+    ).stats
     assert stats["skipped_nan"] == 0
 
 
@@ -432,7 +437,7 @@ def test_training_at_temperature_zero_is_refused_at_load():
 
 
 def test_divergence_guard_counts_streaks_per_policy():
-    from rolecast.train.grpo import DivergenceGuard
+    from rolecast.train.guard import DivergenceGuard
 
     settings = load_config(
         None, {"train.max_skipped_updates": 3, "train.max_entropy_steps": 2, "train.max_entropy_tol": 0.01}

@@ -7,27 +7,22 @@ verifier. Attribution modes then set `turn.reward`:
 - ``role``: a role-local reward where one is defined (a generator's own answer, an evaluator's verdict
   matching the truth of the answer it reviewed, an aggregator picking a correct candidate when one
   existed, a synthesizer's final answer); turns without one (e.g. the orchestrator) get the team reward;
-- ``package.module:function``: your own, called as ``fn(episode)`` after claims are scored.
+- ``package.module:function`` or ``path/to/file.py:function``: your own, called as ``fn(episode)`` after claims
+  are scored (`resolve_attribution` finds it; config validation calls it, so a typo fails before a model loads).
 """
 
 from __future__ import annotations
 
-import importlib
+import functools
 from collections.abc import Callable, Sequence
 
 from rolecast.core.episode import AnswerClaim, Episode, PickClaim, VerdictClaim
+from rolecast.core.registry import Registry, is_reference, load_callable
 from rolecast.tasks.base import Problem, Task
 
 AttributionFn = Callable[[Episode], None]
-ATTRIBUTIONS: dict[str, AttributionFn] = {}
-
-
-def register_attribution(name: str) -> Callable[[AttributionFn], AttributionFn]:
-    def deco(fn: AttributionFn) -> AttributionFn:
-        ATTRIBUTIONS[name] = fn
-        return fn
-
-    return deco
+ATTRIBUTIONS: Registry[AttributionFn] = Registry("reward attribution")
+register_attribution = ATTRIBUTIONS.register
 
 
 def score_episodes(episodes: Sequence[Episode], problems: dict[str, Problem], task: Task) -> None:
@@ -100,14 +95,26 @@ def study_ended_rewards(episodes: Sequence[Episode], family: str) -> None:
             t.reward = float(correct) if correct is not None else 0.0
 
 
+def resolve_attribution(name: str, field: str = "train.attribution") -> AttributionFn:
+    """The attribution `name` means: a registered one, or the function a "package.module:function" /
+    "path/to/file.py:function" reference names. A `ConfigError` naming `field` otherwise (config validation calls
+    this, so a typo fails when the config is checked, not at the first step)."""
+    entry = ATTRIBUTIONS.get(name)
+    if entry is not None:
+        return entry
+    if not is_reference(name):
+        raise ATTRIBUTIONS.unknown(name, field, references=True)
+    return _load_reference(name, field)
+
+
+@functools.cache
+def _load_reference(ref: str, field: str) -> AttributionFn:
+    """Loaded once per run, not at every step (a file.py reference would otherwise be executed again each time)."""
+    return load_callable(ref, field)
+
+
 def attribute(episodes: Sequence[Episode], mode: str) -> None:
-    fn = ATTRIBUTIONS.get(mode)
-    if fn is None:
-        if ":" not in mode:
-            raise ValueError(
-                f"unknown attribution {mode!r}; known: {sorted(ATTRIBUTIONS)} or 'package.module:function'"
-            )
-        module, _, name = mode.partition(":")
-        fn = getattr(importlib.import_module(module), name)
+    """Set every turn's reward by attribution `mode` (train.attribution)."""
+    fn = resolve_attribution(mode)
     for ep in episodes:
         fn(ep)

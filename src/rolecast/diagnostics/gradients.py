@@ -4,10 +4,10 @@ A policy's loss is a sum over its rows (every aggregation divides by mini-batch-
 splits exactly into one part per agent instance (`generator/0`, `generator/1`, ..., `aggregator`). On a step
 where diagnostics run, the trainer groups a mini-batch's rows by instance, micro-batches each instance on its
 own (rows of one prompt still share its forward) and, after the instance's backwards, moves the accumulated
-`.grad` into a flat vector (`InstanceGradients.capture`). Each vector is therefore exactly the gradient of
-that instance's part of the loss as the update computes it (same normalisers, before clipping), at the cost
-of one flat copy per instance, not one extra backward per role. The sum goes back into `.grad` for clipping
-and the optimizer.
+`.grad` into a flat vector (`InstanceGradients.capture`, train/role_batches.py). Each vector is therefore
+exactly the gradient of that instance's part of the loss as the update computes it (same normalisers, before
+clipping), at the cost of one flat copy per instance, not one extra backward per role. The sum goes back into
+`.grad` for clipping and the optimizer. This module holds the statistics of those vectors.
 
 From those vectors (or their count-sketches, `CountSketch`) everything is a function of their Gram matrix
 (`gradient_statistics`): per-role norms, projection shares s_r = g_r . g / |g|^2 (they sum to 1), pairwise
@@ -26,13 +26,16 @@ the starting weights for drift) and turns a step's measurements into `grad/...` 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from rolecast.core.episode import Turn
+
+if TYPE_CHECKING:  # config/validate.py imports the diagnostics (signal names): no runtime import back
+    from rolecast.config.schema import GradientDiagnosticsSettings
 
 Vector = torch.Tensor
 
@@ -43,7 +46,7 @@ Vector = torch.Tensor
 
 def flat_grad(params: Sequence[torch.nn.Parameter]) -> Vector:
     """All gradients as one float32 (float64 for float64 parameters) vector; a missing grad counts as zeros."""
-    dtype = _flat_dtype(params)
+    dtype = flat_dtype(params)
     return (
         torch.cat(
             [(p.grad if p.grad is not None else torch.zeros_like(p)).detach().reshape(-1).to(dtype) for p in params]
@@ -54,11 +57,11 @@ def flat_grad(params: Sequence[torch.nn.Parameter]) -> Vector:
 
 
 def flat_params(params: Sequence[torch.nn.Parameter]) -> Vector:
-    dtype = _flat_dtype(params)
+    dtype = flat_dtype(params)
     return torch.cat([p.detach().reshape(-1).to(dtype) for p in params]) if params else torch.zeros(0)
 
 
-def _flat_dtype(params: Sequence[torch.nn.Parameter]) -> torch.dtype:
+def flat_dtype(params: Sequence[torch.nn.Parameter]) -> torch.dtype:
     return torch.float64 if any(p.dtype == torch.float64 for p in params) else torch.float32
 
 
@@ -88,117 +91,6 @@ class CountSketch:
             signs = torch.randint(2, (part.numel(),), generator=gen).to(x.dtype).mul_(2).sub_(1)
             out.index_add_(0, buckets.to(x.device), part * signs.to(x.device))
         return out
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Capturing per-instance gradients during the update
-
-
-class InstanceGradients:
-    """One mini-batch's gradient split by agent instance.
-
-    The trainer runs an instance's rows as their own micro-batches, then calls `capture(role, instance)`:
-    the gradient accumulated since the last capture becomes that instance's vector and `.grad` is cleared.
-    `write_back(coefs)` puts sum_i coef[role_i] * g_i into `.grad` (only for parameters that received a
-    gradient, so the optimizer skips the others exactly as it would have).
-
-    Exact mode keeps one flat vector per instance. With a `sketch`, it keeps the instance's sketch plus the
-    running sum (and one exact vector per role only when `keep_roles`, for interventions that rescale roles)."""
-
-    def __init__(
-        self, params: Sequence[torch.nn.Parameter], sketch: CountSketch | None = None, keep_roles: bool = False
-    ):
-        self.params = list(params)
-        self.sketch, self.keep_roles = sketch, keep_roles
-        self.vectors: dict[str, Vector] = {}  # instance -> exact gradient (or its sketch)
-        self.role_of: dict[str, str] = {}
-        self._has_grad = [False] * len(self.params)
-        self._total: Vector | None = None
-        self._roles: dict[str, Vector] = {}
-
-    def capture(self, role: str, instance: str) -> None:
-        g = flat_grad(self.params)
-        for i, p in enumerate(self.params):
-            if p.grad is not None:
-                self._has_grad[i] = True
-                p.grad = None
-        self.role_of[instance] = role
-        if self.sketch is None:
-            self.vectors[instance] = self.vectors[instance] + g if instance in self.vectors else g
-            return
-        s = self.sketch(g)
-        self.vectors[instance] = self.vectors[instance] + s if instance in self.vectors else s
-        self._total = g.clone() if self._total is None else self._total.add_(g)
-        if self.keep_roles:
-            self._roles[role] = self._roles[role] + g if role in self._roles else g
-
-    def role_vectors(self) -> dict[str, Vector]:
-        """Exact per-role gradients (exact mode, or sketch mode with `keep_roles`)."""
-        if self.sketch is not None:
-            if not self.keep_roles:
-                raise RuntimeError("exact role gradients were not kept (sketch mode without keep_roles)")
-            return dict(self._roles)
-        out: dict[str, Vector] = {}
-        for inst, v in self.vectors.items():
-            r = self.role_of[inst]
-            out[r] = out[r] + v if r in out else v
-        return out
-
-    def all_reduce(self, dist: Any) -> None:
-        """Sum every instance's vector over the processes of a data-parallel run (`train.distributed.Dist`), so
-        role norms, cosines and any rescaling see the GLOBAL gradient of each instance. An instance a process
-        did not see contributes zeros there; sketches are linear, so summed sketches are the sketch of the sum."""
-        if not dist.active:
-            return
-        role_of: dict[str, str] = {}
-        for part in dist.gather(self.role_of):
-            role_of.update(part)
-        dim = self.sketch.dim if self.sketch is not None else sum(p.numel() for p in self.params)
-        dtype, device = _flat_dtype(self.params), self.params[0].device if self.params else torch.device("cpu")
-        full = sum(p.numel() for p in self.params)
-
-        def summed(table: dict[str, Vector], keys: list[str], n: int) -> dict[str, Vector]:
-            for k in keys:
-                table[k] = dist.sum_(table[k] if k in table else torch.zeros(n, dtype=dtype, device=device))
-            return table
-
-        self.role_of = role_of
-        self.vectors = summed(self.vectors, sorted(role_of), dim)
-        if self.sketch is not None:
-            self._total = summed({} if self._total is None else {"": self._total}, [""], full)[""]
-            if self.keep_roles:
-                self._roles = summed(self._roles, sorted(set(role_of.values())), full)
-        flags = dist.sum_(torch.tensor([float(h) for h in self._has_grad], dtype=torch.float64))
-        self._has_grad = [bool(f > 0) for f in flags.tolist()]
-
-    def write_back(self, coefs: dict[str, float] | None = None) -> None:
-        if coefs is None or all(c == 1.0 for c in coefs.values()):
-            total = self._total if self.sketch is not None else _sum(self.vectors.values())
-        else:
-            total = _sum(coefs.get(r, 1.0) * v for r, v in self.role_vectors().items())
-        if total is None:
-            return
-        offset = 0
-        for p, has in zip(self.params, self._has_grad, strict=True):
-            n = p.numel()
-            if has:
-                p.grad = total[offset : offset + n].view_as(p).to(p.dtype)  # a view of a buffer no one else holds
-            offset += n
-
-
-def _sum(vectors: Iterable[Vector]) -> Vector | None:
-    total: Vector | None = None
-    for v in vectors:
-        total = v.clone() if total is None else total.add_(v)
-    return total
-
-
-def instance_segments(turns: Sequence[Turn]) -> list[list[Turn]]:
-    """The turns grouped by (role, instance), in sorted order, each group in its original order."""
-    groups: dict[tuple[str, str], list[Turn]] = {}
-    for t in turns:
-        groups.setdefault((t.role, t.instance), []).append(t)
-    return [groups[k] for k in sorted(groups)]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -377,7 +269,7 @@ class GradientMonitor:
     def __init__(
         self,
         every: int,
-        policy_params: dict[str, Sequence[torch.nn.Parameter]],
+        policy_params: Mapping[str, Sequence[torch.nn.Parameter]],
         *,
         sketch_dim: int = 0,
         ema_decay: float = 0.9,
@@ -392,16 +284,22 @@ class GradientMonitor:
         self._metrics: dict[str, Any] = {}
 
     @classmethod
-    def from_config(cls, cfg: Any, policies: Any, policy_ids: Sequence[str]) -> GradientMonitor | None:
-        gc = cfg.diagnostics.gradients
-        if not gc.every:
+    def from_config(
+        cls,
+        settings: GradientDiagnosticsSettings,
+        policy_params: Mapping[str, Sequence[torch.nn.Parameter]],
+        seed: int,
+    ) -> GradientMonitor | None:
+        """The monitor `diagnostics.gradients` asks for (None when off), over each policy's trainable parameters;
+        `seed` (the run's) draws the sketch."""
+        if not settings.every:
             return None
         return cls(
-            gc.every,
-            {pid: policies.parameters(pid) for pid in policy_ids},
-            sketch_dim=gc.sketch_dim,
-            ema_decay=gc.ema_decay,
-            seed=cfg.seed,
+            settings.every,
+            dict(policy_params),
+            sketch_dim=settings.sketch_dim,
+            ema_decay=settings.ema_decay,
+            seed=seed,
         )
 
     def due(self, step: int) -> bool:
@@ -410,12 +308,13 @@ class GradientMonitor:
 
     # --- reported by update_policy ---
 
-    def add_gradients(self, pid: str, grads: InstanceGradients) -> None:
-        """One mini-batch's per-instance vectors (of the step's first pass over its data)."""
+    def add_gradients(self, pid: str, vectors: Mapping[str, Vector], role_of: Mapping[str, str]) -> None:
+        """One mini-batch's per-instance vectors (of the step's first pass over its data) and each instance's
+        role."""
         rec = self._steps.setdefault(pid, _PolicyStep())
-        for inst, v in grads.vectors.items():
+        for inst, v in vectors.items():
             rec.vectors[inst] = rec.vectors[inst] + v if inst in rec.vectors else v
-            rec.role_of[inst] = grads.role_of[inst]
+            rec.role_of[inst] = role_of[inst]
 
     def add_update(self, pid: str, size: float, roles: Iterable[str]) -> None:
         rec = self._steps.setdefault(pid, _PolicyStep())

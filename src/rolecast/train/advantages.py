@@ -22,19 +22,11 @@ from typing import Any
 import torch
 
 from rolecast.core.episode import Turn
+from rolecast.core.registry import Registry
 
 AdvantageFn = Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor]
-ADVANTAGES: dict[str, AdvantageFn] = {}
-
-
-def register_advantage(name: str) -> Callable[[AdvantageFn], AdvantageFn]:
-    def deco(fn: AdvantageFn) -> AdvantageFn:
-        if name in ADVANTAGES:
-            raise ValueError(f"advantage estimator {name!r} already registered")
-        ADVANTAGES[name] = fn
-        return fn
-
-    return deco
+ADVANTAGES: Registry[AdvantageFn] = Registry("advantage estimator")
+register_advantage = ADVANTAGES.register
 
 
 def _group_stats(rewards: torch.Tensor, group_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -88,8 +80,7 @@ def compute_advantages(
         raise ValueError(f"singleton must be one of {SINGLETON_RULES}, got {singleton!r}")
     if singleton == "reward" and name not in SINGLETON_REWARD_ESTIMATORS:
         raise ValueError(f"singleton='reward' is verl's rule for {SINGLETON_REWARD_ESTIMATORS}, not {name!r}")
-    if name not in ADVANTAGES:
-        raise ValueError(f"unknown advantage estimator {name!r}; known: {sorted(ADVANTAGES)}")
+    estimator = ADVANTAGES.resolve(name, "train.advantage")
     if rewards.shape != group_ids.shape or rewards.dim() != 1:
         raise ValueError(
             f"rewards {tuple(rewards.shape)} and group_ids {tuple(group_ids.shape)} must have the same 1-D shape"
@@ -98,7 +89,7 @@ def compute_advantages(
         raise TypeError(f"rewards must be floating point, got {rewards.dtype}")
     if rewards.numel() == 0:
         return rewards.clone()
-    adv = ADVANTAGES[name](rewards, group_ids.long(), eps)
+    adv = estimator(rewards, group_ids.long(), eps)
     if singleton == "reward":
         inv, counts, _ = _group_stats(rewards, group_ids.long())
         alone = counts[inv] == 1

@@ -36,12 +36,12 @@ import os
 import random
 import re
 import shutil
-import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+import numpy as np
 import safetensors.torch
 import torch
 
@@ -58,9 +58,6 @@ log = logging.getLogger(__name__)
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 _LEFTOVER = re.compile(r"^(?:step_\d+|latest)\.(?:tmp|old)-(\d+)$")
 MANIFEST = "manifest.json"
-# Test-only seam: called with a label after each durable stage ("wrote <file>", "renamed"), so a test can
-# SIGKILL a real writer process at a known point of a checkpoint write.
-_stage_hook: Callable[[str], None] | None = None
 
 
 class DiskFullError(CheckpointError):
@@ -134,7 +131,6 @@ def save_checkpoint(
         raise
     _replace_dir(tmp, final)
     _fsync_dir(root)
-    _stage("renamed")
     pointer_tmp = root / f"latest.tmp-{os.getpid()}"
     _write_durably(pointer_tmp, f"{step}\n".encode())
     os.replace(pointer_tmp, root / "latest")
@@ -163,7 +159,6 @@ def _write_entry(directory: Path, name: str, value: Any) -> dict[str, Any]:
             torch.save(value, f)
             f.flush()
             os.fsync(f.fileno())
-    _stage(f"wrote {path.name}")
     size, digest = _size_and_sha256(path)
     return {"file": path.name, "format": fmt, "bytes": size, "sha256": digest}
 
@@ -269,11 +264,6 @@ def _fsync_file(path: Path) -> None:
 def _fsync_dir(path: Path) -> None:
     # Makes the directory's entries (new files, renames) durable, not just the files' contents.
     _fsync_file(path)
-
-
-def _stage(label: str) -> None:
-    if _stage_hook is not None:
-        _stage_hook(label)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -389,12 +379,13 @@ def _read_entry(path: Path, fmt: str) -> Any:
 
 
 def capture_rng_state() -> dict[str, Any]:
-    """Python `random`, numpy (only if already imported), torch CPU and every CUDA device's RNG state."""
+    """Python `random`, numpy, torch CPU and every CUDA device's RNG state."""
     state: dict[str, Any] = {"python": random.getstate(), "torch": torch.get_rng_state()}
-    if "numpy" in sys.modules:
-        name, key, pos, has_gauss, gauss = sys.modules["numpy"].random.get_state()
-        # int64 tensor instead of a numpy array so the entry stays weights_only-loadable
-        state["numpy"] = (name, torch.from_numpy(key.astype("int64")), int(pos), int(has_gauss), float(gauss))
+    legacy = np.random.get_state()  # the legacy tuple form (a dict only with legacy=False)
+    assert isinstance(legacy, tuple)
+    name, key, pos, has_gauss, gauss = legacy
+    # int64 tensor instead of a numpy array so the entry stays weights_only-loadable
+    state["numpy"] = (name, torch.from_numpy(key.astype("int64")), int(pos), int(has_gauss), float(gauss))
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
@@ -405,8 +396,6 @@ def restore_rng_state(state: dict[str, Any]) -> None:
     random.setstate((version, tuple(internal), gauss))
     torch.set_rng_state(state["torch"])
     if "numpy" in state:
-        import numpy as np
-
         name, key, pos, has_gauss, gauss = state["numpy"]
         np.random.set_state((name, key.numpy().astype(np.uint32), pos, has_gauss, gauss))
     if "cuda" in state and torch.cuda.is_available():

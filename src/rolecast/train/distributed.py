@@ -25,12 +25,14 @@ samples from its own seed); otherwise each process's share is sampled from the s
 from __future__ import annotations
 
 import os
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, TypeVar
 
 import torch
+import torch.distributed as td
 
 T = TypeVar("T")
 
@@ -62,7 +64,7 @@ class Dist:
         start = self.rank * (n // k) + min(self.rank, n % k)
         return list(items[start : start + n // k + (1 if self.rank < n % k else 0)])
 
-    def minibatches(self, items: Sequence[T], rng: Any, size: int) -> list[list[T]]:
+    def minibatches(self, items: Sequence[T], rng: random.Random, size: int) -> list[list[T]]:
         """The global list (every process's `items` in rank order) shuffled with `rng` and cut into mini-batches
         of `size`; each process gets its own items of every mini-batch. Every process holds the same `rng`
         state and the same global length, so all draw the same permutation and run the same number of
@@ -83,7 +85,7 @@ class Dist:
         if not self.active:
             return list(values)
         t = torch.tensor(values, dtype=torch.float64, device=self.device)
-        torch.distributed.all_reduce(t)
+        td.all_reduce(t)
         return t.tolist()
 
     def all_true(self, flag: bool) -> bool:
@@ -95,7 +97,7 @@ class Dist:
         if not self.active:
             return [obj]
         out: list[Any] = [None] * self.world
-        torch.distributed.all_gather_object(out, obj)
+        td.all_gather_object(out, obj)
         return out
 
     def concat(self, items: Sequence[T]) -> list[T]:
@@ -107,7 +109,7 @@ class Dist:
         if not self.active:
             return tensor
         buf = tensor if tensor.device == self.device else tensor.to(self.device)
-        torch.distributed.all_reduce(buf)
+        td.all_reduce(buf)
         if buf is not tensor:
             tensor.copy_(buf)
         return tensor
@@ -146,12 +148,12 @@ class Dist:
 
     def barrier(self) -> None:
         if self.active:
-            torch.distributed.barrier()
+            td.barrier()
 
     def close(self) -> None:
         """Leave the process group this module created (torchrun's processes end after `train` returns)."""
-        if self.active and torch.distributed.is_initialized():
-            torch.distributed.destroy_process_group()
+        if self.active and td.is_initialized():
+            td.destroy_process_group()
 
 
 def from_env(device: torch.device, timeout_s: float = 1800.0) -> Dist:
@@ -160,8 +162,6 @@ def from_env(device: torch.device, timeout_s: float = 1800.0) -> Dist:
     world = int(os.environ.get("WORLD_SIZE", "1") or 1)
     if world <= 1:
         return Dist(device=device)
-    import torch.distributed as td
-
     if not td.is_available():
         raise RuntimeError("WORLD_SIZE > 1 but this torch build has no torch.distributed")
     if not td.is_initialized():

@@ -7,7 +7,7 @@ its plain path, bit for bit. Two act on the loss, per row:
 - `multiplicity_norm`: a role with N instances on a policy (3 voters, 3 workers) has each row's loss divided
   by N, so parallel copies of one role weigh like one.
 Two act on the gradient between the backward passes and clipping, and so need each role's gradient of the
-mini-batch exactly; the update gets them with the per-instance accumulation of `diagnostics.gradients`:
+mini-batch exactly; the update gets them with the per-instance accumulation of train/role_batches.py:
 - `coherence_damping` (lambda): g_r <- (1 - lambda * max(0, cos(g_r, EMA(g_r)))) g_r, the EMA (decay
   `coherence_ema`) of the role's own undamped mini-batch gradients, updated after each use; a role's first
   gradient (no EMA yet) is left as it is;
@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
 
 import torch
 
+from rolecast.config.schema import InterventionSettings
 from rolecast.diagnostics.gradients import RoleEMAs, Vector, gram
 
 
@@ -81,7 +81,7 @@ def balance_coefficients(
 class Interventions:
     """The run's interventions and the state they keep across steps (damping's EMA per policy and role)."""
 
-    def __init__(self, settings: Any, kl_coef: float = 0.0):
+    def __init__(self, settings: InterventionSettings, kl_coef: float = 0.0):
         self.kl_by_role: dict[str, float] = dict(settings.kl_coef_by_role)
         self.global_kl = kl_coef
         self.damping = float(settings.coherence_damping)
@@ -92,11 +92,13 @@ class Interventions:
         self._scales: dict[str, list[float]] = {}
 
     @classmethod
-    def from_config(cls, cfg: Any) -> Interventions | None:
-        iv = cfg.interventions
+    def from_config(cls, settings: InterventionSettings, kl_coef: float) -> Interventions | None:
+        """The interventions `settings` switch on, None when all are off; `kl_coef`: train.kl_coef (the KL
+        coefficient of roles `kl_coef_by_role` does not name)."""
+        iv = settings
         if not (iv.kl_coef_by_role or iv.coherence_damping > 0 or iv.multiplicity_norm or iv.balance_shares):
             return None
-        return cls(iv, cfg.train.kl_coef)
+        return cls(iv, kl_coef)
 
     @property
     def rescales(self) -> bool:

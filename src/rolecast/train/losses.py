@@ -17,6 +17,8 @@ from collections.abc import Callable
 
 import torch
 
+from rolecast.core.registry import Registry
+
 # ---------------------------------------------------------------------------------------------------------
 # Log-probs and entropy
 
@@ -146,15 +148,8 @@ def entropy_from_logits(logits: torch.Tensor, mask: torch.Tensor, chunk_tokens: 
 # Aggregation
 
 AggregationFn = Callable[..., torch.Tensor]
-AGGREGATIONS: dict[str, AggregationFn] = {}
-
-
-def register_aggregation(name: str) -> Callable[[AggregationFn], AggregationFn]:
-    def deco(fn: AggregationFn) -> AggregationFn:
-        AGGREGATIONS[name] = fn
-        return fn
-
-    return deco
+AGGREGATIONS: Registry[AggregationFn] = Registry("loss aggregation")
+register_aggregation = AGGREGATIONS.register
 
 
 def normalisers(*masks: torch.Tensor) -> dict[str, int]:
@@ -235,10 +230,9 @@ def aggregate(
     max_len: int | torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Reduce a `[B, T]` per-token loss to a scalar; pass the whole batch's normalisers when micro-batching."""
-    if mode not in AGGREGATIONS:
-        raise ValueError(f"unknown loss aggregation {mode!r}; known: {sorted(AGGREGATIONS)}")
+    fn = AGGREGATIONS.resolve(mode, "train.loss_agg")
     m = mask.to(per_token_loss.dtype)
-    return AGGREGATIONS[mode](per_token_loss, m, total_tokens=total_tokens, total_seqs=total_seqs, max_len=max_len)
+    return fn(per_token_loss, m, total_tokens=total_tokens, total_seqs=total_seqs, max_len=max_len)
 
 
 # ---------------------------------------------------------------------------------------------------------

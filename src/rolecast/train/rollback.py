@@ -9,7 +9,7 @@ the weights of one step with the Adam moments of another), the step counter goes
 each further rollback). At most `max_rollbacks`; after one, `cooldown` steps pass before the next can fire.
 
 Deciding is pure bookkeeping over the step's alerts and the run's files; restoring is the loop's job
-(train/grpo.py, `_Session.roll_back`). The state here (count, lr scale, streaks, events) is plain JSON and
+(train/resume.py, `SessionState.roll_back`). The state here (count, lr scale, streaks, events) is plain JSON and
 travels in every checkpoint, so a resumed run rolls back exactly when an uninterrupted one would.
 """
 
@@ -21,6 +21,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from rolecast.config.schema import RollbackSettings
+from rolecast.diagnostics.warnings import Alert
 from rolecast.train.checkpoint import list_checkpoints
 from rolecast.train.run_dir import read_jsonl
 
@@ -78,7 +80,7 @@ def best_checkpoint(
 class Rollback:
     """Decides when to roll back and to which checkpoint; see the module docstring."""
 
-    def __init__(self, settings: Any):
+    def __init__(self, settings: RollbackSettings):
         self.signals = set(settings.signals)
         self.lr_factor = float(settings.lr_factor)
         self.max_rollbacks = int(settings.max_rollbacks)
@@ -91,11 +93,11 @@ class Rollback:
         self.events: list[dict[str, Any]] = []
 
     @classmethod
-    def from_config(cls, cfg: Any) -> Rollback | None:
-        settings = cfg.interventions.rollback
+    def from_config(cls, settings: RollbackSettings) -> Rollback | None:
+        """The rollback `interventions.rollback` configures, None while its `signals` is empty."""
         return cls(settings) if settings.signals else None
 
-    def due(self, step: int, alerts: Iterable[Any]) -> list[str]:
+    def due(self, step: int, alerts: Iterable[Alert]) -> list[str]:
         """Count this step's alerts; the "name:subject" of the configured ones that fired when a rollback is due
         now, else []."""
         fired = [a for a in alerts if a.name in self.signals]
@@ -106,7 +108,7 @@ class Rollback:
         ready = {n for n, k in self.streaks.items() if k >= self.patience}
         return sorted({f"{a.name}:{a.subject}" for a in fired if a.name in ready})
 
-    def decide(self, step: int, alerts: Iterable[Any], run_dir: Path) -> RollbackEvent | None:
+    def decide(self, step: int, alerts: Iterable[Alert], run_dir: Path) -> RollbackEvent | None:
         """The rollback to perform at the end of `step`, or None. The caller restores `to_step` and sets the lr."""
         signals = self.due(step, alerts)
         if not signals:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rolecast.config import RunConfig, load_config
+from rolecast.config.schema import RunConfig, parse_config, yaml_mapping
 from rolecast.core.errors import ConfigError, RunDirError
 
 log = logging.getLogger(__name__)
@@ -63,7 +63,13 @@ def check_resume_dir(run_dir: Path) -> RunConfig:
     if not (run_dir / "config.yaml").is_file():
         raise RunDirError(f"cannot resume {run_dir}: it has no config.yaml, so it is not a rolecast run directory")
     _check_writable(run_dir)
-    return load_config(run_dir / "config.yaml")
+    return stored_config(run_dir / "config.yaml")
+
+
+def stored_config(path: Path) -> RunConfig:
+    """The configuration a run wrote to its config.yaml (resolved and checked when that run started), parsed by
+    the schema alone: a resume compares it with the new, checked configuration field by field."""
+    return parse_config(yaml_mapping(path.read_text(), path), path)
 
 
 def _check_writable(run_dir: Path) -> None:

@@ -1,0 +1,152 @@
+"""What a session's checkpoint holds and how a resume or a rollback restores it, in one place.
+
+A checkpoint holds every policy's weights, optimizer and lr-schedule state, the RNG state and the trainer's
+counters (train/checkpoint.py's `trainer_state`), plus one entry per stateful component of the session: the early
+warning's history, the gradient diagnostics' and the interventions' EMAs, the rollback's bookkeeping and the
+role-update lr clock. `SessionState` holds those components; its `checkpoint` builds the state and `restore`
+reads it back, so each entry is named once. A resume also rewinds the run's logs to the step it continues from.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rolecast.config.schema import RunConfig
+from rolecast.core.errors import ConfigError
+from rolecast.diagnostics.gradients import GradientMonitor
+from rolecast.diagnostics.warnings import EarlyWarning
+from rolecast.policies import PolicySet
+from rolecast.train.checkpoint import (
+    capture_rng_state,
+    latest_step,
+    load_checkpoint,
+    load_latest_intact,
+    restore_rng_state,
+    restore_trainer_state,
+    trainer_state,
+)
+from rolecast.train.guard import DivergenceGuard
+from rolecast.train.interventions import Interventions
+from rolecast.train.rollback import Rollback, RollbackEvent
+from rolecast.train.run_dir import cut_back_jsonl
+from rolecast.train.schedule import Schedule, rebase
+
+# the checkpoint entries of the session's components (besides trainer_state's)
+EARLY_WARNING = "early_warning"
+GRADIENTS = "diagnostics/gradients"
+INTERVENTIONS = "interventions"
+ROLLBACK = "rollback"
+LR_CLOCK = "lr_clock"
+
+# the eval.jsonl rows the trainer writes (`rolecast eval` writes "checkpoint" rows, which a resume keeps)
+TRAINER_EVAL_TAGS = ("base", "periodic", "final")
+
+
+@dataclass
+class SessionState:
+    """The session's stateful components: what a checkpoint saves and a resume restores. A rollback restores
+    part of it (weights, optimizer and schedule state, the divergence streaks, the diagnostics' and
+    interventions' state); the early warning, the rollback's own bookkeeping, the lr clock and the random
+    streams go on (every step reseeds its own streams from (seed, step))."""
+
+    policies: PolicySet
+    optimizers: dict[str, torch.optim.Optimizer]
+    schedulers: dict[str, Schedule]
+    guard: DivergenceGuard
+    warn: EarlyWarning
+    monitor: GradientMonitor | None  # per-role gradient diagnostics (None when off)
+    interventions: Interventions | None  # None when all are off
+    rollback: Rollback | None  # rollback on early warning (None when off)
+    role_clock: bool  # train.lr_clock role_update: the policies' schedules share `lr_clock`
+    # train.lr_clock role_update: policy updates made so far, the position of the one schedule they share
+    # (a rollback keeps it: the run goes on from the updates it reached); unused under the step clock
+    lr_clock: int = 0
+
+    def checkpoint(self, step: int) -> dict[str, Any]:
+        """Everything a resume needs to continue after `step` (1-based) bit for bit."""
+        state = trainer_state(step, self.policies, self.optimizers, self.schedulers, guard=self.guard.counts)
+        state[EARLY_WARNING] = self.warn.state_dict()
+        if self.monitor is not None and self.monitor.state_dict():
+            state[GRADIENTS] = self.monitor.state_dict()
+        if self.interventions is not None and self.interventions.state_dict():
+            state[INTERVENTIONS] = self.interventions.state_dict()
+        if self.rollback is not None:
+            state[ROLLBACK] = self.rollback.state_dict()
+        if self.role_clock:
+            state[LR_CLOCK] = self.lr_clock
+        return state
+
+    def restore(self, state: Mapping[str, Any], *, rollback: bool = False) -> None:
+        """Load a checkpoint's state: all of it on a resume, a rollback's part with `rollback` (see the class)."""
+        rng = capture_rng_state() if rollback else None
+        self.guard.counts = restore_trainer_state(state, self.policies, self.optimizers, self.schedulers).get(
+            "guard", {}
+        )
+        if rng is not None:
+            restore_rng_state(rng)
+        if self.monitor is not None:
+            self.monitor.load_state_dict(state.get(GRADIENTS))
+        if self.interventions is not None:
+            self.interventions.load_state_dict(state.get(INTERVENTIONS))
+        if rollback:
+            return
+        if EARLY_WARNING in state:
+            self.warn.load_state_dict(state[EARLY_WARNING])
+        if self.rollback is not None:
+            self.rollback.load_state_dict(state.get(ROLLBACK))
+        self.lr_clock = int(state.get(LR_CLOCK, 0))
+
+    def resume(self, run_dir: Path, cfg: RunConfig, changes: Mapping[str, tuple[Any, Any]]) -> tuple[int, list[str]]:
+        """Restore the newest intact checkpoint of `run_dir` (if any): (its step, or 0, and one line per damaged
+        checkpoint skipped). A changed train.lr or train.steps takes effect on the restored schedules."""
+        if latest_step(run_dir) is None:
+            return 0, []
+        start, state, damaged = load_latest_intact(run_dir)
+        if cfg.train.steps < start:
+            raise ConfigError(f"train.steps: {cfg.train.steps} is below the step {start} {run_dir} has reached")
+        self.restore(state)
+        if "train.lr" in changes or "train.steps" in changes:
+            scale = self.rollback.lr_scale if self.rollback else 1.0
+            rebase(self.schedulers.values(), cfg.train.lr * scale)
+        return start, damaged
+
+    def roll_back(self, run_dir: Path, event: RollbackEvent, lr: float) -> None:
+        """Restore checkpoint `event.to_step` (all of one checkpoint: never the weights of one step with the Adam
+        moments of another), keep the schedule at the step reached and lower the lr to `event.lr_scale` x `lr`
+        (train.lr)."""
+        _, state = load_checkpoint(run_dir, event.to_step)
+        self.restore(state, rollback=True)
+        rebase(self.schedulers.values(), lr * event.lr_scale, position=event.step)
+
+
+def rewind_logs(run_dir: Path, start: int, extra_sets: Iterable[str]) -> None:
+    """Forget what was logged after the checkpoint the run continues from (it is redone; a new run starts at 0);
+    rows of `rolecast eval` (tag "checkpoint") are not the trainer's to cut."""
+    cut_back_jsonl(run_dir / "metrics.jsonl", lambda r: 0 < r.get("step", 0) <= start)
+    cut_back_jsonl(
+        run_dir / "eval.jsonl",
+        lambda r: r.get("tag") not in TRAINER_EVAL_TAGS or (start > 0 and r.get("step", 0) <= start),
+    )
+    for name in extra_sets:
+        cut_back_jsonl(run_dir / f"eval_{name}.jsonl", lambda r: start > 0 and r.get("step", 0) <= start)
+
+
+def record_resume(run_dir: Path, start: int, changes: Mapping[str, tuple[Any, Any]], damaged: list[str]) -> str:
+    """Append the resume to the run's resumes.jsonl; returns the line that tells the user."""
+    note = {
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "step": start,
+        "changed": {k: list(v) for k, v in changes.items()},
+        "damaged_checkpoints": damaged,
+    }
+    with open(run_dir / "resumes.jsonl", "a") as f:
+        f.write(json.dumps(note) + "\n")
+    what = "; ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in changes.items())
+    return f"resumed from {run_dir} at step {start}" + (f" (changed: {what})" if what else "")

@@ -1,0 +1,145 @@
+"""Where the trainer's metrics and messages go: the console (a progress bar with step, reward and ETA on a terminal,
+one plain line per step without one: a batch job's log), the run directory's metrics.jsonl and episode samples,
+and the optional TensorBoard / W&B sinks."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console as RichConsole
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from rolecast.config.schema import LogSettings
+from rolecast.core.episode import Episode
+from rolecast.core.errors import require
+
+
+class ProgressBar:
+    """A rich progress bar (or nothing, when the console is off)."""
+
+    def __init__(self, progress: Progress | None, task_id: TaskID | None):
+        self._progress, self._task = progress, task_id
+
+    def advance(self, step: int, reward: float, metrics: dict[str, Any] | None = None) -> None:
+        if self._progress is not None and self._task is not None:
+            self._progress.update(self._task, completed=step, reward=reward)
+
+    def close(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+
+
+class _Lines(ProgressBar):
+    """Without a terminal: one line per step (a log has no use for a redrawn bar)."""
+
+    def __init__(self, console: Console, total: int):
+        super().__init__(None, None)
+        self._console, self._total = console, total
+
+    def advance(self, step: int, reward: float, metrics: dict[str, Any] | None = None) -> None:
+        m = metrics or {}
+        line = f"step {step}/{self._total}  reward {reward:.3f}"
+        if isinstance(m.get("accuracy"), float):
+            line += f"  accuracy {m['accuracy']:.3f}"
+        if isinstance(m.get("time/step"), float):
+            line += f"  {m['time/step']:.1f} s/step"
+        self._console.print(line)
+
+
+class Console:
+    def __init__(self, enabled: bool = True):
+        self.enabled = enabled
+        self.rich = RichConsole(highlight=False, soft_wrap=True)  # a log keeps each message on one line
+
+    def print(self, msg: str) -> None:
+        self.rich.print(msg)
+
+    def progress(self, total: int, start: int = 0) -> ProgressBar:
+        if not self.enabled or total <= start:
+            return ProgressBar(None, None)
+        if not self.rich.is_terminal:
+            return _Lines(self, total)
+        p = Progress(
+            TextColumn("step"),
+            MofNCompleteColumn(),
+            BarColumn(),
+            TextColumn("reward {task.fields[reward]:.3f}"),
+            TimeElapsedColumn(),
+            TextColumn("eta"),
+            TimeRemainingColumn(),
+            console=self.rich,
+            transient=False,
+        )
+        task = p.add_task("train", total=total, completed=start, reward=float("nan"))
+        p.start()
+        return ProgressBar(p, task)
+
+
+class MetricLoggers:
+    """Optional extras; each is imported only when switched on, with a clear message when missing."""
+
+    def __init__(self, settings: LogSettings, run_dir: Path):
+        self._tb: Any = None
+        self._wandb: Any = None
+        if settings.tensorboard:
+            tb = require("tensorboard", "tensorboard", module="torch.utils.tensorboard", purpose="logging.tensorboard")
+            self._tb = tb.SummaryWriter(str(run_dir / "tensorboard"))
+        if settings.wandb:
+            wandb = require("wandb", "wandb", purpose="logging.wandb")
+            self._wandb = wandb.init(
+                project=settings.wandb_project,
+                dir=str(run_dir),
+                name=run_dir.name,
+            )
+
+    def log(self, metrics: dict[str, Any], step: int) -> None:
+        numbers = {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and k != "step"}
+        if self._tb is not None:
+            for k, v in numbers.items():
+                self._tb.add_scalar(k, v, step)
+        if self._wandb is not None:
+            self._wandb.log(numbers, step=step)
+
+    def close(self) -> None:
+        if self._tb is not None:
+            self._tb.close()
+            self._tb = None
+        if self._wandb is not None:
+            self._wandb.finish()
+            self._wandb = None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The run directory's logs
+
+
+def append_metrics(path: Path, metrics: dict[str, Any]) -> None:
+    """One step's row of metrics.jsonl."""
+    with open(path, "a") as f:
+        f.write(json.dumps(_finite_or_none(metrics)) + "\n")
+
+
+def _finite_or_none(metrics: dict[str, Any]) -> dict[str, Any]:
+    """JSON has no NaN: an undefined statistic (e.g. accuracy of a role with no claims) is written as null."""
+    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in metrics.items()}
+
+
+def write_episodes(path: Path, episodes: list[Episode]) -> None:
+    """A step's sampled episodes, one JSON line each (written to a temp file, then renamed)."""
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w") as f:
+        for ep in episodes:
+            f.write(json.dumps(asdict(ep), ensure_ascii=False) + "\n")
+    tmp.replace(path)
