@@ -1,10 +1,9 @@
 """Console output: a progress bar with step, reward and ETA on a terminal, one plain line per step without one (a
-batch job's log), plus optional TensorBoard / W&B sinks."""
+batch job's log). The trainer's own copy, with the metric sinks, is train/sinks.py; this one goes once sweep/cell.py
+and bench/gpu_check.py import that."""
 
 from __future__ import annotations
 
-import logging
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console as RichConsole
@@ -17,10 +16,6 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
-
-from rolecast.core.errors import require
-
-log = logging.getLogger("rolecast")
 
 
 class _Bar:
@@ -80,37 +75,3 @@ class Console:
         task = p.add_task("train", total=total, completed=start, reward=float("nan"))
         p.start()
         return _Bar(p, task)
-
-
-class MetricLoggers:
-    """Optional extras; each is imported only when switched on, with a clear message when missing."""
-
-    def __init__(self, settings: Any, run_dir: Path):
-        self._tb: Any = None
-        self._wandb: Any = None
-        if settings.tensorboard:
-            tb = require("tensorboard", "tensorboard", module="torch.utils.tensorboard", purpose="logging.tensorboard")
-            self._tb = tb.SummaryWriter(str(run_dir / "tensorboard"))
-        if settings.wandb:
-            wandb = require("wandb", "wandb", purpose="logging.wandb")
-            self._wandb = wandb.init(
-                project=settings.wandb_project,
-                dir=str(run_dir),
-                name=run_dir.name,
-            )
-
-    def log(self, metrics: dict[str, Any], step: int) -> None:
-        numbers = {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and k != "step"}
-        if self._tb is not None:
-            for k, v in numbers.items():
-                self._tb.add_scalar(k, v, step)
-        if self._wandb is not None:
-            self._wandb.log(numbers, step=step)
-
-    def close(self) -> None:
-        if self._tb is not None:
-            self._tb.close()
-            self._tb = None
-        if self._wandb is not None:
-            self._wandb.finish()
-            self._wandb = None
