@@ -3,7 +3,7 @@
     .venv/bin/python bench/sandbox_throughput.py [--workers 2] [--limit 974] [--reps 30]
 
 1. Per-run overhead: median wall time of a trivial program (`pass`) run through the sandbox
-   (rolecast.rewards.sandbox.run_python: cgroup + bwrap + seccomp + harness + uid drop + rlimits) vs a bare
+   (rolecast.sandbox.run_python: cgroup + bwrap + seccomp + harness + uid drop + rlimits) vs a bare
    `subprocess.run([python, "-c", "pass"])`, run one at a time; and of one asserts job (`add(1, 2) == 3`:
    the program's process and the judge's).
 2. Throughput: the MBPP (full) reference solutions with their tests, verified through SandboxPool(workers)
@@ -22,7 +22,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from rolecast.rewards.code import CodeTests, score_code_many, score_program
-from rolecast.rewards.sandbox import SandboxPool, run_bare, run_python, sandbox_mode
+from rolecast.sandbox import SandboxPool, run_bare, run_python, sandbox_mode
 from rolecast.tasks.datasets import dataset_file
 
 

@@ -14,7 +14,7 @@ from rolecast.rewards.code import (
     stdout_matches,
     value_matches,
 )
-from rolecast.rewards.sandbox import SandboxPool
+from rolecast.sandbox import SandboxPool
 
 
 @pytest.fixture(scope="module")

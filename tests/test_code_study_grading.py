@@ -18,7 +18,7 @@ import pytest
 
 from rolecast.rewards import code_study
 from rolecast.rewards.code import CodeTests, build_job, score_code, score_code_many
-from rolecast.rewards.sandbox import SandboxPool
+from rolecast.sandbox import SandboxPool
 from rolecast.tasks.datasets import _deepcoder_tests
 
 FIXTURE = Path(__file__).parent / "fixtures" / "study_code_grading.jsonl"

@@ -12,9 +12,9 @@ import time
 
 import pytest
 
-from rolecast.rewards import sandbox
+from rolecast import sandbox
 from rolecast.rewards.code import CodeTests, build_job, score_code_many, score_program
-from rolecast.rewards.sandbox import Job, Limits, SandboxPool, run_python, sandbox_mode
+from rolecast.sandbox import Job, Limits, SandboxPool, container, run_python, sandbox_mode, uids
 
 ADD = CodeTests(kind="asserts", asserts=("assert add(1, 2) == 3", "assert add(-1, 1) == 0"))
 GOOD = "def add(a, b):\n    return a + b\n"
@@ -31,14 +31,8 @@ def rr(score):
     return score.reward, score.reason
 
 
-def _timed(fn):
-    t = time.monotonic()
-    out = fn()
-    return out, time.monotonic() - t
-
-
 def _sandbox_uid_procs() -> list[int]:
-    lo, hi = sandbox._UID_BASE, sandbox._UID_BASE + sandbox._UID_BLOCK
+    lo, hi = uids.UID_BASE, uids.UID_BASE + uids.UID_BLOCK
     pids = []
     for d in os.listdir("/proc"):
         if d.isdigit():
@@ -51,9 +45,10 @@ def _sandbox_uid_procs() -> list[int]:
 
 
 def _machine_ok():
-    """This process can still fork/exec and nothing of the sandbox's uids is left running."""
+    """This process can still fork/exec and nothing of the sandbox's uids is left running (a generous wait: the
+    processes are gone when the run returns, but a loaded machine may be slow to show it)."""
     assert subprocess.run([sys.executable, "-c", "print(7)"], capture_output=True, text=True).stdout == "7\n"
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 30
     while _sandbox_uid_procs() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _sandbox_uid_procs() == []
@@ -84,7 +79,7 @@ def test_runs_unprivileged_in_private_tmp(pool):
     extra = []
     if sandbox_mode() == "bwrap":
         assert cwd == "/tmp"
-        extra = [d.split("/")[2] for d in sandbox._interpreter()[1] if d.startswith("/tmp/")]
+        extra = [d.split("/")[2] for d in container.interpreter()[1] if d.startswith("/tmp/")]
     assert r.returncode == 0 and r.stdout.split("\n")[1] == str(sorted({"x", *extra}))
 
 
@@ -97,37 +92,37 @@ def test_run_python_stdin_exit_code_and_stderr(pool):
     assert (r.returncode, r.stdout, r.stderr, r.timed_out, r.reason) == (3, "42\n", "warn\n", False, None)
 
 
+# The tests below check what stopped a run (its reason: the deadline, a limit) and that nothing of it is left
+# running, not how long it took: wall time on a loaded machine says little.
+
+
 def test_infinite_loop(pool):
-    s, took = _timed(lambda: score_program("while True:\n    pass\n" + GOOD, ADD, timeout_s=2, pool=pool))
-    assert s.reward == 0.0 and s.reason == "timeout"
-    assert took < 2 + 2.0
-    r, took = _timed(lambda: run_python("while True: pass", timeout_s=1.5, pool=pool))
-    assert r.timed_out or r.reason == "cpu_limit"
-    assert took < 1.5 + 2.0
+    s = score_program("while True:\n    pass\n" + GOOD, ADD, timeout_s=2, pool=pool)
+    assert s.reward == 0.0 and s.reason == "timeout"  # the job's deadline ended it
+    r = run_python("while True: pass", timeout_s=1.5, pool=pool)
+    assert r.timed_out or r.reason == "cpu_limit"  # the case's deadline, or its CPU limit (= the timeout)
     _machine_ok()
 
 
 def test_sleeping_program_is_killed_at_the_wall_clock(pool):
-    r, took = _timed(lambda: run_python("import time\ntime.sleep(60)", timeout_s=1, pool=pool))
+    r = run_python("import time\ntime.sleep(60)", timeout_s=1, pool=pool)
+    # a wall-clock deadline fired (a sleep uses no CPU: the CPU limit cannot), and nothing of the run is left
     assert r.timed_out and r.reason == "timeout"
-    assert took < 3
     _machine_ok()
 
 
 def test_fork_bomb(pool):
     bomb = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
-    s, took = _timed(lambda: score_program(bomb + GOOD, ADD, timeout_s=3, pool=pool))
+    s = score_program(bomb + GOOD, ADD, timeout_s=3, pool=pool)
     assert (s.reward, s.reason) == (0.0, "timeout")  # forks fail at RLIMIT_NPROC; the loop runs out the clock
-    assert took < 3 + 3.0
     _machine_ok()
 
 
 def test_memory_bomb(pool):
     bomb = "blocks = []\nwhile True:\n    blocks.append(bytearray(50 << 20))\n"
     job = Job(mode="asserts", program=bomb + GOOD, tests=ADD.asserts, limits=Limits(timeout_s=10, memory_mb=256))
-    res, took = _timed(lambda: pool.run(job))
-    assert res.load_error == "MemoryError"
-    assert took < 5
+    res = pool.run(job)
+    assert res.load_error == "MemoryError"  # its memory limit stopped it (a job that runs out the clock has none)
     r = run_python("x = bytearray(4 << 30)", memory_mb=256, pool=pool)
     assert r.returncode == 1 and "MemoryError" in r.stderr
     _machine_ok()
@@ -200,14 +195,10 @@ def test_cannot_read_files_outside(pool, tmp_path):
 
 def test_huge_output_is_cut(pool):
     prog = "import sys\nchunk = 'x' * (1 << 16)\nfor _ in range(1 << 14):\n    sys.stdout.write(chunk)\n" + GOOD
-    s, took = _timed(lambda: score_program(prog, ADD, timeout_s=20, pool=pool))
-    assert (s.reward, s.reason) == (0.0, "output_limit")
-    assert took < 10
-    r, took = _timed(
-        lambda: run_python("for _ in range(1 << 10):\n    print('y' * (1 << 20))", timeout_s=20, pool=pool)
-    )
+    s = score_program(prog, ADD, timeout_s=20, pool=pool)
+    assert (s.reward, s.reason) == (0.0, "output_limit")  # cut at the cap, not at the deadline
+    r = run_python("for _ in range(1 << 10):\n    print('y' * (1 << 20))", timeout_s=20, pool=pool)
     assert r.reason == "output_limit" and len(r.stdout) <= Limits().output_bytes
-    assert took < 15
     _machine_ok()
 
 
@@ -302,8 +293,8 @@ def test_fallback_mode_still_contains_the_basics(tmp_path):
     """Without bwrap: rlimits, uid drop (as root) and a temp cwd still stop loops and parent kills."""
     with SandboxPool(1, mode="fallback") as p:
         assert rr(score_program(GOOD, ADD, pool=p)) == (1.0, None)
-        s, took = _timed(lambda: score_program("while True: pass\n" + GOOD, ADD, timeout_s=1.5, pool=p))
-        assert rr(s) == (0.0, "timeout") and took < 4
+        s = score_program("while True: pass\n" + GOOD, ADD, timeout_s=1.5, pool=p)
+        assert rr(s) == (0.0, "timeout")
         me = os.getpid()
         prog = f"import os, signal\nos.kill({me}, signal.SIGKILL)\n" + GOOD
         if os.getuid() == 0:
@@ -323,7 +314,7 @@ def tempfile_dir() -> str:
 
 _IN_SANDBOX = """
 import json, sys
-from rolecast.rewards.sandbox import Job, SandboxPool, run_python, sandbox_status
+from rolecast.sandbox import Job, SandboxPool, run_python, sandbox_status
 
 venv, parent = sys.argv[1], sys.argv[2]
 prog = (
@@ -378,7 +369,7 @@ def test_bwrap_with_an_environment_under_hidden_dirs(tmp_path, where):
             [os.path.join(venv, "bin", "python"), "-c", _IN_SANDBOX, venv, str(parent)],
             capture_output=True, text=True, timeout=120,
             # the project's own dependencies from this environment (rolecast imports them), after the test venv's
-            env={**os.environ, "PYTHONPATH": os.pathsep.join([src, *sandbox._site_dirs()]),
+            env={**os.environ, "PYTHONPATH": os.pathsep.join([src, *container.site_dirs()]),
                  "ROLECAST_SANDBOX_PACKAGES": "rc_probe_mod"},
         )  # fmt: skip
         assert out.returncode == 0, out.stderr
@@ -453,8 +444,8 @@ def test_fallback_leaves_no_files_and_no_processes():
     )
     with SandboxPool(1, mode="fallback") as p:
         assert rr(score_program(prog, ADD, pool=p)) == (1.0, None)
-        uids = range(sandbox._UID_BASE, sandbox._UID_BASE + sandbox._UID_BLOCK)
-        assert _live_procs_of(uids) == []  # right away: no grace period for the daemon
+        ours = range(uids.UID_BASE, uids.UID_BASE + uids.UID_BLOCK)
+        assert _live_procs_of(ours) == []  # right away: no grace period for the daemon
     assert [f for f in planted if os.path.exists(f)] == []
 
 
@@ -483,7 +474,7 @@ def test_fallback_imports_the_stdlib_from_an_unreadable_interpreter(tmp_path):
     script = (
         "import json, sys\n"
         "from rolecast.rewards.code import CodeTests, score_program\n"
-        "from rolecast.rewards.sandbox import SandboxPool\n"
+        "from rolecast.sandbox import SandboxPool\n"
         "tests = CodeTests(kind='asserts', asserts=('assert add(1, 2) == 3',))\n"
         "prog = 'import signal, subprocess, threading, fractions, heapq\\ndef add(a, b):\\n    return a + b\\n'\n"
         "leak = 'import os\\nos.listdir(sys.prefix)\\ndef add(a, b):\\n    return a + b\\n'\n"
@@ -508,6 +499,7 @@ def test_code_task_without_bubblewrap_stops_before_the_model_loads(tmp_path, mon
     """No bubblewrap: a run whose task executes code fails at once with how to fix it, unless the config opts in."""
     from rolecast.cli import main
     from rolecast.config import ConfigError, load_config
+    from rolecast.core.errors import EnvironmentProblem
     from rolecast.runtime import SandboxUnavailable, build_runtime
 
     monkeypatch.setenv("ROLECAST_SANDBOX", "fallback")
@@ -516,7 +508,7 @@ def test_code_task_without_bubblewrap_stops_before_the_model_loads(tmp_path, mon
     over = {"task.name": "testbed_code", "model.path": str(empty_model)}
     with pytest.raises(SandboxUnavailable, match="runs model-written code") as e:
         build_runtime(load_config(None, over))
-    assert isinstance(e.value, ConfigError)
+    assert isinstance(e.value, EnvironmentProblem)  # this machine's problem (a UserError: one message, exit 2)
     assert "scripts/install-sandbox.sh" in str(e.value) and "sandbox.allow_unisolated" in str(e.value)
     # opted in: past the check, into loading the (empty) model
     with pytest.raises(Exception) as e2:

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from rolecast.rewards import sandbox
+from rolecast import sandbox
 from rolecast.rewards.code import CodeTests, build_job, judge
-from rolecast.rewards.sandbox import Job, JobResult, SandboxPool, sandbox_mode
+from rolecast.sandbox import Job, JobResult, SandboxPool, channel, container, run_python, sandbox_mode
 
 pytestmark = pytest.mark.skipif(sandbox_mode() != "bwrap", reason="the adversarial suite needs bubblewrap")
 
@@ -394,7 +394,7 @@ def check_fs(reward, reason, out):
     assert r["hits"] == [] and r["ref"] is False
     assert all(v == [] for v in r["hidden"].values()), r["hidden"]  # the interpreter's own third-party packages
     # of root's home only the way down to the interpreter (pyenv's Python lives in /root/.pyenv)
-    assert all(any(d.startswith(f"/root/{e}/") for d in sandbox._interpreter()[1]) for e in r["root"]), r["root"]
+    assert all(any(d.startswith(f"/root/{e}/") for d in container.interpreter()[1]) for e in r["root"]), r["root"]
     assert set(r["top"]) <= {
         "bin",
         "dev",
@@ -441,7 +441,7 @@ ATTACKS = {
     "frames": (FRAMES, ADD, check_frames),
     "gc": (GC, ADD, check_gc),
     "memory scan": (SCAN, ADD, check_scan),
-    "fs search": (FS_SEARCH.format(places=_places(), hidden=sandbox._hidden_site_dirs()), MBPP2, check_fs),
+    "fs search": (FS_SEARCH.format(places=_places(), hidden=container.hidden_site_dirs()), MBPP2, check_fs),
     "syscalls": (SYSCALLS, ADD, check_syscalls),
     "hit the judge": (HIT_JUDGE, ADD, check_hit_judge),
     "fan-out": (FAN_OUT, ADD, check_fan_out),
@@ -514,7 +514,7 @@ def test_nothing_crosses_between_jobs(workers):
             }
             # the supervisor (the container's init), the judge, the program (and bwrap's own init where bwrap
             # cannot run the harness as pid 1): no daemon of the planting job
-            assert len(r["processes"]) == (3 if sandbox._bwrap_has("--as-pid-1") else 4), r["processes"]
+            assert len(r["processes"]) == (3 if container.bwrap_has("--as-pid-1") else 4), r["processes"]
 
 
 @pytest.mark.skipif(os.getuid() != 0, reason="without root the fallback for a missing cgroup is not used")
@@ -544,7 +544,7 @@ def test_flood_costs_the_trainer_no_time(pool):
     for data in (b"\n" * (16 << 20), b"pass 0\n" * (1 << 18)):
         out = JobResult(mode="asserts")
         t = time.process_time()
-        sandbox._parse_results(bytearray(data), out, job)
+        channel.parse_results(bytearray(data), out, job)
         assert time.process_time() - t < 1.0
     assert out.verdicts == {0: True}  # the first verdict counts; the judge never repeats one
 
@@ -560,13 +560,11 @@ def test_result_channel_is_capped(pool):
     on a judge gone wrong)."""
     out = JobResult(mode="asserts")
     job = Job(mode="asserts", program="", tests=("assert 1",))
-    assert sandbox._parse_results(bytearray(b"x" * 4096), out, job) is True
+    assert channel.parse_results(bytearray(b"x" * 4096), out, job) is True
     assert out.reason == "result_limit"
 
 
 def test_exit_and_quit_work_in_every_mode(pool):
-    from rolecast.rewards.sandbox import run_python
-
     for prog, rc in (("print(1)\nexit(3)", 3), ("print(1)\nquit()", 0), ("print(1)\nexit('bye')", 1)):
         r = run_python(prog, pool=pool)
         assert (r.returncode, r.stdout) == (rc, "1\n"), r.stderr
@@ -619,8 +617,8 @@ def test_seccomp_list_is_documented():
 NON_ROOT = """
 import json, sys
 sys.path.insert(0, sys.argv[1])
-import sandbox
-from sandbox import Job, SandboxPool
+from rolecast import sandbox
+from rolecast.sandbox import Job, SandboxPool
 prog = sys.argv[2]
 with SandboxPool(1) as p:
     r = p.run(Job(mode="asserts", program=prog, tests=("assert add(1, 2) == 3",)))
@@ -659,10 +657,15 @@ def test_without_root_one_uid_is_still_a_boundary():
         pytest.skip("needs the system's python3 (world-readable) and setpriv")
     d = tempfile.mkdtemp(prefix="rolecast-nonroot-")  # in /tmp itself: the user must reach it
     try:
-        os.chmod(d, 0o755)
-        for src in (sandbox.__file__, sandbox._HARNESS_PATH, pyseccomp.__file__):
-            shutil.copy(src, d)
-            os.chmod(os.path.join(d, os.path.basename(src)), 0o644)
+        # the sandbox package alone, under an empty `rolecast` (it needs nothing else of it), and pyseccomp
+        shutil.copytree(os.path.dirname(sandbox.__file__), os.path.join(d, "rolecast", "sandbox"),
+                        ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+        Path(d, "rolecast", "__init__.py").touch()
+        shutil.copy(pyseccomp.__file__, d)
+        for dp, _, fns in os.walk(d):
+            os.chmod(dp, 0o755)
+            for fn in fns:
+                os.chmod(os.path.join(dp, fn), 0o644)
         out = subprocess.run(
             ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", py, "-c", NON_ROOT, d, PROBE_OTHERS],
             capture_output=True, text=True, timeout=120, cwd=d, env={"PATH": "/usr/bin:/bin", "HOME": d},

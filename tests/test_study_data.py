@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rolecast.rewards.sandbox import SandboxPool
+from rolecast.sandbox import SandboxPool
 from rolecast.tasks import make_task
 
 FIX = Path(__file__).parent / "fixtures"

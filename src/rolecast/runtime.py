@@ -80,7 +80,7 @@ def check_code_isolation(cfg: RunConfig, task: Task) -> None:
     """Refuse to run a code-executing task in the unisolated fallback unless `sandbox.allow_unisolated`."""
     if not task.executes_code:
         return
-    from rolecast.rewards.sandbox import UNISOLATED_HELP, sandbox_status
+    from rolecast.sandbox import UNISOLATED_HELP, sandbox_status
 
     mode, why = sandbox_status()
     if mode == "bwrap":

@@ -46,8 +46,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rolecast.rewards.sandbox import CaseResult, Job, JobResult, Limits, SandboxPool, default_pool, parse_quietly
 from rolecast.rewards.score import Score
+from rolecast.sandbox import CaseResult, Job, JobResult, Limits, SandboxPool, default_pool, parse_quietly
 
 KINDS = ("asserts", "humaneval", "stdio", "functional")
 GRADERS = ("rolecast", "study")

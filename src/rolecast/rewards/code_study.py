@@ -38,7 +38,7 @@ import ast
 import re
 from decimal import Decimal, InvalidOperation
 
-from rolecast.rewards.sandbox import parse_quietly
+from rolecast.sandbox import parse_quietly
 
 # The study's block of standard imports (rllm/rewards/code_utils/utils.py, BASE_IMPORTS), in its order: a later
 # import rebinds a name an earlier one bound. pandas is optional here (it is not in the sandbox).
