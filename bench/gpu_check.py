@@ -76,7 +76,7 @@ def run_cell(
 ) -> dict[str, Any]:
     """Two Voting steps on `backend`; rollout/training throughput, memory, adapter sync. (`device`/`dtype`: a
     CPU run of the same code is how tests/test_gpu_check.py checks the measuring without a GPU.)"""
-    from rolecast.config import load_config
+    from rolecast.config.load import load_config
     from rolecast.report.console import Console
     from rolecast.rollout.engine import GenRequest
     from rolecast.train.grpo import _Session, collate, completion_logprobs, to_device

@@ -13,7 +13,7 @@ import argparse
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from rolecast.config import load_config
+from rolecast.config.load import load_config
 from rolecast.rewards.math import extract_answer, score_math
 from rolecast.rewards.math_study import study_equivalent, study_extract
 from rolecast.rollout.engine import run_episodes

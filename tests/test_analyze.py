@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from rolecast.cli import main
-from rolecast.config import load_config
+from rolecast.config.load import load_config
 from rolecast.report.analyze import analyze
 
 pytest.importorskip("matplotlib", reason="the analyze plots need the `plots` extra (make setup installs it)")

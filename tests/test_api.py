@@ -65,8 +65,8 @@ def test_train_is_the_function_whatever_is_imported_first():
         "from rolecast.train.grpo import train as loop\n"
         "import rolecast\n"
         "from rolecast import TrainResult, load_config, train\n"
-        "import rolecast.api, rolecast.config\n"
-        "assert train is rolecast.api.train is rolecast.train and load_config is rolecast.config.load_config\n"
+        "import rolecast.api, rolecast.config.load\n"
+        "assert train is rolecast.api.train is rolecast.train and load_config is rolecast.config.load.load_config\n"
         "assert loop is not train and callable(loop)\n"
         "assert TrainResult.__dataclass_fields__.keys() >= {'run_dir', 'final_accuracy'}\n"
     )

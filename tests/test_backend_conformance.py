@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rolecast.config import load_config
+from rolecast.config.load import load_config
 from rolecast.core.episode import Turn
 from rolecast.core.errors import ConfigError, MissingPackageError
 from rolecast.policies import PolicySet, load_tokenizer

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+import textwrap
+
 import pytest
+import torch
 
 from rolecast.cli import main
-from rolecast.config import load_config
+from rolecast.config.load import load_config, validate_config
 from rolecast.core.errors import ConfigError
 from rolecast.prompts import PromptFileError
 
@@ -105,3 +111,69 @@ def test_unknown_local_model_path_is_rejected_at_load(tmp_path):
     with pytest.raises(ConfigError, match=r"model\.path.*/nonexistent/model.*does not exist"):
         load_config(write(tmp_path, "model: {path: /nonexistent/model}\n"))
     assert load_config(write(tmp_path, "model: {path: Qwen/Qwen3-0.6B}\n")).model.path == "Qwen/Qwen3-0.6B"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The schema is pure: building a RunConfig reads nothing; validation is the step that looks
+
+
+NAMES_ELSEWHERE = {
+    "model": {"device": "cuda", "path": "/nonexistent/model"},
+    "task": {"name": "no_such_task", "prompts": "/nonexistent/prompts.yaml"},
+    "workflow": {"name": "no_such_workflow"},
+}
+
+
+def test_a_run_config_for_another_machine_builds_here_and_reads_nothing():
+    """A config for a CUDA machine, naming a task, a workflow, a prompt file and a model none of which exist here,
+    builds on this CPU-only machine: no file is opened and no process started while it is built (an audit hook,
+    in a fresh interpreter, records every open; no monkeypatching)."""
+    code = textwrap.dedent(
+        f"""
+        import json, sys
+        from rolecast.config.schema import RunConfig
+
+        seen = []
+        watched = ("open", "os.listdir", "os.scandir", "subprocess.Popen", "ctypes.dlopen", "socket.connect")
+        sys.addaudithook(lambda event, args: seen.append([event, str(args)[:200]]) if event in watched else None)
+        cfg = RunConfig.model_validate({NAMES_ELSEWHERE!r})
+        print(json.dumps([cfg.model.device, cfg.model.path, cfg.task.name, cfg.workflow.name, seen]))
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
+    assert out.returncode == 0, out.stderr[-3000:]
+    device, path, task, workflow, seen = json.loads(out.stdout.splitlines()[-1])
+    assert (device, path, task, workflow) == ("cuda", "/nonexistent/model", "no_such_task", "no_such_workflow")
+    assert seen == []
+
+
+def test_validation_is_what_refuses_what_this_machine_lacks():
+    """The same config, checked: the first problem is named by its field; with the names fixed, the model path;
+    then the device (this machine has no CUDA); `environment=False` leaves this machine's checks out."""
+    with pytest.raises(ConfigError, match=r"^<config>: workflow\.name: unknown workflow 'no_such_workflow'"):
+        validate_config(NAMES_ELSEWHERE)
+    with pytest.raises(ConfigError, match=r"^<config>: task\.name: unknown task 'no_such_task'"):
+        validate_config({**NAMES_ELSEWHERE, "workflow": {"name": "single"}})
+    fixed = {**NAMES_ELSEWHERE, "workflow": {"name": "single"}, "task": {"name": "testbed"}}
+    with pytest.raises(ConfigError, match=r"^<config>: model\.path: '/nonexistent/model' does not exist"):
+        validate_config(fixed)
+    assert validate_config(fixed, environment=False).model.device == "cuda"
+    if not torch.cuda.is_available():
+        with pytest.raises(ConfigError, match=r"^<config>: model\.device: 'cuda' asked for, but this machine has no"):
+            validate_config({**fixed, "model": {"device": "cuda"}})
+
+
+def test_an_override_names_itself_in_a_check_of_what_it_names():
+    """A cross-field check's error names the override that set the field, as a type error does."""
+    with pytest.raises(ConfigError) as e:
+        load_config(None, {"train.advantage": "grpp"}, {"train.advantage": "--set train.advantage=grpp"})
+    assert str(e.value).startswith("--set train.advantage=grpp: train.advantage: unknown "), str(e.value)
+    assert "did you mean 'grpo'?" in str(e.value)
+
+
+def test_a_users_attribution_function_must_load_when_the_config_is_checked(tmp_path):
+    """A "module:function" attribution that does not load fails at the check, not at the first step."""
+    with pytest.raises(ConfigError, match=r"train\.attribution: .*no module named 'no_such_module_rc'"):
+        load_config(None, {"train.attribution": "no_such_module_rc:fn"})
+    with pytest.raises(ConfigError, match=r"train\.attribution: unknown .*'rol' \(did you mean 'role'\?\)"):
+        load_config(None, {"train.attribution": "rol"})

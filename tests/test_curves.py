@@ -8,7 +8,8 @@ import random
 
 import pytest
 
-from rolecast.config import dump_config, load_config
+from rolecast.config import dump_config
+from rolecast.config.load import load_config
 from rolecast.core.errors import ConfigError
 from rolecast.diagnostics.curves import (
     CurvePoint,

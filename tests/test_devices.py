@@ -9,7 +9,7 @@ import pytest
 import torch
 from test_trainer import tiny_config
 
-from rolecast.config import load_config
+from rolecast.config.load import load_config
 from rolecast.core.devices import resolve_device, resolve_dtype, resolve_mixed_adapters
 from rolecast.core.errors import ConfigError
 from rolecast.policies import PolicySet

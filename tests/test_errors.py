@@ -14,7 +14,7 @@ import pytest
 
 from rolecast import runtime
 from rolecast.cli import main
-from rolecast.config import load_config
+from rolecast.config.load import load_config
 from rolecast.core.errors import ConfigError, DatasetError, MissingPackageError, ModelNotFoundError, UserError, require
 from rolecast.tasks import make_task
 from rolecast.tasks.datasets import read_rows

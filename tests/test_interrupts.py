@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from rolecast.config import dump_config, load_config
+from rolecast.config import dump_config
+from rolecast.config.load import load_config
 from rolecast.train.checkpoint import DiskFullError, latest_step, list_checkpoints, load_checkpoint, save_checkpoint
 
 ROLECAST = str(Path(sys.executable).parent / "rolecast")

@@ -89,7 +89,7 @@ def test_single_adapter_request_list_uses_set_adapter(two_adapters):
 
 @pytest.mark.parametrize("mixed", [True, False])
 def test_config_chooses_mixed_batches_or_one_pass_per_adapter(tiny_model_dir, mixed):
-    from rolecast.config import load_config
+    from rolecast.config.load import load_config
     from rolecast.runtime import build_runtime
 
     cfg = load_config(

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from rolecast.cli import main
-from rolecast.config import load_config
+from rolecast.config.load import load_config
 from rolecast.core.errors import ConfigError
 from rolecast.train import grpo
 from rolecast.train.checkpoint import load_checkpoint

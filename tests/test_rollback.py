@@ -10,7 +10,7 @@ import logging
 import pytest
 import torch
 
-from rolecast.config import load_config
+from rolecast.config.load import load_config
 from rolecast.core.errors import ConfigError
 from rolecast.diagnostics.warnings import Alert, EarlyWarning
 from rolecast.train.rollback import Rollback, best_checkpoint

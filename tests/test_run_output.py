@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from rolecast.config import load_config
+from rolecast.config.load import load_config
 from rolecast.train.grpo import train
 
 

@@ -498,7 +498,8 @@ def test_fallback_imports_the_stdlib_from_an_unreadable_interpreter(tmp_path):
 def test_code_task_without_bubblewrap_stops_before_the_model_loads(tmp_path, monkeypatch, capsys):
     """No bubblewrap: a run whose task executes code fails at once with how to fix it, unless the config opts in."""
     from rolecast.cli import main
-    from rolecast.config import ConfigError, load_config
+    from rolecast.config import ConfigError
+    from rolecast.config.load import load_config
     from rolecast.core.errors import EnvironmentProblem
     from rolecast.runtime import SandboxUnavailable, build_runtime
 

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from rolecast.config import CONFIG_DIR, load_config
+from rolecast.config import CONFIG_DIR
+from rolecast.config.load import load_config
 from rolecast.train.grpo import train
 
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from rolecast.config import load_config
+from rolecast.config.load import load_config
 from rolecast.core.errors import ConfigError
 from rolecast.train.grpo import train
 

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
-from rolecast.config import CONFIG_DIR, RunConfig, load_config
+from rolecast.config import CONFIG_DIR, RunConfig
+from rolecast.config.load import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "study_recipe.md"

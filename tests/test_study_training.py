@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from rolecast.config import load_config
+from rolecast.config.load import load_config
 from rolecast.core.episode import Turn
 from rolecast.core.errors import ConfigError
 from rolecast.policies import PolicySet, load_tokenizer

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -137,7 +138,6 @@ def test_explicit_cells_labels_and_no_base_eval(tmp_path):
     [
         ("axes: {workflow: [single, debate_club]}\n", ["axes.workflow", "debate_club", "unknown workflow"]),
         ("axes: {task: [testbed, gsm9k]}\n", ["axes.task", "gsm9k", "unknown task"]),
-        ("axes: {model: [testbed, ./no/such/model]}\n", ["axes.model", "./no/such/model", "does not exist"]),
         ("axes: {sharing: [shared, pooled]}\n", ["axes.sharing", "pooled"]),
         ("axes: {workflow: []}\n", ["axes.workflow", "empty"]),
         (
@@ -166,6 +166,27 @@ def test_bad_matrix_is_rejected_at_load(tmp_path, body, needles):
     assert str(p) in msg, msg
     for needle in needles:
         assert needle in msg, (needle, msg)
+
+
+def test_cells_for_another_machine_list_here_and_fail_only_when_they_run(tmp_path, capsys):
+    """The device and the model path are the running machine's to provide: a matrix of `cuda` cells, one with a
+    model path this machine lacks, loads and lists here; the dry run marks each cell that cannot run here, and
+    running them records each failed, naming the field and the machine, without starting it."""
+    if torch.cuda.is_available():
+        pytest.skip("a machine without CUDA")
+    body = TINY.format(steps=1) + "  model.device: cuda\naxes: {model: [testbed, ./no/such/model]}\nbase_eval: false\n"
+    p = write(tmp_path, body)
+    m = load_matrix(p, out=tmp_path / "out")
+    assert [c.config.model.device for c in m.cells] == ["cuda", "cuda"]
+    assert main(["sweep", str(p), "--out", str(tmp_path / "out"), "--dry-run"]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    assert "cannot run here: model.device: 'cuda' asked for" in listed[0], listed
+    assert "cannot run here: model.path: './no/such/model' does not exist" in listed[1], listed
+    outcome = run_sweep(m, LocalExecutor(), progress=False)
+    assert outcome.failed == [c.name for c in m.cells]
+    for cell, field in zip(m.cells, ("model.device", "model.path"), strict=True):
+        assert f"on {socket.gethostname()}: {field}: " in (outcome.results[cell.name].error or "")
+        assert not (cell.run_dir / "checkpoints").exists() and not (cell.run_dir / "config.yaml").exists()
 
 
 def test_cli_refuses_a_bad_matrix_before_anything_runs(tmp_path, capsys):
@@ -302,12 +323,15 @@ from rolecast.train import checkpoint
 matrix, out = sys.argv[1], Path(sys.argv[2])
 victim = out / "testbed-single-testbed-shared-s1" / "checkpoints" / "step_2"
 
-def kill_after_second_checkpoint_of_second_cell(stage):
+replace_dir = checkpoint._replace_dir
+
+def kill_after_second_checkpoint_of_second_cell(src, dst):
+    replace_dir(src, dst)
     # step_2 renamed into place, `latest` still says 1: SIGKILL, as a pre-empted node would
-    if stage == "renamed" and victim.is_dir():
+    if victim.is_dir():
         os.kill(os.getpid(), signal.SIGKILL)
 
-checkpoint._stage_hook = kill_after_second_checkpoint_of_second_cell
+checkpoint._replace_dir = kill_after_second_checkpoint_of_second_cell
 run_sweep(load_matrix(matrix, out=out), LocalExecutor(), progress=False)
 """
 
@@ -443,7 +467,7 @@ def test_shipped_study_matrix_spans_the_study():
 def test_a_cell_saved_before_a_defaulted_field_existed_still_matches():
     """check_existing compares a finished cell's saved config.yaml as today's schema reads it: a field added
     since with its default (here train.lr_clock) is no difference; a field the schema no longer has is."""
-    from rolecast.config import load_config
+    from rolecast.config.load import load_config
     from rolecast.sweep.runner import _saved_settings
 
     full = load_config(None, {"train.steps": 3}).model_dump(mode="json")

@@ -444,7 +444,7 @@ def test_rollout_synthesizer_summary_counts_workers_by_hand():
 
 
 def test_large_testbed_is_the_same_recipe_at_four_times_the_size():
-    from rolecast.config import load_config
+    from rolecast.config.load import load_config
 
     small, large = info(default_path("small")), info(default_path("large"))
     assert (small["size"], large["size"]) == ("small", "large")

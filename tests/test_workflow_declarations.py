@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from rolecast.cli import main
-from rolecast.config import load_config
+from rolecast.config.load import load_config
 from rolecast.core.errors import UserError
 from rolecast.policies.router import build_routing
 from rolecast.prompts import PromptBook, PromptFileError

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from rolecast.config import load_config
+from rolecast.config.load import load_config
 from rolecast.train.grpo import train
 
 WF_METRICS = {

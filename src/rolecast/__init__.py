@@ -12,8 +12,8 @@ The Python API (README, "From Python"):
 # `from rolecast.train.grpo import ...`). Importing a subpackage binds its name in this package only the first time
 # it is imported, so it is imported first: the function bound after it keeps the name.
 from rolecast import train as _training_code
-from rolecast.api import TrainResult, train
-from rolecast.config import RunConfig, load_config
+from rolecast.api import TrainResult, load_config, train
+from rolecast.config.schema import RunConfig
 
 del _training_code
 

@@ -6,8 +6,8 @@
     result = train(cfg)
     print(result.run_dir, result.base_accuracy, result.final_accuracy)
 
-`load_config` is `rolecast.config.load_config` (a YAML recipe, then dotted overrides, validated as the command line
-validates them); `train` runs what `rolecast train` runs and returns a `TrainResult`.
+`load_config` is `rolecast.config.load.load_config` (a YAML recipe, then dotted overrides, validated as the command
+line validates them); `train` runs what `rolecast train` runs and returns a `TrainResult`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from rolecast.config import RunConfig
+from rolecast.config.load import load_config
+from rolecast.config.schema import RunConfig
+from rolecast.config.validate import check_run_config
+from rolecast.train.grpo import train as run_training
+
+__all__ = ["TrainResult", "load_config", "train"]
 
 
 @dataclass(frozen=True)
@@ -41,9 +46,9 @@ def train(
     """Train per `config` (from `load_config`), as `rolecast train` does. `resume`: a run directory to continue
     (`config` may differ from its config.yaml only in steps, lr, eval, logging and checkpoint settings);
     `stop_after`: end this session after that many steps, checkpointed; `overwrite`: replace a run already in
-    `config.run_dir`. Errors a user can fix are `rolecast.core.errors.UserError`s with a one-line message."""
-    from rolecast.train.grpo import train as run_training  # heavy (torch, transformers): only when training
-
+    `config.run_dir`. Errors a user can fix are `rolecast.core.errors.UserError`s with a one-line message. A
+    `RunConfig` built in code (not by `load_config`) is checked here as `load_config` checks one."""
+    check_run_config(config)  # a FieldError (a ConfigError) naming the field
     summary = run_training(config, resume=resume, stop_after=stop_after, overwrite=overwrite)
     return TrainResult(
         run_dir=Path(summary["run_dir"]),

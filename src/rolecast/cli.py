@@ -9,13 +9,28 @@ import os
 import shlex
 import sys
 import warnings
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-from rolecast import __version__
-from rolecast.config import load_config, parse_override
+import transformers
+from rich.console import Console
+
+from rolecast import testbed
+from rolecast.config.load import load_config, parse_override
 from rolecast.core.errors import ConfigError, UserError
+from rolecast.evaluate_cli import run_eval_command
+from rolecast.export import export_run
+from rolecast.policies.shapes import init_random_model
 from rolecast.policies.shipped import ARTIFACT_DIRS
+from rolecast.report.analyze import analyze, format_summary
+from rolecast.report.html import text_map, write_report
+from rolecast.sweep import load_matrix, make_executor, run_sweep, summary_table
+from rolecast.sweep.matrix import describe
+from rolecast.testbed.rollouts import rollout_competence
+from rolecast.train.checkpoint import DiskFullError, latest_step
+from rolecast.train.grpo import train
+from rolecast.train.interrupt import StopRequest, TrainingInterrupted
 
 # Common flags map onto config fields; `--set section.field=value` reaches every other field.
 FLAG_FIELDS = {
@@ -95,10 +110,6 @@ def cmd_train(args: argparse.Namespace) -> int:
             raise ConfigError(f"cannot resume {args.resume}: no {config}, so it is not a rolecast run directory")
     cfg = load_config(config, *_overrides(args))
     _quiet_libraries(args)
-    from rolecast.train.checkpoint import DiskFullError, latest_step
-    from rolecast.train.grpo import train  # heavy imports only once the config is known to be good
-    from rolecast.train.interrupt import StopRequest, TrainingInterrupted
-
     # Ctrl-C finishes the step in progress and checkpoints it; not under torchrun, whose processes must stop together
     stop = StopRequest() if int(os.environ.get("WORLD_SIZE", "1")) == 1 else None
     try:
@@ -136,15 +147,11 @@ def _quiet_libraries(args: argparse.Namespace) -> None:
         return
     for category in (DeprecationWarning, PendingDeprecationWarning, FutureWarning):
         warnings.filterwarnings("ignore", category=category)
-    import transformers
-
     transformers.utils.logging.disable_progress_bar()
     transformers.utils.logging.set_verbosity_error()
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from rolecast.evaluate_cli import run_eval_command
-
     config = args.config
     if args.checkpoint and not config:  # the run's own workflow, routing and policies, so its weights fit
         config = str(Path(args.checkpoint) / "config.yaml")
@@ -158,8 +165,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from rolecast.export import export_run
-
     result = export_run(args.run_dir, args.out, step=args.step, overwrite=args.overwrite)
     for p in result.policies:
         kind = "PEFT LoRA adapter" if p.kind == "peft_lora_adapter" else "Hugging Face model"
@@ -169,8 +174,6 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_testbed(args: argparse.Namespace) -> int:
-    from rolecast import testbed
-
     if args.action == "build":
         options: dict[str, Any] = {}  # what the command line leaves out keeps build()'s default
         if args.steps:
@@ -185,8 +188,6 @@ def cmd_testbed(args: argparse.Namespace) -> int:
         path = Path(args.dir) if args.dir else testbed.default_path(args.size)
         print(f"testbed: {path}")
         if args.action == "rollouts":
-            from rolecast.testbed.rollouts import rollout_competence
-
             print(testbed.format_rollouts(rollout_competence(path, seed=args.seed)))
             return 0
     print(testbed.format_info(testbed.info(path)))
@@ -194,16 +195,12 @@ def cmd_testbed(args: argparse.Namespace) -> int:
 
 
 def cmd_model(args: argparse.Namespace) -> int:
-    from rolecast.policies.shapes import init_random_model
-
     path = init_random_model(args.shape, args.out, seed=args.seed)
     print(f"random-weight {args.shape} with the Qwen3 tokenizer saved to {path}")
     return 0
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
-    from rolecast.report.analyze import analyze, format_summary
-
     if not Path(args.run_dir).is_dir():
         print(f"rolecast: analyze: {args.run_dir} is not a directory", file=sys.stderr)
         return 2
@@ -221,19 +218,15 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def _print_report(runs_dir: str | Path, out: str | None) -> None:
-    from rolecast.report.html import text_map, write_report
-
     path, smap = write_report(runs_dir, out)
     print(text_map(smap))
     print(f"report: {path}")
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from rolecast.sweep import load_matrix, make_executor, run_sweep, summary_table
-    from rolecast.sweep.matrix import describe
-
     extra = dict(parse_override(item) for item in args.set)
-    matrix = load_matrix(args.matrix, out=args.out, extra_set=extra)  # validates every cell before anything runs
+    # every cell checked before anything runs; the device, model path and packages where each cell runs
+    matrix = load_matrix(args.matrix, out=args.out, extra_set=extra)
     if args.dry_run:
         print("\n".join(describe(matrix)))
         print(f"{len(matrix.cells)} cells -> {matrix.out}")
@@ -250,8 +243,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.report:
         _print_report(matrix.out, None)
     else:
-        from rich.console import Console
-
         Console().print(summary_table(matrix))
     if outcome.failed:
         print(
@@ -265,7 +256,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rolecast", description=__doc__)
-    parser.add_argument("--version", action="version", version=f"rolecast {__version__}")
+    # the installed package's version (rolecast.__version__ is the same; the package root is the API, not imported here)
+    parser.add_argument("--version", action="version", version=f"rolecast {version('rolecast')}")
     parser.add_argument("-v", "--verbose", action="store_true")
     parser.add_argument(
         "--debug",

@@ -22,8 +22,12 @@ from typing import Any
 
 import torch
 
-from rolecast.config import RunConfig, load_config
+from rolecast.config.load import load_config
+from rolecast.config.schema import RunConfig
 from rolecast.core.errors import ConfigError
+from rolecast.policies import PolicySet, build_routing, load_tokenizer, resolve_model_path
+from rolecast.train.checkpoint import load_checkpoint, restore_policies
+from rolecast.workflows import get_workflow
 
 
 @dataclass(frozen=True)
@@ -44,9 +48,6 @@ class ExportResult:
 
 def roles_by_policy(cfg: RunConfig) -> dict[str, list[str]]:
     """policy id -> the roles (and "role/i" instances routed on their own) it answered, from the run's routing."""
-    from rolecast.policies import build_routing
-    from rolecast.workflows import get_workflow
-
     spec = get_workflow(cfg.workflow.name)
     routing = build_routing(spec.roles, cfg.routing.sharing, cfg.routing.map, cfg.routing.policies)
     played: dict[str, list[str]] = {pid: [] for pid in routing.policy_ids}
@@ -61,9 +62,6 @@ def roles_by_policy(cfg: RunConfig) -> dict[str, list[str]]:
 def export_run(run_dir: str | Path, out: str | Path, step: int | None = None, overwrite: bool = False) -> ExportResult:
     """Write every policy of the run in `run_dir` (its checkpoint `step`, default the latest intact one) under
     `out`. `out` must not hold anything unless `overwrite`. Errors a user can fix are `UserError`s."""
-    from rolecast.policies import PolicySet, load_tokenizer, resolve_model_path
-    from rolecast.train.checkpoint import load_checkpoint, restore_policies
-
     run_dir, out = Path(run_dir), Path(out)
     config_path = run_dir / "config.yaml"
     if not config_path.is_file():

@@ -1,1 +1,90 @@
-"""Loading a run config: YAML, command-line overrides, then validation (config/validate.py)."""
+"""Loading a run config: a YAML file (default: the embedded testbed recipe), dotted overrides (`--set`, flags),
+the typed schema (config/schema.py), then the checks of what it names (config/validate.py).
+
+Every error names the file or the override a field came from: "--set train.lrr=1e-4: train.lrr: unknown
+field; did you mean train.lr?".
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rolecast.config.schema import DEFAULT_CONFIG, RunConfig, field_origin, parse_config, yaml_mapping
+from rolecast.config.validate import check_run_config
+from rolecast.core.errors import ConfigError, FieldError
+
+__all__ = ["load_config", "parse_override", "validate_config"]
+
+
+def parse_override(item: str) -> tuple[str, Any]:
+    """'train.lr=1e-4' -> ('train.lr', 0.0001); values are parsed as YAML."""
+    if "=" not in item:
+        raise ConfigError(f"--set {item}: must look like section.field=value")
+    key, _, raw = item.partition("=")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"--set {item}: the value is not valid YAML ({' '.join(str(e).split())})") from None
+    return key.strip(), value
+
+
+def _set_path(data: dict, dotted: str, value: Any, origin: str) -> None:
+    keys = dotted.split(".")
+    if not all(keys):
+        raise ConfigError(f"{origin}: {dotted!r} is not a field path like section.field")
+    node = data
+    for i, k in enumerate(keys[:-1]):
+        node = node.setdefault(k, {})
+        if not isinstance(node, dict):
+            raise ConfigError(
+                f"{origin}: {'.'.join(keys[: i + 1])} is a value ({node!r}), not a section, so it "
+                f"has no field {keys[i + 1]!r}"
+            )
+    node[keys[-1]] = value
+
+
+def load_config(
+    path: str | Path | None = None,
+    overrides: dict[str, Any] | None = None,
+    origins: dict[str, str] | None = None,
+    *,
+    environment: bool = True,
+) -> RunConfig:
+    """Load a YAML config (default: the embedded testbed recipe), apply dotted overrides, validate.
+
+    `origins` names where each override came from (the CLI passes "--set train.lr=abc" or "--steps 5"), so an
+    error in an override names the override, not the file it overrode. `environment=False` leaves out the checks
+    of this machine (device, model path, packages): for a config that is to run elsewhere (a sweep's cells)."""
+    source = Path(path) if path else DEFAULT_CONFIG
+    if not source.exists():
+        raise ConfigError(f"config file {source} does not exist")
+    data = yaml_mapping(source.read_text(), source)
+    labels: dict[str, str] = {}
+    for key, value in (overrides or {}).items():
+        labels[key] = (origins or {}).get(key) or f"override {key}={value!r}"
+        _set_path(data, key, value, labels[key])
+    return validate_config(data, source, labels, environment=environment)
+
+
+def validate_config(
+    data: dict[str, Any],
+    source: str | Path = "<config>",
+    labels: dict[str, str] | None = None,
+    *,
+    environment: bool = True,
+) -> RunConfig:
+    """The typed config of raw data, checked against what it names (config/validate.py); every error is a
+    `ConfigError` naming `source` or the override in `labels` that set the field, except a prompt file or a
+    workflow at fault (`PromptFileError`, `WorkflowError`), which name their own files."""
+    labels = labels or {}
+    cfg = parse_config(data, source, labels)
+    try:
+        check_run_config(cfg, environment=environment)
+    except FieldError as e:
+        raise ConfigError(f"{field_origin(e.field, source, labels)}: {e}") from None
+    except ValueError as e:  # any other config problem (a dataset a task cannot read, ...): named by the file
+        raise ConfigError(f"{source}: {e}") from None
+    return cfg

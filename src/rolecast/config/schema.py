@@ -1,22 +1,25 @@
-"""Typed run configuration: YAML file -> CLI overrides -> validated `RunConfig`.
+"""The typed run configuration: `RunConfig` and its sections, pure (no disk, no device, no package check).
 
-Every section rejects unknown keys, so a misspelled field fails at load time with the field's dotted
-path and the file it came from. Cross-section checks (workflow roles vs routing vs prompt files vs
-registries) also run here, before any model is loaded.
+Every section rejects unknown keys, so a misspelled field fails with the field's dotted path and the file (or
+command-line override) it came from (`parse_config`). Building a `RunConfig` only checks values: what the
+config names (tasks, workflows, prompts, registries, devices, paths, packages) is checked by
+`rolecast.config.validate`, which `rolecast.config.load.load_config` runs, before any model is loaded.
 Defaults follow the reference study (GRPO, group 8, lr 2e-5, no KL, temperature 0.7, LoRA r=64/alpha=32).
 """
 
 from __future__ import annotations
 
+import difflib
+import typing
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from rolecast.core.errors import ConfigError, FieldError, MissingPackageError, UserError, require
+from rolecast.core.errors import ConfigError, FieldError
 
-__all__ = ["ConfigError", "FieldError", "RunConfig", "dump_config", "load_config", "parse_override", "validate_config"]
+__all__ = ["ConfigError", "FieldError", "RunConfig", "dump_config", "parse_config", "resume_changes"]
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 DEFAULT_CONFIG = CONFIG_DIR / "testbed.yaml"
@@ -42,7 +45,8 @@ class ModelSettings(_Strict):
     # keeps bf16 weights and AdamW state (docs/training.md, "Devices and precision")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     # cpu, cuda, cuda:N or auto (cuda when torch sees a GPU, else cpu); under torchrun a bare cuda/auto means
-    # the process's own GPU, cuda:LOCAL_RANK. Checked at load: cuda on a machine without CUDA is refused.
+    # the process's own GPU, cuda:LOCAL_RANK. Checked by config/validate.py (load_config runs it), not here: a
+    # config for a GPU machine builds anywhere; cuda on a machine without CUDA is refused when it is to run.
     device: str = "auto"
 
 
@@ -215,6 +219,16 @@ class EvalSettings(_Strict):
             )
         return self
 
+    @model_validator(mode="after")
+    def _greedy_samples_differ(self) -> EvalSettings:
+        if self.n_samples > 1 and self.temperature == 0:
+            raise ValueError(
+                f"eval.n_samples {self.n_samples} at eval.temperature 0 decodes the same greedy answer "
+                f"{self.n_samples} times (pass@1 over them is one greedy decode); sample with eval.temperature > 0 "
+                f"(e.g. 0.7, or eval.protocol: study) or set eval.n_samples: 1"
+            )
+        return self
+
     def describe(self) -> str:
         """How evaluations sample, for the lines that print an accuracy: "study protocol: T=0.7, pass@1 over 4
         samples"."""
@@ -309,11 +323,6 @@ class RunConfig(_Strict):
     def _resolve_auto(cls, data: Any) -> Any:
         return resolve_auto_eval(data) if isinstance(data, dict) else data
 
-    @model_validator(mode="after")
-    def _cross_checks(self) -> RunConfig:
-        check_run_config(self)
-        return self
-
 
 AUTO_EVAL_MIN_STEPS = 20  # shorter runs (tests, `--steps 3`) evaluate only at start and end
 AUTO_EVAL_POINTS = 10  # about this many periodic evaluations on a long run
@@ -383,247 +392,22 @@ def _with(section: Any, name: str, value: Any) -> Any:
     return {**(section if isinstance(section, dict) else {}), name: value}
 
 
-def check_run_config(cfg: RunConfig) -> None:
-    """Everything that can be checked without loading a model. Problems with one field raise `FieldError`,
-    so the message names the file or the command-line override the field came from."""
-    if cfg.rollout.temperature == 0 and cfg.train.steps > 0:
-        raise FieldError(
-            "rollout.temperature",
-            "0 (greedy) cannot train: every completion of a GRPO group would be "
-            "the same, so every advantage is 0 and nothing is learned. Sample with a temperature > 0 "
-            "(e.g. 0.7 or 1.0); greedy evaluation is eval.protocol: greedy",
-        )
-    from rolecast.policies.router import build_routing
-    from rolecast.prompts import PromptBook, PromptFileError
-    from rolecast.scoring import ATTRIBUTIONS
-    from rolecast.tasks import make_task, task_names
-    from rolecast.train.advantages import ADVANTAGES, SINGLETON_REWARD_ESTIMATORS
-    from rolecast.train.losses import AGGREGATIONS
-    from rolecast.workflows import get_workflow
+# ---------------------------------------------------------------------------------------------------------
+# Parsing: raw data -> RunConfig, with errors that name the field and where it was set
 
+
+def yaml_mapping(text: str, source: str | Path) -> dict[str, Any]:
+    """The sections of a config file's text (an empty file: none); ConfigError naming `source` otherwise."""
     try:
-        spec = get_workflow(cfg.workflow.name)
-    except FieldError:
-        raise
-    except ValueError as e:
-        raise FieldError("workflow.name", str(e)) from None
-    # typed and range-checked from the workflow function's signature; coerced values replace the raw ones
-    cfg.workflow.options = spec.check_options(cfg.workflow.options)
-    try:
-        build_routing(spec.roles, cfg.routing.sharing, cfg.routing.map, cfg.routing.policies)
-    except ValueError as e:
-        raise FieldError("routing", str(e)) from None
-    unknown_roles = set(cfg.rollout.max_new_tokens_by_role) - set(spec.roles)
-    if unknown_roles:
-        raise FieldError(
-            "rollout.max_new_tokens_by_role",
-            f"workflow {spec.name!r} has no role(s) {sorted(unknown_roles)}; its roles are {spec.roles}",
-        )
-    bad_caps = {r: n for r, n in cfg.rollout.max_new_tokens_by_role.items() if not isinstance(n, int) or n <= 0}
-    if bad_caps:
-        raise FieldError("rollout.max_new_tokens_by_role", f"caps must be positive integers, got {bad_caps}")
-    if cfg.task.name not in task_names():
-        raise FieldError("task.name", f"unknown task {cfg.task.name!r}; known tasks: {task_names()}")
-    try:
-        task = make_task(cfg.task.name, **cfg.task.options)
-    except UserError:
-        raise
-    except (TypeError, ValueError) as e:  # an option the task does not take, or a bad value for one
-        raise FieldError("task.options", f"task {cfg.task.name!r}: {e}") from None
-    spec.check_calls()  # a literal ctx.call role the workflow did not declare (WorkflowError, naming its file)
-    book = PromptBook(task.family, cfg.task.prompts)
-    for role, names in spec.prompts.items():
-        missing = [n for n in names if not book.has(n)]
-        if missing:  # the prompt file lacks them, not the config: PromptFileError names the file(s)
-            raise PromptFileError(
-                f"{book.describe_files()}: no prompt(s) {missing}, which workflow {spec.name!r} declares for role "
-                f"{role!r} (task {cfg.task.name!r}, prompt family {task.family!r}); add them to a task.prompts file"
-            )
-    if cfg.train.advantage not in ADVANTAGES:
-        raise FieldError("train.advantage", f"unknown estimator {cfg.train.advantage!r}; known: {sorted(ADVANTAGES)}")
-    if cfg.train.loss_agg not in AGGREGATIONS:
-        raise FieldError("train.loss_agg", f"unknown mode {cfg.train.loss_agg!r}; known: {sorted(AGGREGATIONS)}")
-    if cfg.train.singleton_advantage == "reward" and cfg.train.advantage not in SINGLETON_REWARD_ESTIMATORS:
-        raise FieldError(
-            "train.singleton_advantage",
-            f"'reward' is verl's rule for {list(SINGLETON_REWARD_ESTIMATORS)}, not train.advantage "
-            f"{cfg.train.advantage!r}",
-        )
-    if cfg.train.minibatch_scale == "nominal" and cfg.train.update_schedule != "per_minibatch":
-        raise FieldError(
-            "train.minibatch_scale", "'nominal' scales mini-batches: it needs train.update_schedule: per_minibatch"
-        )
-    _check_eval_sets(cfg, task.family)
-    _check_model_path(cfg.model.path)
-    _check_device(cfg.model.device)
-    _check_interventions(cfg.interventions, spec.roles)
-    _check_rollback(cfg)
-    if cfg.train.attribution not in ATTRIBUTIONS and ":" not in cfg.train.attribution:
-        raise FieldError(
-            "train.attribution",
-            f"unknown mode {cfg.train.attribution!r}; known: {sorted(ATTRIBUTIONS)} or 'package.module:function'",
-        )
-    _check_optional_packages(cfg)
-
-
-# Settings that need an optional package: (field, is it on, package import name, pyproject extra).
-OPTIONAL_PACKAGES = (
-    ("logging.tensorboard", lambda c: c.logging.tensorboard, "tensorboard", "tensorboard"),
-    ("logging.wandb", lambda c: c.logging.wandb, "wandb", "wandb"),
-    ("task.options.hub", lambda c: bool(c.task.options.get("hub")), "datasets", "hub"),
-    ("rollout.backend", lambda c: c.rollout.backend == "vllm", "vllm", "vllm"),
-)
-
-
-def _check_optional_packages(cfg: RunConfig) -> None:
-    """A switched-on feature whose package is missing fails here, before any model loads, not mid-run."""
-    for field, enabled, package, extra in OPTIONAL_PACKAGES:
-        if enabled(cfg):
-            try:
-                require(package, extra, load=False)
-            except MissingPackageError:
-                raise FieldError(
-                    field, f"needs the {package} package, which is not installed: pip install 'rolecast[{extra}]'"
-                ) from None
-
-
-def _check_interventions(iv: InterventionSettings, roles: list[str]) -> None:
-    for field, table in (
-        ("kl_coef_by_role", iv.kl_coef_by_role),
-        ("balance_shares", iv.balance_shares if isinstance(iv.balance_shares, dict) else {}),
-    ):
-        for role, value in table.items():
-            if role not in roles:
-                raise FieldError(f"interventions.{field}", f"{role!r} is not a role of this workflow; roles: {roles}")
-            if not value >= 0 or (field == "balance_shares" and not value > 0):
-                raise FieldError(
-                    f"interventions.{field}.{role}",
-                    f"must be {'> 0' if field == 'balance_shares' else '>= 0'}, got {value}",
-                )
-
-
-def _check_eval_sets(cfg: RunConfig, family: str) -> None:
-    """Each extra evaluation set: a known task of the run's prompt family, a unique name."""
-    from rolecast.tasks import make_task, task_names
-
-    names = [s.name for s in cfg.eval.extra_sets]
-    for i, s in enumerate(cfg.eval.extra_sets):
-        field = f"eval.extra_sets.{i}"
-        if names.count(s.name) > 1:
-            raise FieldError(f"{field}.name", f"{s.name!r} names two sets")
-        if s.task not in task_names():
-            raise FieldError(f"{field}.task", f"unknown task {s.task!r}; known tasks: {task_names()}")
-        try:
-            extra = make_task(s.task, **s.options)
-        except UserError:
-            raise
-        except (TypeError, ValueError) as e:
-            raise FieldError(f"{field}.options", f"task {s.task!r}: {e}") from None
-        if extra.family != family:
-            raise FieldError(
-                f"{field}.task", f"{s.task!r} is a {extra.family!r} task; the run's prompts are for {family!r} tasks"
-            )
-
-
-def _check_device(device: str) -> None:
-    """cpu, auto, cuda or cuda:N, and a cuda device must exist on this machine (the message names the field)."""
-    from rolecast.core.devices import DeviceError, check_device
-
-    try:
-        check_device(device)
-    except DeviceError as e:
-        raise FieldError("model.device", str(e)) from None
-
-
-def _check_rollback(cfg: RunConfig) -> None:
-    from rolecast.diagnostics.warnings import GRADIENT_SIGNALS, SIGNALS
-
-    rb = cfg.interventions.rollback
-    unknown = [s for s in rb.signals if s not in SIGNALS]
-    if unknown:
-        raise FieldError("interventions.rollback.signals", f"unknown signal(s) {unknown}; known: {list(SIGNALS)}")
-    if rb.signals and cfg.checkpoint.every == 0:
-        raise FieldError(
-            "interventions.rollback.signals", "a rollback needs checkpoints to go back to; set checkpoint.every > 0"
-        )
-    needs_grads = [s for s in rb.signals if s in GRADIENT_SIGNALS and s != "grad_spike"]
-    if needs_grads and cfg.diagnostics.gradients.every == 0:
-        raise FieldError(
-            "interventions.rollback.signals",
-            f"{needs_grads} come from gradient diagnostics, which are off; set diagnostics.gradients.every > 0",
-        )
-
-
-def _check_model_path(path: str) -> None:
-    """A path that is plainly local must exist; a hub id ("org/name") must be in the local cache when the hub
-    is switched off (HF_HUB_OFFLINE); whether it exists online can only be checked when loading."""
-    from rolecast.policies.models import PACKAGED_MODELS, offline_hub_problem
-    from rolecast.policies.shipped import MODEL_NAMES
-
-    if path in MODEL_NAMES or path in PACKAGED_MODELS:
-        return
-    looks_local = path.startswith(("/", "./", "../", "~")) or path.endswith(".gguf") or path.count("/") != 1
-    if looks_local and not Path(path).expanduser().exists():
-        raise FieldError(
-            "model.path", f"{path!r} does not exist (a local path), and it is not a hub id of the form 'org/name'"
-        )
-    if not looks_local and not Path(path).exists():
-        problem = offline_hub_problem(path)
-        if problem:
-            raise FieldError("model.path", problem)
-
-
-def _set_path(data: dict, dotted: str, value: Any, origin: str) -> None:
-    keys = dotted.split(".")
-    if not all(keys):
-        raise ConfigError(f"{origin}: {dotted!r} is not a field path like section.field")
-    node = data
-    for i, k in enumerate(keys[:-1]):
-        node = node.setdefault(k, {})
-        if not isinstance(node, dict):
-            raise ConfigError(
-                f"{origin}: {'.'.join(keys[: i + 1])} is a value ({node!r}), not a section, so it "
-                f"has no field {keys[i + 1]!r}"
-            )
-    node[keys[-1]] = value
-
-
-def parse_override(item: str) -> tuple[str, Any]:
-    """'train.lr=1e-4' -> ('train.lr', 0.0001); values are parsed as YAML."""
-    if "=" not in item:
-        raise ConfigError(f"--set {item}: must look like section.field=value")
-    key, _, raw = item.partition("=")
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else None
-    except yaml.YAMLError as e:
-        raise ConfigError(f"--set {item}: the value is not valid YAML ({' '.join(str(e).split())})") from None
-    return key.strip(), value
-
-
-def load_config(
-    path: str | Path | None = None, overrides: dict[str, Any] | None = None, origins: dict[str, str] | None = None
-) -> RunConfig:
-    """Load a YAML config (default: the embedded testbed recipe), apply dotted overrides, validate.
-
-    `origins` names where each override came from (the CLI passes "--set train.lr=abc" or "--steps 5"), so an
-    error in an override names the override, not the file it overrode."""
-    source = Path(path) if path else DEFAULT_CONFIG
-    if not source.exists():
-        raise ConfigError(f"config file {source} does not exist")
-    try:
-        data = yaml.safe_load(source.read_text()) or {}
+        data = yaml.safe_load(text) or {}
     except yaml.YAMLError as e:
         raise ConfigError(f"{source}: not valid YAML: {e}") from e
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: the top level must be a mapping of sections")
-    labels: dict[str, str] = {}
-    for key, value in (overrides or {}).items():
-        labels[key] = (origins or {}).get(key) or f"override {key}={value!r}"
-        _set_path(data, key, value, labels[key])
-    return validate_config(data, source, labels)
+    return data
 
 
-def _origin(field: str, source: str | Path, labels: dict[str, str]) -> str:
+def field_origin(field: str, source: str | Path, labels: dict[str, str]) -> str:
     """The override that set `field` (or a section above or a field below it), else the config file."""
     best = ""
     for key in labels:
@@ -635,9 +419,6 @@ def _origin(field: str, source: str | Path, labels: dict[str, str]) -> str:
 def _did_you_mean(loc: tuple[int | str, ...]) -> str:
     """The message "unknown field; did you mean train.lr?" for an unknown field at `loc` (("train", "lrr")): the
     closest field name of the section it is in, by difflib's ratio; "" when nothing is close."""
-    import difflib
-    import typing
-
     model: Any = RunConfig
     for key in loc[:-1]:
         if isinstance(key, int):  # an item of a list section (eval.extra_sets.0.name): the model is its items'
@@ -654,41 +435,41 @@ def _did_you_mean(loc: tuple[int | str, ...]) -> str:
     return f"unknown field; did you mean {'.'.join([*(str(k) for k in loc[:-1]), close[0]])}?" if close else ""
 
 
-def validate_config(
+def _error_line(err: Any, source: str | Path, labels: dict[str, str]) -> str:
+    """One of pydantic's errors as "<file or override>: <field>: <what is wrong>"."""
+    cause = (err.get("ctx") or {}).get("error")
+    if err["type"] == "value_error" and isinstance(cause, FieldError):  # a validator naming another field
+        loc, msg = cause.field, cause.detail
+    elif err["type"] == "value_error" and not err["loc"] and cause is not None:
+        return f"{source}: {cause}"
+    else:
+        loc = ".".join(str(x) for x in err["loc"]) or "(top level)"
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            msg = _did_you_mean(err["loc"]) or "unknown field (misspelled?)"
+        elif not isinstance(err["input"], dict):
+            msg += f" (got {err['input']!r})"
+    return f"{field_origin(loc, source, labels)}: {loc}: {msg}"
+
+
+def parse_config(
     data: dict[str, Any], source: str | Path = "<config>", labels: dict[str, str] | None = None
 ) -> RunConfig:
+    """The typed config of raw data (a config file's sections with the overrides applied); every field's type and
+    range checked, nothing else (`rolecast.config.validate` checks what the fields name). `labels` maps a
+    dotted field to the override that set it, so an error names that override rather than the file."""
     labels = labels or {}
     try:
         return RunConfig.model_validate(data)
     except ValidationError as e:
-        lines = []
-        for err in e.errors():
-            cause = (err.get("ctx") or {}).get("error")
-            if err["type"] == "value_error" and isinstance(cause, FieldError):  # a cross-section check
-                loc, msg = cause.field, cause.detail
-            elif err["type"] == "value_error" and not err["loc"] and cause is not None:
-                lines.append(f"{source}: {cause}")
-                continue
-            else:
-                loc = ".".join(str(x) for x in err["loc"]) or "(top level)"
-                msg = err["msg"]
-                if err["type"] == "extra_forbidden":
-                    msg = _did_you_mean(err["loc"]) or "unknown field (misspelled?)"
-                elif not isinstance(err["input"], dict):
-                    msg += f" (got {err['input']!r})"
-            lines.append(f"{_origin(loc, source, labels)}: {loc}: {msg}")
+        lines = [_error_line(err, source, labels) for err in e.errors()]
         if len(lines) == 1:
             raise ConfigError(lines[0]) from None
         raise ConfigError("invalid config:\n  " + "\n  ".join(lines)) from None
-    except FieldError as e:  # raised outside pydantic's wrapping (e.g. by an assignment in a check)
-        raise ConfigError(f"{_origin(e.field, source, labels)}: {e}") from None
-    except UserError:
-        raise
-    except ValueError as e:  # cross-section checks
-        raise ConfigError(f"{source}: {e}") from None
 
 
 def dump_config(cfg: RunConfig) -> str:
+    """The config as YAML (a run's config.yaml): every field, defaults included, "auto" values resolved."""
     return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
 
 

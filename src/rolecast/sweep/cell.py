@@ -21,6 +21,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+import torch
+import transformers
+from rich.console import Console as RichConsole
+
+from rolecast.config.load import validate_config
+from rolecast.train.checkpoint import latest_step
+from rolecast.train.grpo import train
+from rolecast.train.sinks import Console
+
 DONE = "DONE.json"
 ERROR = "ERROR.txt"
 LOG = "sweep.log"  # the cell's console output, beside (not inside) its run directory: <out>/.logs/<cell>.log
@@ -33,7 +42,7 @@ class CellJob:
     name: str
     kind: str  # "train" | "base_eval"
     run_dir: str
-    config: dict[str, Any]  # RunConfig.model_dump(mode="json"), revalidated in the worker
+    config: dict[str, Any]  # RunConfig.model_dump(mode="json"), validated again in the worker, on its machine
     log_file: str
     threads: int | None = None  # torch threads for this cell (None: the config's)
 
@@ -62,8 +71,6 @@ def is_finished(run_dir: Path) -> bool:
 
 
 def checkpoint_step(run_dir: Path) -> int | None:
-    from rolecast.train.checkpoint import latest_step
-
     return latest_step(run_dir) if run_dir.is_dir() else None
 
 
@@ -108,20 +115,13 @@ def run_cell(job: CellJob) -> CellResult:
     Path(job.log_file).parent.mkdir(parents=True, exist_ok=True)
     with open(job.log_file, "a") as log:
         try:
-            import torch
-            import transformers
-            from rich.console import Console as RichConsole
-
-            from rolecast.config import validate_config
-            from rolecast.report.console import Console
-            from rolecast.train.grpo import train
-
             transformers.utils.logging.disable_progress_bar()  # one "Loading weights" bar per cell is noise here
             config = dict(job.config)
             if job.threads:
                 torch.set_num_threads(job.threads)
                 config["threads"] = job.threads
-            cfg = validate_config(config, f"cell {job.name}")
+            # the whole check, this machine's part included (device, model path, packages), where the cell runs
+            cfg = validate_config(config, f"cell {job.name} on {socket.gethostname()}")
             resumed_from = prepare(run_dir)
             console = Console(enabled=False)  # no progress bar: the sweep shows its own
             console.rich = RichConsole(file=log, highlight=False, width=120)

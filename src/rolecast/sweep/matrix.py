@@ -1,9 +1,11 @@
 """A sweep matrix: YAML -> typed `MatrixConfig` -> validated cells, each with its own `RunConfig`.
 
 A cell is one training run (one point of workflow x task x model x sharing x seed) or one base-model
-evaluation (one per (workflow, task, model)). Every cell's `RunConfig` is built and validated here, so a
-bad axis value or override fails at load, naming the matrix file, the axis or override and the value,
-before anything runs.
+evaluation (one per (workflow, task, model)). Every cell's `RunConfig` is built and checked here as far as
+any machine can check it (workflow, task, prompts, routing, registries), so a bad axis value or override fails
+at load, naming the matrix file, the axis or override and the value, before anything runs. What a machine must
+provide (the device, the model path, optional packages) is checked where a cell runs: a matrix of `cuda` cells
+lists on a laptop, and `describe` marks the cells this machine cannot run.
 
 Precedence of a cell's settings, lowest first: the base run config, `set:`, the axis values (written into
 their fields: workflow.name, task.name, model.path, routing.sharing, seed), the per-axis-value
@@ -22,8 +24,12 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from rolecast.config import CONFIG_DIR, DEFAULT_CONFIG, RunConfig, load_config
+from rolecast.config.load import load_config
+from rolecast.config.schema import CONFIG_DIR, DEFAULT_CONFIG, RunConfig
+from rolecast.config.validate import check_environment
 from rolecast.core.errors import ConfigError, MatrixError
+from rolecast.tasks import TASKS
+from rolecast.workflows import get_workflow
 
 AxisName = Literal["workflow", "task", "model", "sharing", "seed"]
 AXES: tuple[str, ...] = ("workflow", "task", "model", "sharing", "seed")
@@ -213,69 +219,76 @@ def _axis_points(
 
 
 def _check_axis_value(axis: str, value: Any) -> None:
-    """The registry checks of one axis value, so the error names the value rather than a whole cell."""
-    from rolecast.config import _check_model_path
-    from rolecast.tasks import task_names
-    from rolecast.workflows import get_workflow
-
+    """The registry checks of one axis value, so the error names the value rather than a whole cell. A model
+    path is not checked here: it belongs to the machine a cell runs on (`cannot_run_here`)."""
     if axis == "workflow":
         get_workflow(str(value))
     elif axis == "task":
-        if value not in task_names():
-            raise ValueError(f"unknown task {value!r}; known tasks: {task_names()}")
-    elif axis == "model":
-        _check_model_path(str(value))
+        if value not in TASKS:
+            raise TASKS.unknown(str(value))
     elif axis == "sharing":
         if value not in ("shared", "isolated", "map"):
             raise ValueError(f"unknown sharing mode {value!r}; known: shared, isolated, map")
 
 
-def expand(settings: MatrixConfig, source: Path, out_dir: Path) -> list[Cell]:
-    """Every cell of the matrix (base evaluations first), each with a validated RunConfig."""
-    templated = settings.base is not None and "{" in settings.base
+def _templated(settings: MatrixConfig) -> bool:
+    """`base` names axes (`study/{task}_{workflow}.yaml`): each cell starts from the file its labels name."""
+    return settings.base is not None and "{" in settings.base
 
-    def base_of(labels: dict[str, Any]) -> Path:
-        assert settings.base is not None
-        try:
-            name = settings.base.format(**{a: labels[a] for a in AXES})
-        except (KeyError, IndexError, ValueError) as e:
-            raise MatrixError(
-                f"{source}: base: {settings.base!r} names an unknown axis ({e}); axes: {list(AXES)}"
-            ) from None
-        return _resolve_config_file(name, source, "base")
 
-    if templated:  # the axes' first labels name the file whose values fill the axes left out
-        given = settings.axes or Axes()
-        first = {a: (getattr(given, a) or [None])[0] for a in AXES}
-        base_file = base_of(first)
-    else:
-        base_file = _resolve_config_file(settings.base, source, "base") if settings.base else DEFAULT_CONFIG
+def _base_file(settings: MatrixConfig, source: Path, labels: dict[str, Any]) -> Path:
+    """The run config a cell with these axis labels starts from."""
+    if settings.base is None:
+        return DEFAULT_CONFIG
+    if not _templated(settings):
+        return _resolve_config_file(settings.base, source, "base")
     try:
-        base_defaults = load_config(base_file)
+        name = settings.base.format(**{a: labels[a] for a in AXES})
+    except (KeyError, IndexError, ValueError) as e:
+        raise MatrixError(
+            f"{source}: base: {settings.base!r} names an unknown axis ({e}); axes: {list(AXES)}"
+        ) from None
+    return _resolve_config_file(name, source, "base")
+
+
+def _axis_defaults(base_file: Path, source: Path) -> dict[str, Any]:
+    """The values of the axes a matrix leaves out: the base config's."""
+    try:
+        base = load_config(base_file, environment=False)
     except ConfigError as e:
         raise MatrixError(f"{source}: base: {e}") from None
-    defaults = {
-        "workflow": base_defaults.workflow.name,
-        "task": base_defaults.task.name,
-        "model": base_defaults.model.path,
-        "sharing": base_defaults.routing.sharing,
-        "seed": base_defaults.seed,
+    return {
+        "workflow": base.workflow.name,
+        "task": base.task.name,
+        "model": base.model.path,
+        "sharing": base.routing.sharing,
+        "seed": base.seed,
     }
-    points = _axis_points(settings, source, defaults)
+
+
+Point = tuple[dict[str, Any], dict[str, Any]]  # (axis -> label, the cell's own `set`)
+
+
+def _excluded(settings: MatrixConfig, source: Path, points: list[Point]) -> list[Point]:
     for i, rule in enumerate(settings.exclude):
         if not rule:
             raise MatrixError(f"{source}: exclude[{i}]: an empty rule would leave out every cell")
-    points = [
+    kept = [
         (axes, cell_set)
         for axes, cell_set in points
         if not any(all(str(axes[a]) == str(v) for a, v in rule.items()) for rule in settings.exclude)
     ]
-    if not points:
+    if not kept:
         raise MatrixError(f"{source}: exclude leaves no cell")
+    return kept
 
-    # overrides must name values the matrix uses, and may not set another axis's field or the sweep's own
+
+_AXIS_OF_FIELD = {f: a for a, f in AXIS_FIELDS.items()}
+
+
+def _check_overrides(settings: MatrixConfig, source: Path, points: list[Point]) -> None:
+    """Overrides must name values the matrix uses, and may not set another axis's field or the sweep's own."""
     used = {a: {str(p[a]) for p, _ in points} for a in AXES}
-    axis_of_field = {f: a for a, f in AXIS_FIELDS.items()}
     for axis, by_value in settings.overrides.items():
         for value, fields in by_value.items():
             where = f"overrides.{axis}.{value}"
@@ -288,38 +301,48 @@ def expand(settings: MatrixConfig, source: Path, out_dir: Path) -> list[Cell]:
                     raise MatrixError(
                         f"{source}: {where}: {key} is set by the sweep (one directory per cell under out)"
                     )
-                if key in axis_of_field and axis_of_field[key] != axis:
+                if key in _AXIS_OF_FIELD and _AXIS_OF_FIELD[key] != axis:
                     raise MatrixError(
-                        f"{source}: {where}: {key} is axis {axis_of_field[key]}'s field; "
-                        f"set it through axes.{axis_of_field[key]}"
+                        f"{source}: {where}: {key} is axis {_AXIS_OF_FIELD[key]}'s field; "
+                        f"set it through axes.{_AXIS_OF_FIELD[key]}"
                     )
                 if key == "config" and not isinstance(fields[key], str):
                     raise MatrixError(f"{source}: {where}.config: a config file path, got {fields[key]!r}")
+
+
+def _check_sets(settings: MatrixConfig, source: Path, points: list[Point]) -> None:
+    """`set:` (the matrix's and each cell's) may not set an axis's field, the sweep's own or a base file."""
     for where, fields in [("set", settings.set)] + [(f"cells[{i}].set", s) for i, (_, s) in enumerate(points)]:
         for key in fields:
-            if key in axis_of_field or key in SWEEP_OWNED or key == "config":
-                what = (
-                    f"axis {axis_of_field[key]}'s field; use axes.{axis_of_field[key]}"
-                    if key in axis_of_field
-                    else "set by the sweep"
-                    if key in SWEEP_OWNED
-                    else "not a field (base files go in `base`)"
-                )
-                raise MatrixError(f"{source}: {where}: {key} is {what}")
+            if key in _AXIS_OF_FIELD:
+                what = f"axis {_AXIS_OF_FIELD[key]}'s field; use axes.{_AXIS_OF_FIELD[key]}"
+            elif key in SWEEP_OWNED:
+                what = "set by the sweep"
+            elif key == "config":
+                what = "not a field (base files go in `base`)"
+            else:
+                continue
+            raise MatrixError(f"{source}: {where}: {key} is {what}")
 
-    by_label: dict[str, dict[str, dict[str, Any]]] = {
-        a: {str(v): fields for v, fields in by_value.items()} for a, by_value in settings.overrides.items()
-    }
 
-    def per_value(axis: str, value: Any) -> dict[str, Any]:
-        return by_label.get(axis, {}).get(str(value), {})
+class _PerValue:
+    """The matrix's per-axis-value overrides, looked up by the value's label."""
 
-    # each axis value once: registry checks on the value the field will get
+    def __init__(self, settings: MatrixConfig):
+        self.by_label: dict[str, dict[str, dict[str, Any]]] = {
+            a: {str(v): fields for v, fields in by_value.items()} for a, by_value in settings.overrides.items()
+        }
+
+    def __call__(self, axis: str, value: Any) -> dict[str, Any]:
+        return self.by_label.get(axis, {}).get(str(value), {})
+
+
+def _check_axis_values(points: list[Point], per_value: _PerValue, source: Path) -> None:
+    """Each axis value once: registry checks on the value the field will get."""
     checked: set[tuple[str, str]] = set()
     for axes, _ in points:
         for a in AXES:
-            ov = per_value(a, axes[a])
-            effective = ov.get(AXIS_FIELDS[a], axes[a])
+            effective = per_value(a, axes[a]).get(AXIS_FIELDS[a], axes[a])
             if (a, str(effective)) in checked:
                 continue
             checked.add((a, str(effective)))
@@ -329,30 +352,50 @@ def expand(settings: MatrixConfig, source: Path, out_dir: Path) -> list[Cell]:
                 shown = f"{axes[a]!r}" + (f" ({AXIS_FIELDS[a]} {effective!r})" if effective != axes[a] else "")
                 raise MatrixError(f"{source}: axes.{a}: bad value {shown}: {e}") from None
 
-    train_cells: list[Cell] = []
-    groups: dict[str, tuple[dict[str, Any], dict[str, Any], tuple[str, ...], Path]] = {}
+
+def _cell_overrides(
+    settings: MatrixConfig, source: Path, point: Point, per_value: _PerValue, cell_base: Path
+) -> tuple[dict[str, Any], list[str], Path]:
+    """A training cell's overrides in precedence order (`set`, axis values, per-value overrides, the cell's own
+    `set`), where they came from, and the config file they apply to."""
+    axes, cell_set = point
+    overrides: dict[str, Any] = dict(settings.set)
+    sources = ["set"] if settings.set else []
+    cfg_file = cell_base
+    for a in AXES:
+        overrides[AXIS_FIELDS[a]] = axes[a]
+    for a in AXES:
+        ov = dict(per_value(a, axes[a]))
+        if ov:
+            sources.append(f"overrides.{a}.{axes[a]}")
+        if "config" in ov:
+            if cfg_file != cell_base:
+                raise MatrixError(
+                    f"{source}: two axis values of one cell name a config file ({cfg_file} and "
+                    f"{ov['config']}, via overrides.{a}.{axes[a]})"
+                )
+            cfg_file = _resolve_config_file(ov.pop("config"), source, f"overrides.{a}.{axes[a]}.config")
+        overrides.update(ov)
+    if cell_set:
+        sources.append("cells[].set")
+    overrides.update(cell_set)
+    return overrides, sources, cfg_file
+
+
+Group = tuple[dict[str, Any], dict[str, Any], tuple[str, ...], Path]  # a base evaluation's axes, overrides, file
+
+
+def _train_cells(
+    settings: MatrixConfig, source: Path, out_dir: Path, points: list[Point], base_file: Path
+) -> tuple[list[Cell], dict[str, Group]]:
+    """The training cells, and the base evaluation each (workflow, task, model) group gets (by name)."""
+    per_value = _PerValue(settings)
+    _check_axis_values(points, per_value, source)
+    cells: list[Cell] = []
+    groups: dict[str, Group] = {}
     for axes, cell_set in points:
-        overrides: dict[str, Any] = dict(settings.set)
-        sources = ["set"] if settings.set else []
-        cell_base = base_of(axes) if templated else base_file
-        cfg_file = cell_base
-        for a in AXES:
-            overrides[AXIS_FIELDS[a]] = axes[a]
-        for a in AXES:
-            ov = dict(per_value(a, axes[a]))
-            if ov:
-                sources.append(f"overrides.{a}.{axes[a]}")
-            if "config" in ov:
-                if cfg_file != cell_base:
-                    raise MatrixError(
-                        f"{source}: two axis values of one cell name a config file ({cfg_file} and "
-                        f"{ov['config']}, via overrides.{a}.{axes[a]})"
-                    )
-                cfg_file = _resolve_config_file(ov.pop("config"), source, f"overrides.{a}.{axes[a]}.config")
-            overrides.update(ov)
-        if cell_set:
-            sources.append("cells[].set")
-        overrides.update(cell_set)
+        cell_base = _base_file(settings, source, axes) if _templated(settings) else base_file
+        overrides, sources, cfg_file = _cell_overrides(settings, source, (axes, cell_set), per_value, cell_base)
         name = cell_name(axes)
         overrides["run_dir"] = str(out_dir / name)
         base_name = base_cell_name(axes) if settings.base_eval else None
@@ -360,17 +403,20 @@ def expand(settings: MatrixConfig, source: Path, out_dir: Path) -> list[Cell]:
             overrides["eval.at_start"] = False  # the group's base evaluation gives this number once
             groups.setdefault(base_name, (axes, overrides, tuple(sources), cfg_file))
         cfg = _validated(cfg_file, overrides, source, name, axes, sources)
-        train_cells.append(Cell(name, "train", dict(axes), cfg, base_name, tuple(sources)))
-
-    names = [c.name for c in train_cells]
+        cells.append(Cell(name, "train", dict(axes), cfg, base_name, tuple(sources)))
+    names = [c.name for c in cells]
     clash = sorted({n for n in names if names.count(n) > 1})
     if clash:
         raise MatrixError(
             f"{source}: two cells would share a directory: {clash} (axis values whose labels "
             f"coincide, or a repeated entry in cells)"
         )
+    return cells, groups
 
-    base_cells: list[Cell] = []
+
+def _base_cells(groups: dict[str, Group], source: Path, out_dir: Path) -> list[Cell]:
+    """One base-model evaluation per (workflow, task, model): no training, only the start evaluation."""
+    cells = []
     for base_name, (group_axes, group_overrides, group_sources, group_file) in groups.items():
         ov = {
             **group_overrides,
@@ -380,17 +426,26 @@ def expand(settings: MatrixConfig, source: Path, out_dir: Path) -> list[Cell]:
             "eval.at_end": False,
         }
         cfg = _validated(group_file, ov, source, base_name, group_axes, group_sources)
-        base_cells.append(
-            Cell(
-                base_name,
-                "base_eval",
-                {a: group_axes[a] for a in ("workflow", "task", "model")},
-                cfg,
-                None,
-                group_sources,
-            )
-        )
-    return base_cells + train_cells
+        axes = {a: group_axes[a] for a in ("workflow", "task", "model")}
+        cells.append(Cell(base_name, "base_eval", axes, cfg, None, group_sources))
+    return cells
+
+
+def expand(settings: MatrixConfig, source: Path, out_dir: Path) -> list[Cell]:
+    """Every cell of the matrix (base evaluations first), each with a RunConfig checked as far as any machine
+    can check it (config/validate.py's `check_definition`); what a machine must provide (device, model path,
+    packages) is checked where a cell runs (`cannot_run_here` says what this one lacks)."""
+    if _templated(settings):  # the axes' first labels name the file whose values fill the axes left out
+        given = settings.axes or Axes()
+        base_file = _base_file(settings, source, {a: (getattr(given, a) or [None])[0] for a in AXES})
+    else:
+        base_file = _base_file(settings, source, {})
+    points = _axis_points(settings, source, _axis_defaults(base_file, source))
+    points = _excluded(settings, source, points)
+    _check_overrides(settings, source, points)
+    _check_sets(settings, source, points)
+    train_cells, groups = _train_cells(settings, source, out_dir, points, base_file)
+    return _base_cells(groups, source, out_dir) + train_cells
 
 
 def _validated(
@@ -402,17 +457,28 @@ def _validated(
     sources: list[str] | tuple[str, ...],
 ) -> RunConfig:
     try:
-        return load_config(cfg_file, overrides)
+        return load_config(cfg_file, overrides, environment=False)
     except ConfigError as e:
         where = ", ".join(f"{a}={axes[a]}" for a in AXES if a in axes)
         via = f"; overrides from {', '.join(sources)}" if sources else ""
         raise MatrixError(f"{source}: cell {name} ({where}{via}): {e}") from None
 
 
+def cannot_run_here(cell: Cell) -> str | None:
+    """Why `cell` cannot run on this machine (its device, model path or a package it needs), or None."""
+    try:
+        check_environment(cell.config)
+    except ConfigError as e:
+        return str(e)
+    return None
+
+
 def describe(matrix: Matrix) -> list[str]:
-    """One line per cell, for `--dry-run` and logs."""
+    """One line per cell, for `--dry-run` and logs; a cell this machine cannot run says why (a sweep on Ray runs
+    it elsewhere, where it is checked again)."""
     lines = []
     for c in matrix.cells:
         kind = "base eval" if c.kind == "base_eval" else f"{c.config.train.steps} steps"
-        lines.append(f"{c.name}  ({kind})")
+        problem = cannot_run_here(c)
+        lines.append(f"{c.name}  ({kind})" + (f"  cannot run here: {problem}" if problem else ""))
     return lines

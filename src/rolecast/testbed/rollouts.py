@@ -15,7 +15,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from rolecast.config.load import load_config
 from rolecast.core.episode import AnswerClaim, Episode, PickClaim, VerdictClaim
+from rolecast.runtime import build_runtime
 from rolecast.testbed.stats import half_width, paired_margin, rate
 from rolecast.testbed.transcripts import boxed_integer, majority_holders
 
@@ -32,9 +34,6 @@ def rollout_competence(
     threads: int = 1,
 ) -> dict[str, Any]:
     """Per workflow: its pass@1 and what its judging role did with the candidates the model itself wrote."""
-    from rolecast.config import load_config
-    from rolecast.runtime import build_runtime
-
     out: dict[str, Any] = {"protocol": {"problems": problems, "samples": samples, "temperature": temperature}}
     for name in WORKFLOWS:
         cfg = load_config(
