@@ -68,7 +68,7 @@ def test_due_counts_patience_cooldown_and_the_cap():
 
 
 def test_off_by_default_and_config_errors_name_the_field():
-    assert Rollback.from_config(load_config(None)) is None
+    assert Rollback.from_config(load_config(None).interventions.rollback) is None
     with pytest.raises(ConfigError, match=r"interventions.rollback.signals: unknown signal\(s\) \['grad_spikes'\]"):
         load_config(None, {"interventions.rollback.signals": ["grad_spikes"]})
     with pytest.raises(ConfigError, match=r"interventions.rollback.signals: .*checkpoint.every > 0"):
