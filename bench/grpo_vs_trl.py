@@ -156,9 +156,9 @@ class RolecastRunner:
     def step(self, timed: bool) -> float:
         from rolecast.core.episode import group_turns
         from rolecast.diagnostics.metrics import episode_metrics
+        from rolecast.objectives.advantages import episode_turn_advantages
         from rolecast.rollout.engine import run_episodes
         from rolecast.scoring import attribute, score_episodes
-        from rolecast.train.advantages import episode_turn_advantages
         from rolecast.train.grpo import _step_seed, update_policy
 
         a, step = self.args, self.step_no

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from rolecast.core.episode import Episode, Turn, group_turns
-from rolecast.train.advantages import ADVANTAGES, compute_advantages, episode_turn_advantages
+from rolecast.objectives.advantages import ADVANTAGES, compute_advantages, episode_turn_advantages
 
 EPS = 1e-6
 # Two groups of 4: [1,0,0,1] (mean .5, unbiased var 1/3) and [1,1,1,0] (mean .75, unbiased var .25).

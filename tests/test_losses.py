@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from rolecast.train.losses import (
+from rolecast.objectives.losses import (
     aggregate,
     clipped_surrogate,
     entropy_from_logits,

@@ -11,12 +11,12 @@ import torch
 from rolecast.config.load import load_config
 from rolecast.core.episode import Turn
 from rolecast.core.errors import ConfigError
+from rolecast.objectives.losses import aggregate
 from rolecast.policies import PolicySet, load_tokenizer
 from rolecast.rollout.engine import GenRequest, run_episodes
 from rolecast.rollout.hf import HFBackend
 from rolecast.rollout.scripted import ScriptedBackend
 from rolecast.train.grpo import collate, completion_logprobs, generation_caps, train
-from rolecast.train.losses import aggregate
 from rolecast.train.sampling import step_problems
 
 

@@ -16,16 +16,16 @@ from echo_task import PROBLEM, EchoTask
 from rolecast.config.load import load_config
 from rolecast.core.episode import Episode, Turn, group_turns
 from rolecast.core.errors import ConfigError
+from rolecast.objectives.advantages import compute_advantages, episode_turn_advantages
+from rolecast.objectives.losses import clipped_surrogate
 from rolecast.policies import PolicySet, load_tokenizer
 from rolecast.policies.router import build_routing
 from rolecast.prompts import PromptBook
 from rolecast.rollout.engine import run_episodes
 from rolecast.rollout.scripted import ScriptedBackend
-from rolecast.train.advantages import compute_advantages, episode_turn_advantages
 from rolecast.train.batching import collate
 from rolecast.train.grpo import train
 from rolecast.train.logprobs import completion_logprobs, trainer_logprobs
-from rolecast.train.losses import clipped_surrogate
 from rolecast.train.update import update_policy
 from rolecast.workflows import get_workflow
 

@@ -31,14 +31,14 @@ from rolecast.core.errors import (
 )
 from rolecast.core.registry import Registry
 from rolecast.diagnostics.warnings import GRADIENT_SIGNALS, SIGNALS
+from rolecast.objectives.advantages import ADVANTAGES, SINGLETON_REWARD_ESTIMATORS
+from rolecast.objectives.losses import AGGREGATIONS
 from rolecast.policies.models import PACKAGED_MODELS, offline_hub_problem
 from rolecast.policies.router import build_routing
 from rolecast.policies.shipped import MODEL_NAMES
 from rolecast.prompts import PromptBook
 from rolecast.scoring import resolve_attribution
 from rolecast.tasks import TASKS, Task, make_task
-from rolecast.train.advantages import ADVANTAGES, SINGLETON_REWARD_ESTIMATORS
-from rolecast.train.losses import AGGREGATIONS
 from rolecast.workflows import WorkflowSpec, get_workflow
 
 __all__ = ["OPTIONAL_PACKAGES", "check_definition", "check_environment", "check_model_path", "check_run_config"]

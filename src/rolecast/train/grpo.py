@@ -35,13 +35,13 @@ from rolecast.diagnostics.gradients import GradientMonitor
 from rolecast.diagnostics.metrics import episode_metrics
 from rolecast.diagnostics.warnings import EarlyWarning, metric_entries
 from rolecast.evaluation import append_eval_row, eval_key
+from rolecast.objectives.advantages import episode_turn_advantages
 from rolecast.rollout.engine import RolloutStats, run_episodes
 from rolecast.runtime import Runtime, build_runtime
 from rolecast.scoring import attribute, score_episodes, study_ended_rewards
 from rolecast.tasks import make_task
 from rolecast.tasks.base import Problem, Task
 from rolecast.train import distributed
-from rolecast.train.advantages import episode_turn_advantages
 from rolecast.train.batching import collate as collate
 from rolecast.train.batching import generation_caps as generation_caps
 from rolecast.train.batching import to_device as to_device

@@ -1,7 +1,7 @@
 """Log-probs of completion tokens under a policy: the forward of the update and of the trainer's own old log-probs.
 
 Rows that repeat a prompt run it through the decoder once (its key/value cache indexed per row), and the
-`[B, L, V]` logits never exist at once: the head runs per chunk of positions (train/losses.py).
+`[B, L, V]` logits never exist at once: the head runs per chunk of positions (objectives/losses.py).
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import torch.utils.checkpoint
 from transformers import DynamicCache
 
 from rolecast.core.episode import Turn
+from rolecast.objectives.losses import linear_logprobs, token_entropy, token_logprobs
 from rolecast.policies.models import cache_keyword
 from rolecast.train.batching import Batch, batching_order, collate, micro_batches, to_device
-from rolecast.train.losses import linear_logprobs, token_entropy, token_logprobs
 
 
 def completion_hidden_states(model: Any, batch: Batch) -> torch.Tensor:

@@ -20,13 +20,13 @@ import torch
 from rolecast.config.schema import RunConfig
 from rolecast.core.episode import Turn
 from rolecast.diagnostics.gradients import GradientMonitor, flat_params, norm64
+from rolecast.objectives.losses import clipped_surrogate, clipped_tokens, k3_kl
 from rolecast.policies import PolicySet
 from rolecast.train.batching import batching_order, collate, generation_caps, micro_batches, padded_rows, to_device
 from rolecast.train.distributed import Dist
 from rolecast.train.guard import NonFiniteUpdate
 from rolecast.train.interventions import Interventions
 from rolecast.train.logprobs import completion_logprobs, trainer_logprobs
-from rolecast.train.losses import clipped_surrogate, clipped_tokens, k3_kl
 from rolecast.train.role_batches import InstanceGradients, instance_segments
 
 log = logging.getLogger("rolecast.train")
