@@ -15,13 +15,15 @@ import json
 from pathlib import Path
 from typing import Any
 
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
 from rolecast.policies.shipped import ARTIFACT_DIR, ARTIFACT_DIRS, MODEL_NAMES, default_path
+from rolecast.testbed.builder import build as _build
 
 
 def build(out_dir: str | Path, **kwargs: Any) -> Path:
     """Build a testbed into `out_dir`; see rolecast.testbed.builder.build for the options."""
-    from rolecast.testbed.builder import build as _build
-
     return _build(out_dir, **kwargs)
 
 
@@ -36,9 +38,6 @@ def info(path: str | Path | None = None) -> dict[str, Any]:
 
 def load(path: str | Path | None = None, dtype: str = "float32"):
     """(model, tokenizer) of a testbed directory (default: the shipped one), model in eval mode."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     p = str(path or default_path())
     model = AutoModelForCausalLM.from_pretrained(p, dtype=getattr(torch, dtype))
     return model.eval(), AutoTokenizer.from_pretrained(p)

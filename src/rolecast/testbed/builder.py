@@ -21,6 +21,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
+import torch.nn.functional as F
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
 from rolecast.prompts import PromptBook
 from rolecast.tasks.testbed import ArithmeticTestbed, CodeTestbed
 from rolecast.testbed import transcripts as T
@@ -154,8 +158,6 @@ def encode(tok, ex: T.Example) -> tuple[list[int], list[int]]:
 
 def greedy(model, tok, prompts: Sequence[list[int]], max_new_tokens: int, batch_size: int = 200) -> list[str]:
     """Greedy completions for prompt id lists, decoded without special tokens, stopped at <|im_end|>."""
-    import torch
-
     eos, pad = tok.convert_tokens_to_ids(IM_END), tok.pad_token_id
     texts: list[str] = []
     model.eval()
@@ -302,9 +304,6 @@ def accumulate_loss(
     A judging role's decision tokens weigh `decision_weight` each: a verdict or a pick is one or two tokens
     of a completion that is mostly the role's own answer, and at weight 1 the first build never learned it.
     """
-    import torch
-    import torch.nn.functional as F
-
     rows = []
     for ex in examples:
         p, c = encode(tok, ex)
@@ -348,8 +347,6 @@ def _lr(step: int, lr: float, warmup: int = 30) -> float:
 
 def _save(model, tok_dir: Path, out_dir: Path, info: dict[str, Any]) -> None:
     """Tokenizer files + fp16 safetensors whose config says float32 + build_info.json, into out_dir."""
-    import torch
-
     out_dir.mkdir(parents=True, exist_ok=True)
     for f in tok_dir.iterdir():
         shutil.copy2(f, out_dir / f.name)
@@ -367,9 +364,6 @@ def _save(model, tok_dir: Path, out_dir: Path, info: dict[str, Any]) -> None:
 def evaluate_dir(path: str | Path, *, per_role: int = 200, log: Callable[[str], None] = _log) -> dict[str, Any]:
     """Evaluate a saved testbed on held-out examples of every role (noise-model candidates, greedy) and on
     its own workflow rollouts; writes the numbers into build_info.json."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     path = Path(path)
     info = json.loads((path / "build_info.json").read_text())
     model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)  # what was shipped: fp16-rounded
@@ -415,8 +409,6 @@ def build(
     the corpus, and the one such build measured learned arithmetic far slower (held-out solver 0.45 instead
     of 0.72 at step 500, on identical batches).
     """
-    import torch
-
     t0 = time.time()
     out_dir = Path(out_dir)
     # The thread count is fixed for reproducibility (DEFAULT_THREADS).

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+from transformers import Qwen3Config, Qwen3ForCausalLM
+
 SMALL_SHAPE = dict(
     hidden_size=192,
     num_hidden_layers=4,
@@ -27,8 +30,6 @@ SHAPES: dict[str, dict[str, Any]] = {
 
 
 def model_config(vocab_size: int, eos_id: int, pad_id: int, size: str = "small", **overrides: Any):
-    from transformers import Qwen3Config
-
     cfg = Qwen3Config(
         vocab_size=vocab_size,
         eos_token_id=eos_id,
@@ -40,8 +41,5 @@ def model_config(vocab_size: int, eos_id: int, pad_id: int, size: str = "small",
 
 
 def new_model(config, seed: int):
-    import torch
-    from transformers import Qwen3ForCausalLM
-
     torch.manual_seed(seed)
     return Qwen3ForCausalLM(config).float()

@@ -6,6 +6,9 @@ import shutil
 from collections.abc import Iterable
 from pathlib import Path
 
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
 ENDOFTEXT, IM_START, IM_END = "<|endoftext|>", "<|im_start|>", "<|im_end|>"
 SPECIAL_TOKENS = [ENDOFTEXT, IM_START, IM_END]
 
@@ -27,9 +30,6 @@ CHAT_TEMPLATE = (
 
 def train_tokenizer(texts: Iterable[str], out_dir: str | Path, vocab_size: int = 2048):
     """Train on `texts`, save a PreTrainedTokenizerFast to `out_dir`, and return it."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.Sequence(
         [
@@ -65,8 +65,6 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jin
 def reuse_tokenizer(src_dir: str | Path, out_dir: str | Path):
     """An earlier build's tokenizer, its files copied byte for byte to `out_dir`, and loaded from there (a
     build that keeps its merges; re-saving it would add keys of this transformers version to its config)."""
-    from transformers import AutoTokenizer
-
     missing = [f for f in TOKENIZER_FILES if not (Path(src_dir) / f).is_file()]
     if missing:
         raise FileNotFoundError(f"{src_dir} has no {', '.join(missing)}; pass a testbed build directory")
