@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from rolecast.core.episode import Turn
+from rolecast.core.metric_keys import grad_cos_key, grad_key, grad_role_key, update_key, update_role_key
 
 if TYPE_CHECKING:  # config/validate.py imports the diagnostics (signal names): no runtime import back
     from rolecast.config.schema import GradientDiagnosticsSettings
@@ -331,39 +332,36 @@ class GradientMonitor:
         for inst, v in rec.vectors.items():
             r = rec.role_of[inst]
             role_vectors[r] = role_vectors[r] + v if r in role_vectors else v
-        p = f"grad/{pid}"
         if rec.vectors:
-            m[f"{p}/norm"] = st.policy_norm
+            m[grad_key(pid, "norm")] = st.policy_norm
         for role in sorted(set(mass) | set(st.norm)):
-            q = f"{p}/{role}"
             for k, value in mass.get(role, {}).items():
-                m[f"{q}/{k}"] = value
+                m[grad_role_key(pid, role, k)] = value
             if role in st.norm:
-                m[f"{q}/norm"] = st.norm[role]
-                m[f"{q}/share"] = st.share[role]
-                m[f"{q}/instances"] = st.instances[role]
+                m[grad_role_key(pid, role, "norm")] = st.norm[role]
+                m[grad_role_key(pid, role, "share")] = st.share[role]
+                m[grad_role_key(pid, role, "instances")] = st.instances[role]
                 if role in st.alignment:
-                    m[f"{q}/alignment"] = st.alignment[role]
-                    m[f"{q}/norm_ratio"] = st.norm_ratio[role]
-                    m[f"{q}/instance_cos"] = st.instance_cos[role]
+                    m[grad_role_key(pid, role, "alignment")] = st.alignment[role]
+                    m[grad_role_key(pid, role, "norm_ratio")] = st.norm_ratio[role]
+                    m[grad_role_key(pid, role, "instance_cos")] = st.instance_cos[role]
                 ema = self.ema.get(pid, role)
                 # a noise-level gradient still feeds the EMA (it is what the update used) but has no direction
                 persistence = ema.observe(role_vectors[role])
-                m[f"{q}/persistence"] = None if role in st.noise else persistence
+                m[grad_role_key(pid, role, "persistence")] = None if role in st.noise else persistence
         for (a, b), c in st.cos.items():
-            m[f"{p}/cos/{a}|{b}"] = c
+            m[grad_cos_key(pid, a, b)] = c
         if len(st.norm) >= 2:  # capture is a property of a policy that several roles share
-            m[f"{p}/capture_index"] = st.capture_index
-            m[f"{p}/capture_role"] = st.capture_role
-        u = f"update/{pid}"
-        m[f"{u}/optimizer_steps"] = float(len(rec.update_sizes))
+            m[grad_key(pid, "capture_index")] = st.capture_index
+            m[grad_key(pid, "capture_role")] = st.capture_role
+        m[update_key(pid, "optimizer_steps")] = float(len(rec.update_sizes))
         if rec.update_sizes:
-            m[f"{u}/size"] = sum(rec.update_sizes) / len(rec.update_sizes)
-            m[f"{u}/size_last"] = rec.update_sizes[-1]
+            m[update_key(pid, "size")] = sum(rec.update_sizes) / len(rec.update_sizes)
+            m[update_key(pid, "size_last")] = rec.update_sizes[-1]
         for role in sorted(set(mass) | set(rec.role_steps)):
-            m[f"{u}/{role}/optimizer_steps"] = float(rec.role_steps.get(role, 0))
+            m[update_role_key(pid, role, "optimizer_steps")] = float(rec.role_steps.get(role, 0))
         if pid in self.theta0:
-            m[f"{u}/drift"] = norm64(flat_params(params) - self.theta0[pid])
+            m[update_key(pid, "drift")] = norm64(flat_params(params) - self.theta0[pid])
         self._metrics.update(m)
 
     def pop_metrics(self) -> dict[str, Any]:

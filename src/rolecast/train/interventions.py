@@ -26,6 +26,7 @@ from collections.abc import Sequence
 import torch
 
 from rolecast.config.schema import InterventionSettings
+from rolecast.core.metric_keys import intervention_key
 from rolecast.diagnostics.gradients import RoleEMAs, Vector, gram
 
 
@@ -129,13 +130,13 @@ class Interventions:
             for r in roles:
                 ema = self.ema.get(pid, r)
                 coefs[r] = damping_factor(ema.observe(role_vectors[r]), self.damping)
-                self._scales.setdefault(f"intervention/{pid}/{r}/damping", []).append(coefs[r])
+                self._scales.setdefault(intervention_key(pid, r, "damping"), []).append(coefs[r])
         if self.balance and len(roles) >= 2:
             targets = self._targets(pid, roles)
             b = balance_coefficients(gram([coefs[r] * role_vectors[r] for r in roles]), targets)
             for i, r in enumerate(roles):
                 coefs[r] *= float(b[i])
-                self._scales.setdefault(f"intervention/{pid}/{r}/balance", []).append(float(b[i]))
+                self._scales.setdefault(intervention_key(pid, r, "balance"), []).append(float(b[i]))
         return coefs
 
     def _targets(self, pid: str, roles: list[str]) -> torch.Tensor:

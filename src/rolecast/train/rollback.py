@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from rolecast.config.schema import RollbackSettings
+from rolecast.core.metric_keys import rollback_key
 from rolecast.diagnostics.warnings import Alert
 from rolecast.train.checkpoint import list_checkpoints
 from rolecast.train.run_dir import read_jsonl
@@ -40,13 +41,13 @@ class RollbackEvent:
 
     def metrics(self) -> dict[str, Any]:
         out: dict[str, Any] = {
-            "rollback/to_step": self.to_step,
-            "rollback/count": self.count,
-            "rollback/lr_scale": self.lr_scale,
-            "rollback/signals": ", ".join(self.signals),
+            rollback_key("to_step"): self.to_step,
+            rollback_key("count"): self.count,
+            rollback_key("lr_scale"): self.lr_scale,
+            rollback_key("signals"): ", ".join(self.signals),
         }
         if self.accuracy is not None:
-            out["rollback/accuracy"] = self.accuracy
+            out[rollback_key("accuracy")] = self.accuracy
         return out
 
     def message(self, max_rollbacks: int) -> str:

@@ -24,6 +24,7 @@ from rich.progress import (
 from rolecast.config.schema import LogSettings
 from rolecast.core.episode import Episode
 from rolecast.core.errors import require
+from rolecast.core.metric_keys import time_key
 
 
 class ProgressBar:
@@ -53,8 +54,8 @@ class _Lines(ProgressBar):
         line = f"step {step}/{self._total}  reward {reward:.3f}"
         if isinstance(m.get("accuracy"), float):
             line += f"  accuracy {m['accuracy']:.3f}"
-        if isinstance(m.get("time/step"), float):
-            line += f"  {m['time/step']:.1f} s/step"
+        if isinstance(m.get(time_key("step")), float):
+            line += f"  {m[time_key('step')]:.1f} s/step"
         self._console.print(line)
 
 

@@ -8,52 +8,47 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rolecast.core.episode import Episode
+from rolecast.core.metric_keys import eval_pass_key, policy_key, role_key, rollout_key, time_key
 from rolecast.rollout.engine import RolloutStats
 from rolecast.train.update import Tally, tally_means
 
 
 def policy_metrics(pid: str, stats: Mapping[str, float]) -> dict[str, float]:
     """`policy/{pid}/{stat}`: one policy's update (train/update.py) and the lr it trained with."""
-    return {f"policy/{pid}/{k}": v for k, v in stats.items()}
+    return {policy_key(pid, k): v for k, v in stats.items()}
 
 
 def role_metrics(role_tally: Tally) -> dict[str, float]:
     """`role/{role}/{stat}`: per-token means of each role's tally, over every policy the role trains."""
     out: dict[str, float] = {}
     for role, row in sorted(role_tally.items()):
-        out.update({f"role/{role}/{k}": v for k, v in tally_means(row).items() if k != "tokens"})
+        out.update({role_key(role, k): v for k, v in tally_means(row).items() if k != "tokens"})
     return out
 
 
 def time_metrics(t0: float, t_rollout: float, t_reward: float, t_update: float) -> dict[str, float]:
     """`time/...`: wall seconds of the step's phases (the only metrics that differ between identical runs)."""
     return {
-        "time/rollout": t_rollout - t0,
-        "time/reward": t_reward - t_rollout,
-        "time/update": t_update - t_reward,
-        "time/step": t_update - t0,
+        time_key("rollout"): t_rollout - t0,
+        time_key("reward"): t_reward - t_rollout,
+        time_key("update"): t_update - t_reward,
+        time_key("step"): t_update - t0,
     }
 
 
 def rollout_metrics(stats: RolloutStats, episodes: Sequence[Episode], max_prompt_tokens: int | None) -> dict[str, Any]:
     """`rollout/...`: the engine's backend calls and requests, and with rollout.max_prompt_tokens the share of
     episodes an over-long prompt ended."""
-    out: dict[str, Any] = {"rollout/backend_calls": stats.backend_calls, "rollout/requests": stats.requests}
+    out: dict[str, Any] = {rollout_key("backend_calls"): stats.backend_calls, rollout_key("requests"): stats.requests}
     if max_prompt_tokens:
         ended = sum(ep.metadata.get("ended") == "max_prompt_tokens" for ep in episodes)
-        out["rollout/ended_max_prompt_tokens"] = ended / max(len(episodes), 1)
+        out[rollout_key("ended_max_prompt_tokens")] = ended / max(len(episodes), 1)
     return out
-
-
-def eval_metric(eval_set: str | None = None, tag: str | None = None) -> str:
-    """`eval/pass@1` (the eval split), `eval/{set}/pass@1` (an eval.extra_sets entry); with a tag (base, final),
-    the point of that evaluation alone: `eval/{tag}/pass@1`, `eval/{set}/{tag}/pass@1`."""
-    return "/".join(["eval", *(part for part in (eval_set, tag) if part), "pass@1"])
 
 
 def eval_metrics(pass_at_1: float, eval_set: str | None = None, tag: str | None = None) -> dict[str, float]:
     """An evaluation's pass@1 under its curve's name and, with a tag (base, final), its own point's too."""
-    out = {eval_metric(eval_set): pass_at_1}
+    out = {eval_pass_key(eval_set): pass_at_1}
     if tag is not None:
-        out[eval_metric(eval_set, tag)] = pass_at_1
+        out[eval_pass_key(eval_set, tag)] = pass_at_1
     return out
