@@ -46,6 +46,7 @@ import safetensors.torch
 import torch
 
 from rolecast.core.errors import CheckpointError
+from rolecast.core.rundir import CHECKPOINTS, RunPaths
 
 if TYPE_CHECKING:
     from torch.optim import Optimizer
@@ -107,7 +108,7 @@ def save_checkpoint(
         raise ValueError(f"keep_last must be >= 1, got {keep_last}")
     for name, value in state.items():
         _check_loadable(value, name)
-    root = Path(run_dir) / "checkpoints"
+    root = Path(run_dir) / CHECKPOINTS
     root.mkdir(parents=True, exist_ok=True)
     final, tmp = root / f"step_{step}", root / f"step_{step}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -283,12 +284,12 @@ def _complete_steps(root: Path) -> list[int]:
 
 def list_checkpoints(run_dir: str | os.PathLike) -> list[int]:
     """Steps of the complete checkpoints under `run_dir`, ascending (leftovers of killed writes excluded)."""
-    return _complete_steps(Path(run_dir) / "checkpoints")
+    return _complete_steps(Path(run_dir) / CHECKPOINTS)
 
 
 def latest_step(run_dir: str | os.PathLike) -> int | None:
     """The step `load_checkpoint(run_dir)` would load, or None when there is no complete checkpoint."""
-    root = Path(run_dir) / "checkpoints"
+    root = Path(run_dir) / CHECKPOINTS
     complete = _complete_steps(root)
     try:
         pointed = int((root / "latest").read_text().strip())
@@ -310,7 +311,7 @@ def load_checkpoint(run_dir: str | os.PathLike, step: int | None = None) -> tupl
 def load_latest_intact(run_dir: str | os.PathLike) -> tuple[int, dict[str, Any], list[str]]:
     """`(step, state, problems)`: the newest intact checkpoint (the `latest` pointer's first, then the
     others newest first) and one line per damaged checkpoint skipped on the way."""
-    root = Path(run_dir) / "checkpoints"
+    root = Path(run_dir) / CHECKPOINTS
     pointed = latest_step(run_dir)
     if pointed is None:
         raise CheckpointError(f"no complete checkpoint under {root}")
@@ -330,7 +331,7 @@ def load_latest_intact(run_dir: str | os.PathLike) -> tuple[int, dict[str, Any],
 
 
 def _load_step(run_dir: str | os.PathLike, step: int) -> dict[str, Any]:
-    directory = Path(run_dir) / "checkpoints" / f"step_{step}"
+    directory = RunPaths(run_dir).checkpoint(step)
     if not (directory / MANIFEST).is_file():
         raise CheckpointError(f"no complete checkpoint at {directory}")
     try:

@@ -31,6 +31,7 @@ from rolecast.config.schema import RunConfig, dump_config, resume_changes
 from rolecast.core.devices import resolve_device
 from rolecast.core.episode import Episode, Turn, group_turns, turns_by_policy
 from rolecast.core.errors import ConfigError, TrainingDiverged
+from rolecast.core.rundir import CONFIG, EPISODES, EVAL, METRICS, RunPaths, read_jsonl
 from rolecast.diagnostics.gradients import GradientMonitor
 from rolecast.diagnostics.metrics import episode_metrics
 from rolecast.diagnostics.warnings import EarlyWarning, metric_entries
@@ -54,7 +55,7 @@ from rolecast.train.logprobs import completion_logprobs as completion_logprobs
 from rolecast.train.master_weights import MasterWeightAdamW, needs_master
 from rolecast.train.resume import SessionState, record_resume, rewind_logs
 from rolecast.train.rollback import Rollback
-from rolecast.train.run_dir import check_resume_dir, discard_new_run, prepare_new_run_dir, read_jsonl
+from rolecast.train.run_dir import check_resume_dir, discard_new_run, prepare_new_run_dir
 from rolecast.train.sampling import step_problems
 from rolecast.train.schedule import Schedule
 from rolecast.train.schedule import build as build_schedule
@@ -109,7 +110,7 @@ def train(
     created: list[Path] = []
     if resume:
         run_dir = Path(resume)
-        changes = resume_changes(check_resume_dir(run_dir), cfg, run_dir / "config.yaml")
+        changes = resume_changes(check_resume_dir(run_dir), cfg, run_dir / CONFIG)
         newest = latest_step(run_dir)
         if newest is not None and cfg.train.steps < newest:
             raise ConfigError(f"train.steps: {cfg.train.steps} is below the step {newest} {run_dir} has reached")
@@ -225,8 +226,8 @@ class _Session:
         # --- from here on the run directory is written (by rank 0 alone) ---
         dist = dist or Dist()
         if dist.is_main:
-            (run_dir / "episodes").mkdir(exist_ok=True)
-            (run_dir / "config.yaml").write_text(dump_config(cfg))
+            (run_dir / EPISODES).mkdir(exist_ok=True)
+            (run_dir / CONFIG).write_text(dump_config(cfg))
             rewind_logs(run_dir, start, [name for name, _, _ in extra_evals])
             if resume:
                 console.print(record_resume(run_dir, start, changes, damaged))
@@ -270,7 +271,7 @@ class _Session:
                 except BaseException:
                     # a new run that failed before logging its first step leaves nothing; one that stopped after
                     # (diverged on step 1) keeps its logs, which show why
-                    first = not (run_dir / "metrics.jsonl").exists()
+                    first = not (run_dir / METRICS).exists()
                     if discard_on_early_failure is not None and self.dist.is_main and first:
                         self.loggers.close()
                         discard_new_run(run_dir, discard_on_early_failure)
@@ -284,7 +285,7 @@ class _Session:
 
             # the final evaluation also runs when a resumed run finds its last step done but no final row (killed
             # during that evaluation)
-            rows = read_jsonl(run_dir / "eval.jsonl")
+            rows = read_jsonl(run_dir / EVAL)
             done = any(r.get("tag") == "final" and r.get("step") == total_steps for r in rows)
             if cfg.eval.at_end and self.eval_set and end == total_steps and not done and self.dist.is_main:
                 summary["final_accuracy"] = self.announce_eval(total_steps, "final", "final accuracy")
@@ -485,9 +486,9 @@ class _Session:
         """The step's metrics (metrics.jsonl, TensorBoard / W&B, the console) and sampled episodes."""
         cfg, run_dir = self.cfg, self.run_dir
         if self.dist.is_main:
-            append_metrics(run_dir / "metrics.jsonl", metrics)
+            append_metrics(run_dir / METRICS, metrics)
         if cfg.logging.episodes_every and (step + 1) % cfg.logging.episodes_every == 0 and self.dist.is_main:
-            write_episodes(run_dir / "episodes" / f"step_{step + 1}.jsonl", episodes[: cfg.logging.max_episodes])
+            write_episodes(RunPaths(run_dir).episodes(step + 1), episodes[: cfg.logging.max_episodes])
         self.loggers.log(metrics, step + 1)
         progress.advance(step + 1, metrics["reward"], metrics)
 
@@ -546,7 +547,7 @@ class _Session:
             self.console.print(
                 f"{name} accuracy ({row['n_problems']} problems, step {step}): {row['pass@1']:.3f} ± {row['stderr']:.3f}"
             )
-        row = append_eval_row(self.run_dir / "eval.jsonl", key, res)
+        row = append_eval_row(self.run_dir / EVAL, key, res)
         if tag != "periodic":  # TensorBoard / W&B: the base (step 0) and final points of the eval/pass@1 curve
             self.loggers.log(eval_metrics(row["pass@1"], tag=tag), step)
         return row

@@ -17,6 +17,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from rolecast.core.rundir import RunPaths
+
 
 class TrainingInterrupted(KeyboardInterrupt):
     """A run stopped by Ctrl-C: `step` the last completed step (of `total`), `checkpoint` the newest complete
@@ -40,7 +42,7 @@ class TrainingInterrupted(KeyboardInterrupt):
                 f"{how} at step {self.step} of {self.total} with no checkpoint written; "
                 f"{resume_command} starts it again from step 0"
             )
-        where = self.run_dir / "checkpoints" / f"step_{self.checkpoint}"
+        where = RunPaths(self.run_dir).checkpoint(self.checkpoint)
         saved = f"checkpoint {where}" if self.checkpoint == self.step else f"the newest checkpoint is {where}"
         return f"{how} at step {self.step} of {self.total} ({saved}); resume with: {resume_command}"
 

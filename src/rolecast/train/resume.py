@@ -9,7 +9,6 @@ reads it back, so each entry is named once. A resume also rewinds the run's logs
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ import torch
 
 from rolecast.config.schema import RunConfig
 from rolecast.core.errors import ConfigError
+from rolecast.core.rundir import EVAL, METRICS, RESUMES, append_jsonl, eval_set_file
 from rolecast.diagnostics.gradients import GradientMonitor
 from rolecast.diagnostics.warnings import EarlyWarning
 from rolecast.policies import PolicySet
@@ -129,13 +129,13 @@ class SessionState:
 def rewind_logs(run_dir: Path, start: int, extra_sets: Iterable[str]) -> None:
     """Forget what was logged after the checkpoint the run continues from (it is redone; a new run starts at 0);
     rows of `rolecast eval` (tag "checkpoint") are not the trainer's to cut."""
-    cut_back_jsonl(run_dir / "metrics.jsonl", lambda r: 0 < r.get("step", 0) <= start)
+    cut_back_jsonl(run_dir / METRICS, lambda r: 0 < r.get("step", 0) <= start)
     cut_back_jsonl(
-        run_dir / "eval.jsonl",
+        run_dir / EVAL,
         lambda r: r.get("tag") not in TRAINER_EVAL_TAGS or (start > 0 and r.get("step", 0) <= start),
     )
     for name in extra_sets:
-        cut_back_jsonl(run_dir / f"eval_{name}.jsonl", lambda r: start > 0 and r.get("step", 0) <= start)
+        cut_back_jsonl(run_dir / eval_set_file(name), lambda r: start > 0 and r.get("step", 0) <= start)
 
 
 def record_resume(run_dir: Path, start: int, changes: Mapping[str, tuple[Any, Any]], damaged: list[str]) -> str:
@@ -146,7 +146,6 @@ def record_resume(run_dir: Path, start: int, changes: Mapping[str, tuple[Any, An
         "changed": {k: list(v) for k, v in changes.items()},
         "damaged_checkpoints": damaged,
     }
-    with open(run_dir / "resumes.jsonl", "a") as f:
-        f.write(json.dumps(note) + "\n")
+    append_jsonl(run_dir / RESUMES, note)
     what = "; ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in changes.items())
     return f"resumed from {run_dir} at step {start}" + (f" (changed: {what})" if what else "")

@@ -23,9 +23,9 @@ from typing import Any
 
 from rolecast.config.schema import RollbackSettings
 from rolecast.core.metric_keys import rollback_key
+from rolecast.core.rundir import EVAL, read_jsonl
 from rolecast.diagnostics.warnings import Alert
 from rolecast.train.checkpoint import list_checkpoints
-from rolecast.train.run_dir import read_jsonl
 
 log = logging.getLogger("rolecast.train")
 
@@ -114,7 +114,7 @@ class Rollback:
         signals = self.due(step, alerts)
         if not signals:
             return None
-        target = best_checkpoint(read_jsonl(run_dir / "eval.jsonl"), list_checkpoints(run_dir), before=step)
+        target = best_checkpoint(read_jsonl(run_dir / EVAL), list_checkpoints(run_dir), before=step)
         if target is None:
             log.warning("step %d: rollback due on %s, but no checkpoint precedes this step", step, ", ".join(signals))
             return None

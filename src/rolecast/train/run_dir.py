@@ -5,7 +5,6 @@ JSON-lines logs cut back on resume (tolerating the half-written last line a kill
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
@@ -14,21 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from rolecast.config.schema import RunConfig, parse_config, yaml_mapping
-from rolecast.core.errors import ConfigError, RunDirError
+from rolecast.core.errors import RunDirError
+from rolecast.core.rundir import CONFIG, RUN_ENTRIES, read_jsonl, write_jsonl
 
 log = logging.getLogger(__name__)
-
-# What a run writes into its directory; any of these marks the directory as holding a run.
-RUN_ENTRIES = (
-    "config.yaml",
-    "metrics.jsonl",
-    "eval.jsonl",
-    "resumes.jsonl",
-    "episodes",
-    "checkpoints",
-    "tensorboard",
-    "wandb",
-)
 
 
 def prepare_new_run_dir(run_dir: Path, overwrite: bool = False) -> list[Path]:
@@ -60,10 +48,10 @@ def check_resume_dir(run_dir: Path) -> RunConfig:
     """The stored configuration of the run in `run_dir`, after checking it is a writable run directory."""
     if not run_dir.is_dir():
         raise RunDirError(f"cannot resume {run_dir}: no such directory")
-    if not (run_dir / "config.yaml").is_file():
+    if not (run_dir / CONFIG).is_file():
         raise RunDirError(f"cannot resume {run_dir}: it has no config.yaml, so it is not a rolecast run directory")
     _check_writable(run_dir)
-    return stored_config(run_dir / "config.yaml")
+    return stored_config(run_dir / CONFIG)
 
 
 def stored_config(path: Path) -> RunConfig:
@@ -100,32 +88,8 @@ def discard_new_run(run_dir: Path, created: list[Path]) -> None:
 # JSON-lines logs
 
 
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """The rows of a JSON-lines log. A half-written last line (what a kill mid-write leaves) is dropped with a
-    warning; a bad line anywhere else is an error naming the file and line."""
-    if not path.exists():
-        return []
-    lines = path.read_text().split("\n")
-    rows: list[dict[str, Any]] = []
-    last = max((i for i, ln in enumerate(lines) if ln.strip()), default=-1)
-    for i, ln in enumerate(lines):
-        if not ln.strip():
-            continue
-        try:
-            rows.append(json.loads(ln))
-        except json.JSONDecodeError as e:
-            if i == last:
-                log.warning("%s: dropped a half-written last line (line %d, %r...)", path, i + 1, ln[:40])
-                continue
-            raise ConfigError(f"{path}:{i + 1}: not a JSON line ({e.msg}); the run's log is damaged") from None
-    return rows
-
-
 def cut_back_jsonl(path: Path, keep: Callable[[dict[str, Any]], bool]) -> None:
     """Rewrite `path` (atomically) with only the rows `keep` accepts, e.g. rows up to the resumed step."""
     if not path.exists():
         return
-    rows = [r for r in read_jsonl(path) if keep(r)]
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    tmp.replace(path)
+    write_jsonl(path, [r for r in read_jsonl(path) if keep(r)])

@@ -4,7 +4,6 @@ and the optional TensorBoard / W&B sinks."""
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict
 from pathlib import Path
@@ -25,6 +24,7 @@ from rolecast.config.schema import LogSettings
 from rolecast.core.episode import Episode
 from rolecast.core.errors import require
 from rolecast.core.metric_keys import time_key
+from rolecast.core.rundir import append_jsonl, write_jsonl
 
 
 class ProgressBar:
@@ -128,8 +128,7 @@ class MetricLoggers:
 
 def append_metrics(path: Path, metrics: dict[str, Any]) -> None:
     """One step's row of metrics.jsonl."""
-    with open(path, "a") as f:
-        f.write(json.dumps(_finite_or_none(metrics)) + "\n")
+    append_jsonl(path, _finite_or_none(metrics))
 
 
 def _finite_or_none(metrics: dict[str, Any]) -> dict[str, Any]:
@@ -138,9 +137,5 @@ def _finite_or_none(metrics: dict[str, Any]) -> dict[str, Any]:
 
 
 def write_episodes(path: Path, episodes: list[Episode]) -> None:
-    """A step's sampled episodes, one JSON line each (written to a temp file, then renamed)."""
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "w") as f:
-        for ep in episodes:
-            f.write(json.dumps(asdict(ep), ensure_ascii=False) + "\n")
-    tmp.replace(path)
+    """A step's sampled episodes, one JSON line each (written atomically)."""
+    write_jsonl(path, [asdict(ep) for ep in episodes], ensure_ascii=False)
