@@ -19,6 +19,7 @@ from rich.console import Console
 from rolecast import testbed
 from rolecast.config.load import load_config, parse_override
 from rolecast.core.errors import ConfigError, UserError
+from rolecast.core.rundir import CONFIG
 from rolecast.evaluate_cli import run_eval_command
 from rolecast.export import export_run
 from rolecast.policies.shapes import init_random_model
@@ -105,7 +106,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise ConfigError("--resume continues a run and --overwrite replaces one: pass only one of them")
     if args.resume and not config:
         # the run's own config plus the overrides; train() refuses changes to fields that define the run
-        config = str(Path(args.resume) / "config.yaml")
+        config = str(Path(args.resume) / CONFIG)
         if not Path(config).is_file():
             raise ConfigError(f"cannot resume {args.resume}: no {config}, so it is not a rolecast run directory")
     cfg = load_config(config, *_overrides(args))
@@ -154,7 +155,7 @@ def _quiet_libraries(args: argparse.Namespace) -> None:
 def cmd_eval(args: argparse.Namespace) -> int:
     config = args.config
     if args.checkpoint and not config:  # the run's own workflow, routing and policies, so its weights fit
-        config = str(Path(args.checkpoint) / "config.yaml")
+        config = str(Path(args.checkpoint) / CONFIG)
         if not Path(config).is_file():
             raise ConfigError(f"--checkpoint {args.checkpoint}: no {config}, so it is not a rolecast run directory")
     cfg = load_config(config, *_overrides(args))

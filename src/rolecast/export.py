@@ -25,6 +25,7 @@ import torch
 from rolecast.config.load import load_config
 from rolecast.config.schema import RunConfig
 from rolecast.core.errors import ConfigError
+from rolecast.core.rundir import CONFIG
 from rolecast.policies import PolicySet, build_routing, load_tokenizer, resolve_model_path
 from rolecast.train.checkpoint import load_checkpoint, restore_policies
 from rolecast.workflows import get_workflow
@@ -63,7 +64,7 @@ def export_run(run_dir: str | Path, out: str | Path, step: int | None = None, ov
     """Write every policy of the run in `run_dir` (its checkpoint `step`, default the latest intact one) under
     `out`. `out` must not hold anything unless `overwrite`. Errors a user can fix are `UserError`s."""
     run_dir, out = Path(run_dir), Path(out)
-    config_path = run_dir / "config.yaml"
+    config_path = run_dir / CONFIG
     if not config_path.is_file():
         raise ConfigError(f"cannot export {run_dir}: no {config_path}, so it is not a rolecast run directory")
     occupied = (out.is_dir() and any(out.iterdir())) or (out.exists() and not out.is_dir())

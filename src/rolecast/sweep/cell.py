@@ -26,12 +26,11 @@ import transformers
 from rich.console import Console as RichConsole
 
 from rolecast.config.load import validate_config
+from rolecast.core.rundir import DONE, ERROR, EVAL, read_jsonl, write_atomic, write_jsonl
 from rolecast.train.checkpoint import latest_step
 from rolecast.train.grpo import train
 from rolecast.train.sinks import Console
 
-DONE = "DONE.json"
-ERROR = "ERROR.txt"
 LOG = "sweep.log"  # the cell's console output, beside (not inside) its run directory: <out>/.logs/<cell>.log
 
 
@@ -60,12 +59,6 @@ class CellResult:
         return asdict(self)
 
 
-def write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def is_finished(run_dir: Path) -> bool:
     return (run_dir / DONE).is_file()
 
@@ -89,7 +82,7 @@ def prepare(run_dir: Path) -> int | None:
             shutil.rmtree(run_dir)
         return None
     (run_dir / ERROR).unlink(missing_ok=True)
-    _drop_eval_rows_after(run_dir / "eval.jsonl", step)
+    _drop_eval_rows_after(run_dir / EVAL, step)
     return step
 
 
@@ -98,10 +91,10 @@ def _drop_eval_rows_after(path: Path, step: int) -> None:
     row the resumed run will write again. Keep rows up to the checkpoint, as train() does for metrics.jsonl."""
     if not path.is_file():
         return
-    lines = [ln for ln in path.read_text().splitlines() if ln.strip()]
-    keep = [ln for ln in lines if json.loads(ln).get("step", 0) <= step]
-    if len(keep) != len(lines):
-        write_atomic(path, "".join(ln + "\n" for ln in keep))
+    rows = read_jsonl(path)
+    keep = [r for r in rows if r.get("step", 0) <= step]
+    if len(keep) != len(rows):
+        write_jsonl(path, keep)
 
 
 def run_cell(job: CellJob) -> CellResult:

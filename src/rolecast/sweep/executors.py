@@ -14,7 +14,8 @@ from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any, Protocol
 
-from rolecast.sweep.cell import DONE, ERROR, CellJob, CellResult, is_finished, run_cell
+from rolecast.core.rundir import DONE, ERROR
+from rolecast.sweep.cell import CellJob, CellResult, is_finished, run_cell
 
 OnStart = Callable[[str], None]
 OnFinish = Callable[[CellResult], None]

@@ -19,11 +19,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from rolecast.config import RunConfig
-from rolecast.sweep.cell import DONE, CellJob, CellResult, cell_state, checkpoint_step, write_atomic
+from rolecast.core.rundir import CONFIG, DONE, ERROR, EVAL, SWEEP_STATUS, read_jsonl, write_atomic
+from rolecast.sweep.cell import CellJob, CellResult, cell_state, checkpoint_step
 from rolecast.sweep.executors import Executor, LocalExecutor
 from rolecast.sweep.matrix import Cell, Matrix, MatrixError
 
-STATUS_FILE = "sweep.json"
+STATUS_FILE = SWEEP_STATUS
 LOCK_FILE = ".lock"
 LOG_DIR = ".logs"
 
@@ -62,7 +63,7 @@ def check_existing(matrix: Matrix) -> None:
     """A cell directory written under different settings must not be skipped or resumed as if it matched."""
     stale = []
     for cell in matrix.cells:
-        saved = cell.run_dir / "config.yaml"
+        saved = cell.run_dir / CONFIG
         if cell_state(cell.run_dir) == "fresh" or not saved.is_file():
             continue
         settings = _saved_settings(yaml.safe_load(saved.read_text()) or {})
@@ -256,10 +257,7 @@ def _run_locked(matrix: Matrix, executor: Executor, progress: bool, console: Con
 
 
 def _eval_rows(run_dir: Path) -> list[dict[str, Any]]:
-    path = run_dir / "eval.jsonl"
-    if not path.is_file():
-        return []
-    return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
+    return read_jsonl(run_dir / EVAL, skipped=[])  # a cell still running may have a half-written last row
 
 
 def cell_summary(matrix: Matrix, cell: Cell) -> dict[str, Any]:
@@ -280,7 +278,7 @@ def cell_summary(matrix: Matrix, cell: Cell) -> dict[str, Any]:
         "peak_step": peak["step"] if peak else None,
         "final": final[-1]["pass@1"] if final else None,
     }
-    if (cell.run_dir / "ERROR.txt").is_file() and out["state"] != "finished":
+    if (cell.run_dir / ERROR).is_file() and out["state"] != "finished":
         out["state"] = "failed"
     return out
 
