@@ -77,10 +77,12 @@ def run_cell(
     """Two Voting steps on `backend`; rollout/training throughput, memory, adapter sync. (`device`/`dtype`: a
     CPU run of the same code is how tests/test_gpu_check.py checks the measuring without a GPU.)"""
     from rolecast.config.load import load_config
-    from rolecast.report.console import Console
     from rolecast.rollout.engine import GenRequest
-    from rolecast.train.grpo import _Session, collate, completion_logprobs, to_device
+    from rolecast.train.batching import collate, to_device
+    from rolecast.train.grpo import _Session
+    from rolecast.train.logprobs import completion_logprobs
     from rolecast.train.run_dir import prepare_new_run_dir
+    from rolecast.train.sinks import Console
 
     run_dir = work / f"run-{model_dir.name}-{backend}"
     cfg = load_config(

@@ -159,7 +159,8 @@ class RolecastRunner:
         from rolecast.objectives.advantages import episode_turn_advantages
         from rolecast.rollout.engine import run_episodes
         from rolecast.scoring import attribute, score_episodes
-        from rolecast.train.grpo import _step_seed, update_policy
+        from rolecast.train.grpo import _step_seed
+        from rolecast.train.update import update_policy
 
         a, step = self.args, self.step_no
         t0 = time.perf_counter()

@@ -14,7 +14,9 @@ from rolecast.core.errors import ConfigError
 from rolecast.policies import load_tokenizer
 from rolecast.policies.router import build_routing
 from rolecast.runtime import build_runtime
-from rolecast.train.grpo import collate, completion_logprobs, update_policy
+from rolecast.train.batching import collate
+from rolecast.train.logprobs import completion_logprobs
+from rolecast.train.update import update_policy
 
 
 def _turns(policies, tok, pid: str, n: int = 4) -> list[Turn]:
@@ -65,7 +67,7 @@ def test_policy_ids_that_are_module_names_stay_isolated(tiny_model_dir, generato
     for trained, other in ((generator_id, aggregator_id), (aggregator_id, generator_id)):
         before = {pid: policies.state_dict(pid) for pid in policies.policy_ids}
         opt = torch.optim.AdamW(policies.parameters(trained), lr=1e-2)
-        stats, _ = update_policy(
+        stats = update_policy(
             trained,
             _turns(policies, tok, trained),
             cfg=cfg,
@@ -74,7 +76,7 @@ def test_policy_ids_that_are_module_names_stay_isolated(tiny_model_dir, generato
             pad_id=tok.pad_token_id,
             rng=random.Random(0),
             check_logprobs=True,
-        )
+        ).stats
         assert stats["optimizer_steps"] == 1
         after = {pid: policies.state_dict(pid) for pid in policies.policy_ids}
         assert any(not torch.equal(before[trained][k], after[trained][k]) for k in before[trained])

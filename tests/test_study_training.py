@@ -16,7 +16,9 @@ from rolecast.policies import PolicySet, load_tokenizer
 from rolecast.rollout.engine import GenRequest, run_episodes
 from rolecast.rollout.hf import HFBackend
 from rolecast.rollout.scripted import ScriptedBackend
-from rolecast.train.grpo import collate, completion_logprobs, generation_caps, train
+from rolecast.train.batching import collate, generation_caps
+from rolecast.train.grpo import train
+from rolecast.train.logprobs import completion_logprobs
 from rolecast.train.sampling import step_problems
 
 
