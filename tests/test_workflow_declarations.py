@@ -156,3 +156,19 @@ def test_the_source_scan_reads_nested_calls_and_keyword_roles():
         return await helper()
 
     assert sorted(r for r, _ in literal_call_roles(wf)) == ["a", "b"]
+
+
+def test_a_second_workflow_under_a_taken_name_is_refused(tmp_path):
+    """Two workflows claiming one name would silently swap which one a config runs; the second is refused with
+    the first's origin, while re-importing the same file (a user's workflow loaded twice) is not a clash."""
+    from rolecast.workflows import workflow
+
+    with pytest.raises(ValueError, match=r"workflow 'voting' is already registered \(by rolecast\.workflows\.voting"):
+
+        @workflow("voting", prompts={"solver": ["solve"]})
+        async def voting(ctx):
+            return None
+
+    assert get_workflow("voting").fn.__module__ == "rolecast.workflows.voting"
+    ref = f"{Path(__file__).resolve().parents[1] / 'examples' / 'debate.py'}:debate"
+    assert get_workflow(ref).name == get_workflow(ref).name == "debate"

@@ -1,4 +1,9 @@
-"""Evaluation: run a workflow on an eval split and report pass@1 (with its standard error) and pass@k."""
+"""Evaluation: run a workflow on an eval split and report pass@1 (with its standard error) and pass@k.
+
+One path for the trainer's periodic evaluations and `rolecast eval`: `eval_plan` resolves how an evaluation
+samples from the config's eval section (samples per problem, temperature, top-p, the seed of the step it
+evaluates), and `evaluate` passes that sampling with every generate call instead of setting it on the backend.
+"""
 
 from __future__ import annotations
 
@@ -9,12 +14,46 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rolecast.config.schema import RunConfig
 from rolecast.core.episode import Episode
+from rolecast.core.errors import ConfigError
 from rolecast.prompts import PromptBook
-from rolecast.rollout.engine import Backend, Router, run_episodes
+from rolecast.rollout.engine import Backend, Router, Sampling, run_episodes, step_seed
 from rolecast.scoring import score_episodes
 from rolecast.tasks.base import Problem, Task
 from rolecast.workflows.api import WorkflowSpec
+
+EVAL_SEED_STREAM = 2  # `step_seed`'s stream of evaluations (1: a training step's rollouts)
+
+
+@dataclass(frozen=True)
+class EvalPlan:
+    """How one evaluation runs: samples per problem, the pass@k it reports, how it samples and the seed it starts
+    from. `eval_plan` makes it from a config; the defaults are what the backend is set to, from where it is."""
+
+    n_samples: int = 1
+    ks: tuple[int, ...] = (1,)
+    sampling: Sampling = Sampling()  # a None field: the backend's own (the rollout's)
+    seed: int | None = None  # the backend is reseeded with it first (None: it samples on from where it is)
+
+
+def eval_plan(cfg: RunConfig, step: int, n_samples: int | None = None) -> EvalPlan:
+    """The evaluation at training step `step` (0: the base model): eval.n_samples samples per problem (or
+    `n_samples`, `rolecast eval --n`) at eval.temperature with eval.top_p (None: rollout.top_p), from the seed of
+    (run seed, step), so `rolecast eval` of a checkpoint samples what the trainer's evaluation of that step did.
+    pass@k for k in {1, n_samples}."""
+    n = n_samples or cfg.eval.n_samples
+    if n > 1 and cfg.eval.temperature == 0:  # eval.n_samples itself is checked by the schema (EvalSettings)
+        raise ConfigError(
+            f"--n {n} at eval.temperature 0 decodes the same greedy answer {n} times; sample with "
+            f"--set eval.temperature=0.7 (or eval.protocol: study) or evaluate once"
+        )
+    return EvalPlan(
+        n_samples=n,
+        ks=tuple(sorted({1, n})),
+        sampling=Sampling(temperature=cfg.eval.temperature, top_p=cfg.eval.top_p),
+        seed=step_seed(cfg.seed, step, EVAL_SEED_STREAM),
+    )
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -46,17 +85,28 @@ class EvalResult:
 def evaluate(
     spec: WorkflowSpec,
     problems: Sequence[Problem],
+    plan: EvalPlan,
     *,
     task: Task,
     prompts: PromptBook,
     router: Router,
     backend: Backend,
-    n_samples: int = 1,
     options: dict[str, Any] | None = None,
-    ks: Sequence[int] = (1,),
 ) -> EvalResult:
+    """`spec` on `problems` as `plan` says, scored by `task`; the backend's own settings are left as they were."""
+    if plan.seed is not None:
+        backend.reseed(plan.seed)
+    n_samples, ks = plan.n_samples, plan.ks
     episodes = run_episodes(
-        spec, problems, n_samples, task=task, prompts=prompts, router=router, backend=backend, options=options
+        spec,
+        problems,
+        n_samples,
+        task=task,
+        prompts=prompts,
+        router=router,
+        backend=backend,
+        options=options,
+        sampling=plan.sampling,
     )
     score_episodes(episodes, {p.id: p for p in problems}, task)
     per_problem: list[float] = []
@@ -73,7 +123,7 @@ def evaluate(
     return EvalResult(mean, stderr, pk, len(problems), n_samples, episodes)
 
 
-def eval_key(cfg: Any, *, run: str, step: int, tag: str, workflow: str) -> dict[str, Any]:
+def eval_key(cfg: RunConfig, *, run: str, step: int, tag: str, workflow: str) -> dict[str, Any]:
     """The key of an eval.jsonl row: (run, step, workflow, task, split, sharing, model), plus a tag."""
     return {
         "run": run,

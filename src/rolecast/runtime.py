@@ -7,13 +7,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 from rolecast.config import RunConfig
 from rolecast.core.devices import resolve_device, resolve_dtype, resolve_mixed_adapters
 from rolecast.core.errors import DatasetError, SandboxUnavailable, UserError
-from rolecast.evaluation import EvalResult, evaluate
+from rolecast.evaluation import EvalPlan, EvalResult, evaluate
 from rolecast.policies import PolicySet, Routing, build_routing, load_tokenizer
 from rolecast.prompts import PromptBook
 from rolecast.rollout.engine import Backend
+from rolecast.rollout.hf import HFBackend
+from rolecast.rollout.vllm_backend import VLLMBackend
+from rolecast.sandbox import UNISOLATED_HELP, sandbox_status
 from rolecast.tasks import Task, make_task
 from rolecast.tasks.base import Problem
 from rolecast.workflows import WorkflowSpec, get_workflow
@@ -34,34 +39,33 @@ class Runtime:
     def evaluate(
         self,
         problems: Sequence[Problem],
+        plan: EvalPlan | None = None,
         *,
-        n_samples: int,
         options: dict[str, Any],
-        ks: Sequence[int] = (1,),
         task: Task | None = None,
+        n_samples: int | None = None,
+        ks: Sequence[int] | None = None,
     ) -> EvalResult:
-        """This runtime's workflow on `problems`, `n_samples` each, with its backend as it is set now; `task`
-        scores them instead of the runtime's own (a further held-out set, eval.extra_sets)."""
+        """This runtime's workflow on `problems` as `plan` says (`evaluation.eval_plan`); `task` scores them
+        instead of the runtime's own (a further held-out set, eval.extra_sets). Without a plan: `n_samples` each,
+        pass@`ks`, with the backend as it is set now (the form of callers not yet passing a plan)."""
+        if plan is None:
+            plan = EvalPlan(n_samples=n_samples or 1, ks=tuple(ks or (1,)))
         return evaluate(
             self.spec,
             problems,
+            plan,
             task=task or self.task,
             prompts=self.prompts,
             router=self.routing,
             backend=self.backend,
-            n_samples=n_samples,
             options=options,
-            ks=ks,
         )
 
 
 def make_backend(cfg: RunConfig, policies: PolicySet, tokenizer: Any) -> Backend:
     if cfg.rollout.backend == "vllm":
-        from rolecast.rollout.vllm_backend import VLLMBackend
-
         return VLLMBackend.from_config(cfg, policies, tokenizer)
-    from rolecast.rollout.hf import HFBackend
-
     return HFBackend(
         policies,
         tokenizer,
@@ -80,8 +84,6 @@ def check_code_isolation(cfg: RunConfig, task: Task) -> None:
     """Refuse to run a code-executing task in the unisolated fallback unless `sandbox.allow_unisolated`."""
     if not task.executes_code:
         return
-    from rolecast.sandbox import UNISOLATED_HELP, sandbox_status
-
     mode, why = sandbox_status()
     if mode == "bwrap":
         return
@@ -101,8 +103,6 @@ def check_code_isolation(cfg: RunConfig, task: Task) -> None:
 def build_runtime(cfg: RunConfig, data_splits: Sequence[str] | None = None) -> Runtime:
     """`data_splits` (default: the train and eval splits) are read before the model loads, so a bad dataset
     file fails in a second, not after a model download. The task caches them for later `problems` calls."""
-    import torch
-
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     spec = get_workflow(cfg.workflow.name)

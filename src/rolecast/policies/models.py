@@ -10,6 +10,7 @@ Isolation is exact either way: a policy's optimizer holds only that policy's par
 from __future__ import annotations
 
 import copy
+import importlib.util
 import inspect
 import logging
 import os
@@ -18,10 +19,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import torch
+from huggingface_hub import constants
+from peft import LoraConfig, get_peft_model
+from peft.tuners.lora import LoraLayer
 from torch import nn
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from rolecast.core.devices import resolve_device, resolve_dtype
 from rolecast.core.errors import ModelNotFoundError
 from rolecast.policies.shipped import MODEL_NAMES, default_path
 
@@ -38,8 +45,6 @@ def resolve_model_path(path: str) -> str:
     if path in MODEL_NAMES:
         return str(default_path(MODEL_NAMES[path]))
     if path in PACKAGED_MODELS:
-        import importlib.util
-
         package, filename = PACKAGED_MODELS[path]
         spec = importlib.util.find_spec(package)
         if spec is None or spec.origin is None:
@@ -58,8 +63,6 @@ def _from_pretrained_args(path: str) -> tuple[str, dict]:
 
 
 def load_tokenizer(path: str):
-    from transformers import AutoTokenizer
-
     path = resolve_model_path(path)
     _fail_fast_if_hub_unreachable(path)
     where, extra = _from_pretrained_args(path)
@@ -75,10 +78,6 @@ def load_tokenizer(path: str):
 def load_model(path: str, dtype: str | torch.dtype = "float32", device: str | torch.device = "cpu") -> nn.Module:
     """`dtype` a torch dtype or its name ("auto": float32 on a CPU, bfloat16 on a GPU); `device` where the
     weights go (a torch device, or a setting as `devices.resolve_device` takes it)."""
-    from transformers import AutoModelForCausalLM
-
-    from rolecast.core.devices import resolve_device, resolve_dtype
-
     device = device if isinstance(device, torch.device) else resolve_device(device)
     torch_dtype = dtype if isinstance(dtype, torch.dtype) else resolve_dtype(dtype, device)
     path = resolve_model_path(path)
@@ -109,8 +108,6 @@ def _hub_offline() -> bool:
 
 
 def _hub_cache_dir() -> Path:
-    from huggingface_hub import constants
-
     return Path(os.environ.get("HF_HUB_CACHE") or constants.HF_HUB_CACHE)
 
 
@@ -133,8 +130,6 @@ def offline_hub_problem(repo_id: str) -> str | None:
 def hub_unreachable_problem(repo_id: str, timeout_s: float = HUB_PROBE_TIMEOUT_S) -> str | None:
     """Why `repo_id` cannot load right now, found in seconds, or None: it is cached, or the hub's host accepts a
     connection. Dials only the hub endpoint (HF_ENDPOINT), which loading would contact anyway."""
-    from urllib.parse import urlparse
-
     problem = offline_hub_problem(repo_id)
     if problem or in_hub_cache(repo_id) or _hub_offline():
         return problem
@@ -184,8 +179,6 @@ class PolicySet:
         adapter (PEFT `adapter_names`); False: one forward pass per adapter, activated with `set_adapter`.
         `dtype`/`device`: the base weights' (see `load_model`). LoRA adapters stay float32 over a bf16/fp16
         base (PEFT's autocast_adapter_dtype), so their optimizer state is float32 too."""
-        from rolecast.core.devices import resolve_device, resolve_dtype
-
         if not policy_ids:
             raise ValueError("PolicySet needs at least one policy id")
         self.mode = mode
@@ -196,8 +189,6 @@ class PolicySet:
         torch.manual_seed(seed)  # LoRA initialisation is random: make it depend on the run seed only
         base = load_model(model_path, self.dtype, self.device)
         if mode == "lora":
-            from peft import LoraConfig, get_peft_model
-
             lora = dict(lora or {})
             self.lora_rank = int(lora.get("r", 64))
             cfg = LoraConfig(
@@ -245,8 +236,6 @@ class PolicySet:
         entries keyed `pid` in every PEFT LoRA layer's per-adapter containers (lora_A/B, embedding A/B, DoRA
         magnitudes). Never by matching `pid` in parameter names: an id that is also a module name (`model`,
         `layers`, `mlp`) appears in every adapter's names."""
-        from peft.tuners.lora import LoraLayer
-
         model = self.models[pid]
         own: set[int] = set()
         for module in model.modules():

@@ -6,15 +6,15 @@ import functools
 import re
 from dataclasses import dataclass
 
+from torch import nn
+
 _POLICY_ID = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")  # also a valid PEFT adapter name (no dots or slashes)
 SHARED_POLICY = "shared"
 
 
 @functools.cache
 def _module_dict_attributes() -> frozenset[str]:
-    import torch.nn
-
-    return frozenset(n for n in dir(torch.nn.ModuleDict()) if not n.startswith("_"))
+    return frozenset(n for n in dir(nn.ModuleDict()) if not n.startswith("_"))
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,9 @@ import importlib.util
 import os
 from pathlib import Path
 
+import torch
+from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
+
 # From the published config.json of each checkpoint (Qwen/Qwen3-*), shared fields below.
 QWEN3_SHAPES: dict[str, dict] = {
     "qwen3-0.6b": dict(
@@ -58,8 +61,6 @@ def qwen_tokenizer_dir() -> Path:
 
 
 def shape_config(shape: str):
-    from transformers import Qwen3Config
-
     if shape not in QWEN3_SHAPES:
         raise ValueError(f"unknown shape {shape!r}; known: {sorted(QWEN3_SHAPES)}")
     return Qwen3Config(**{**_COMMON, **QWEN3_SHAPES[shape]})
@@ -67,9 +68,6 @@ def shape_config(shape: str):
 
 def count_params(shape: str) -> int:
     """Parameter count without allocating memory (meta device)."""
-    import torch
-    from transformers import Qwen3ForCausalLM
-
     with torch.device("meta"):
         model = Qwen3ForCausalLM(shape_config(shape))
     return sum(p.numel() for p in model.parameters())
@@ -77,9 +75,6 @@ def count_params(shape: str) -> int:
 
 def init_random_model(shape: str, out_dir: str | Path, seed: int = 0) -> Path:
     """Save a random-weight model of `shape` with the real Qwen3 tokenizer to `out_dir`."""
-    import torch
-    from transformers import AutoTokenizer, Qwen3ForCausalLM
-
     torch.manual_seed(seed)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -16,7 +16,7 @@ import jinja2
 import yaml
 
 from rolecast.core.errors import PromptFileError
-from rolecast.rewards.math import last_boxed
+from rolecast.core.text import last_boxed
 
 PROMPT_DIR = Path(__file__).parent
 CHAT_ROLES = ("system", "user")

@@ -46,6 +46,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rolecast.rewards import code_study
 from rolecast.rewards.score import Score
 from rolecast.sandbox import CaseResult, Job, JobResult, Limits, SandboxPool, default_pool, parse_quietly
 
@@ -329,8 +330,6 @@ def build_job(
         )
     stop = None if partial else (lambda i, c: not _case_ok(tests, i, c, grader))
     if grader == "study":
-        from rolecast.rewards import code_study
-
         wrapped = code_study.stdio_program(program) if tests.kind == "stdio" else code_study.call_program(program)
         return Job(
             mode=tests.kind,
@@ -411,8 +410,6 @@ def _case_ok(tests: CodeTests, i: int, c: CaseResult, grader: str = "rolecast") 
     if c.reason is not None or c.rc != 0 or i in tests.broken:
         return False
     if grader == "study":
-        from rolecast.rewards import code_study
-
         if tests.kind == "stdio":
             return code_study.stdout_matches(c.stdout, tests.outputs[i])
         return code_study.value_matches(c.value, tests.outputs[i])
@@ -455,8 +452,6 @@ def judge(
 def extract_for(text: str | None, grader: str = "rolecast") -> str | None:
     """The program a grader reads from a completion: rolecast's :func:`extract_program` or the study's."""
     if grader == "study":
-        from rolecast.rewards import code_study
-
         return code_study.extract_program(text)
     return extract_program(text)
 

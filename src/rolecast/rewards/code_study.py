@@ -35,6 +35,7 @@ not in the study, and a dict with non-string keys compares by its JSON form.
 from __future__ import annotations
 
 import ast
+import json
 import re
 from decimal import Decimal, InvalidOperation
 
@@ -171,8 +172,6 @@ def stdout_matches(got: bytes, expected: str) -> bool:
 
 def value_matches(got: str | None, expected: str) -> bool:
     """The study's comparison of a function's result (``grade_call_based``): ``==`` on the JSON values."""
-    import json
-
     if not got:
         return False
     try:

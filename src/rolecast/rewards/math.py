@@ -40,11 +40,16 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import math_verify
+
+from rolecast.core.text import last_boxed
 from rolecast.rewards.score import Score
 
 log = logging.getLogger(__name__)
+logging.getLogger("math_verify").setLevel(logging.ERROR)  # it warns once when timeouts are off
 
 DEFAULT_TIMEOUT_S = 5.0
 
@@ -52,49 +57,8 @@ DEFAULT_TIMEOUT_S = 5.0
 # extraction
 
 
-def _match_braces(text: str, start: int) -> int | None:
-    """Index just past the brace that closes the one at text[start], or None if unbalanced."""
-    depth = 0
-    i = start
-    while i < len(text):
-        c = text[i]
-        if c == "\\":  # an escaped brace (\{ \}) does not nest
-            i += 2
-            continue
-        if c == "{":
-            depth += 1
-        elif c == "}":
-            depth -= 1
-            if depth == 0:
-                return i + 1
-        i += 1
-    return None
-
-
-_BOX_RE = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
 _GSM_RE = re.compile(r"^\s*####\s*(.+?)\s*$", re.MULTILINE)
 _NUM_RE = re.compile(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?|-?\d+(?:\.\d+)?(?:\s*/\s*\d+)?|-?\.\d+")
-
-
-def last_boxed(text: str | None) -> str | None:
-    """Content of the last \\boxed{...} / \\fbox{...} (or ``\\boxed 5``), or None."""
-    if not text:
-        return None
-    for m in reversed(list(_BOX_RE.finditer(text))):
-        rest = m.end()
-        j = rest
-        while j < len(text) and text[j] == " ":
-            j += 1
-        if j < len(text) and text[j] == "{":
-            end = _match_braces(text, j)
-            if end is None:
-                continue  # truncated generation: an unclosed box is not an answer; try an earlier one
-            return text[j + 1 : end - 1].strip()
-        if j > rest:  # "\boxed 5": the next whitespace/dollar-delimited token
-            tok = re.match(r"[^\s$]+", text[j:])
-            if tok:
-                return tok.group(0).rstrip(".,;")
-    return None
 
 
 def extract_answer(text: str | None, *, last_number: bool = True) -> str | None:
@@ -123,18 +87,6 @@ def gsm8k_gold(answer_field: str) -> str | None:
 # ----------------------------------------------------------------------------------------------------------
 # equivalence (in-process core, used by the worker and by main-thread batch checks)
 
-_MV = None
-
-
-def _mv():
-    global _MV
-    if _MV is None:
-        import math_verify  # heavy (sympy): import on first use
-
-        logging.getLogger("math_verify").setLevel(logging.ERROR)  # it warns once when timeouts are off
-        _MV = math_verify
-    return _MV
-
 
 def _norm(s: str) -> str:
     return re.sub(r"\s+", "", s)
@@ -142,15 +94,14 @@ def _norm(s: str) -> str:
 
 def _compare(gold: str, pred: str, use_signal_timeout: float | None) -> tuple[bool, str | None]:
     """(equal, reason). Runs math_verify in this process; `use_signal_timeout` only in a main thread."""
-    mv = _mv()
     t = int(use_signal_timeout) if use_signal_timeout else None
-    g = mv.parse("\\boxed{" + gold + "}", parsing_timeout=t)
+    g = math_verify.parse("\\boxed{" + gold + "}", parsing_timeout=t)
     if not g:
         return False, "gold_parse_error"
-    p = mv.parse("\\boxed{" + pred + "}", parsing_timeout=t)
+    p = math_verify.parse("\\boxed{" + pred + "}", parsing_timeout=t)
     if not p:
         return False, "parse_error"
-    return bool(mv.verify(g, p, timeout_seconds=t)), None
+    return bool(math_verify.verify(g, p, timeout_seconds=t)), None
 
 
 def verify_in_process(
@@ -170,7 +121,6 @@ def _worker_main() -> None:
     """Loop of the worker process: one JSON request per stdin line, one JSON reply per stdout line."""
     out = sys.stdout
     sys.stdout = sys.stderr  # nothing but replies may reach the protocol stream
-    _mv()
     out.write('{"ready": true}\n')
     out.flush()
     for line in sys.stdin:
@@ -296,8 +246,6 @@ class MathVerifier:
         n = self.workers
         if n <= 1 or len(golds) <= 1:
             return [self.score(g, t) for g, t in zip(golds, texts, strict=True)]
-        from concurrent.futures import ThreadPoolExecutor
-
         with ThreadPoolExecutor(n) as ex:
             return list(ex.map(self.score, golds, texts))
 

@@ -33,6 +33,10 @@ from __future__ import annotations
 
 import re
 
+import sympy
+from pylatexenc import latex2text
+from sympy.parsing import sympy_parser
+
 THINK_END = "</think>"
 
 # ----------------------------------------------------------------------------------------------------------
@@ -181,8 +185,6 @@ def latex_to_text(expr: str) -> str:
     before each ``\\frac`` (so a mixed number ``7 \\frac{3}{4}`` stays two terms), pylatexenc's
     ``LatexNodes2Text`` with its default settings, then its Unicode symbols back to ``sqrt``, ``pi``, ``inf``,
     ``U`` and ``*``."""
-    from pylatexenc import latex2text
-
     expr = expr.replace("\\tfrac", "\\frac").replace("\\dfrac", "\\frac").replace("\\frac", " \\frac")
     expr = latex2text.LatexNodes2Text().latex_to_text(expr)
     for symbol, text in _UNICODE:
@@ -257,9 +259,6 @@ def _equal_under_sympy(gold: str, given: str) -> bool:
     if not _allow_eval(expr):
         return False
     try:
-        import sympy
-        from sympy.parsing import sympy_parser
-
         parsed = sympy_parser.parse_expr(
             expr.replace("^", "**"),
             transformations=sympy_parser.standard_transformations + (sympy_parser.implicit_multiplication_application,),

@@ -1,5 +1,5 @@
 """Rollout: the engine that runs episodes and batches their calls, and the generation backends."""
 
-from rolecast.rollout.engine import Backend, Generation, GenRequest, RolloutStats, run_episodes
+from rolecast.rollout.engine import Backend, Generation, GenRequest, RolloutStats, Sampling, run_episodes, step_seed
 
-__all__ = ["Backend", "GenRequest", "Generation", "RolloutStats", "run_episodes"]
+__all__ = ["Backend", "GenRequest", "Generation", "RolloutStats", "Sampling", "run_episodes", "step_seed"]

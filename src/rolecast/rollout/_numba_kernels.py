@@ -3,7 +3,7 @@ torch ops when numba is missing). See cpu_kernels.py for why and how exact."""
 
 from __future__ import annotations
 
-import numba
+import numba  # noqa: TID253  (the optional module itself: only cpu_kernels.load() imports it, by name)
 import numpy as np
 
 _jit = numba.njit(cache=True, nogil=True)

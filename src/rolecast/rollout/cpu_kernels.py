@@ -20,6 +20,7 @@ decode batch's rows are a few thousand floats, less than a parallel region costs
 from __future__ import annotations
 
 import functools
+import importlib
 import logging
 
 log = logging.getLogger(__name__)
@@ -33,11 +34,11 @@ def load(enabled: bool = True):
 
 @functools.cache
 def _import():
+    # imported by name, when first wanted: the module imports numba, an optional extra (`rolecast[cpu]`)
     try:
-        from rolecast.rollout import _numba_kernels
+        return importlib.import_module("rolecast.rollout._numba_kernels")
     except ImportError:
         return None
     except Exception as e:  # e.g. numba installed but unusable here (no writable cache directory)
         log.warning("numba kernels unavailable (%s: %s); decode steps use torch ops", type(e).__name__, e)
         return None
-    return _numba_kernels

@@ -15,6 +15,7 @@ import hashlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from transformers import DynamicCache
@@ -23,7 +24,7 @@ from transformers.cache_utils import DynamicLayer
 from rolecast.core.episode import distinct_rows
 from rolecast.policies.models import PolicySet, cache_keyword
 from rolecast.rollout import fast_qwen3
-from rolecast.rollout.engine import Generation, GenRequest
+from rolecast.rollout.engine import Generation, GenRequest, Sampling
 from rolecast.rollout.sampler import sample_tokens
 
 
@@ -31,6 +32,15 @@ def chat_prompt_ids(tokenizer, messages: list[dict[str, str]]) -> list[int]:
     """Render with the model's own chat template (Qwen3 in non-thinking mode) and tokenize."""
     text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, enable_thinking=False, tokenize=False)
     return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def stop_token_ids(tokenizer: Any, generation_config: Any = None) -> list[int]:
+    """The tokens that end a completion, from the model's own files: its generation config's `eos_token_id` (one id
+    or a list; Qwen's lists <|im_end|> and <|endoftext|>), the tokenizer's EOS, and the tokenizer's padding token
+    (what a finished row is padded with, never text: the testbed's <|endoftext|>)."""
+    eos = getattr(generation_config, "eos_token_id", None)
+    ids = {tokenizer.eos_token_id, tokenizer.pad_token_id, *(eos if isinstance(eos, (list, tuple)) else [eos])}
+    return sorted(i for i in ids if isinstance(i, int) and i >= 0)
 
 
 @dataclass
@@ -95,15 +105,9 @@ class HFBackend:
         # on the weights' device: the sampler draws its uniforms where the logits are
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
         self.pad_id = tokenizer.pad_token_id
-        stops = {
-            tokenizer.eos_token_id,
-            tokenizer.convert_tokens_to_ids("<|im_end|>"),
-            tokenizer.convert_tokens_to_ids("<|endoftext|>"),
-        }
+        stops = stop_token_ids(tokenizer, getattr(policies.unique_models()[0], "generation_config", None))
         # ignore_eos: always generate max_new_tokens (benchmarks that must compare equal work)
-        self.stop_ids = torch.tensor(
-            [] if ignore_eos else sorted(s for s in stops if isinstance(s, int) and s >= 0), dtype=torch.long
-        )
+        self.stop_ids = torch.tensor([] if ignore_eos else stops, dtype=torch.long)
         self.stats = GenStats()
         self._prompt_cache: dict[str, list[int]] = {}
         self._param_counts: dict[int, int] = {}
@@ -129,17 +133,16 @@ class HFBackend:
         return list(self._prompt_cache[key])
 
     def cap_for(self, request: GenRequest) -> int:
-        """The generation cap of a request: its own, else its role's, else the default."""
-        if request.max_new_tokens is not None:
-            return request.max_new_tokens
+        """The generation cap of a request: its role's, else the default."""
         return self.max_new_tokens_by_role.get(request.role or "", self.max_new_tokens)
 
-    def generate(self, requests: Sequence[GenRequest]) -> list[Generation]:
+    def generate(self, requests: Sequence[GenRequest], sampling: Sampling | None = None) -> list[Generation]:
+        params = (sampling or Sampling()).over(self.temperature, self.top_p)
         if self.seed_per_prompt:
-            return self._generate_per_prompt(requests)
-        return self._generate(requests)
+            return self._generate_per_prompt(requests, params)
+        return self._generate(requests, params)
 
-    def _generate_per_prompt(self, requests: Sequence[GenRequest]) -> list[Generation]:
+    def _generate_per_prompt(self, requests: Sequence[GenRequest], params: tuple[float, float]) -> list[Generation]:
         """Each distinct (prompt, policy) in its own `_generate` call, seeded from (step seed, prompt, policy)."""
         groups: dict[tuple[str, str], list[int]] = {}
         for i, r in enumerate(requests):
@@ -148,13 +151,14 @@ class HFBackend:
         for (messages, pid), idx in groups.items():
             digest = hashlib.sha256(f"{self._seed}|{pid}|{messages}".encode()).digest()
             self.generator.manual_seed(int.from_bytes(digest[:8], "little") % (2**63))
-            for i, gen in zip(idx, self._generate([requests[i] for i in idx]), strict=True):
+            for i, gen in zip(idx, self._generate([requests[i] for i in idx], params), strict=True):
                 out[i] = gen
         done = [gen for gen in out if gen is not None]
         assert len(done) == len(out), "every request is generated"
         return done
 
-    def _generate(self, requests: Sequence[GenRequest]) -> list[Generation]:
+    def _generate(self, requests: Sequence[GenRequest], params: tuple[float, float]) -> list[Generation]:
+        """`params`: this call's (temperature, top_p)."""
         t0 = time.perf_counter()
         prompts = [self.encode(r.messages) for r in requests]
         caps = [self.cap_for(r) for r in requests]
@@ -170,7 +174,7 @@ class HFBackend:
                         chunk = [idx[j] for j in part]
                         names = [adapters[j] for j in part] if adapters is not None else None
                         torch.set_num_threads(self._threads_for(model, len(chunk), threads))
-                        gens = self._decode(model, [prompts[i] for i in chunk], names, cap)
+                        gens = self._decode(model, [prompts[i] for i in chunk], names, cap, params)
                         for i, gen in zip(chunk, gens, strict=True):
                             out[i] = gen
         finally:
@@ -182,9 +186,15 @@ class HFBackend:
 
     @torch.inference_mode()
     def _decode(
-        self, model, prompts: list[list[int]], adapter_names: list[str] | None, max_new_tokens: int | None = None
+        self,
+        model,
+        prompts: list[list[int]],
+        adapter_names: list[str] | None,
+        max_new_tokens: int,
+        params: tuple[float, float],
     ) -> list[Generation]:
-        B, P, T = len(prompts), max(len(p) for p in prompts), max_new_tokens or self.max_new_tokens
+        B, P, T = len(prompts), max(len(p) for p in prompts), max_new_tokens
+        temperature, top_p = params
         input_ids = torch.full((B, P), self.pad_id, dtype=torch.long)
         mask = torch.zeros((B, P), dtype=torch.long)
         for i, p in enumerate(prompts):  # left padding: every row's next token sits in the last column
@@ -237,7 +247,7 @@ class HFBackend:
         self.stats.batches.append(B)
         n = 0
         for step in range(T):
-            tok, lp = sample_tokens(logits, self.temperature, self.generator, self.top_p, kernels=self.cpu_kernels)
+            tok, lp = sample_tokens(logits, temperature, self.generator, top_p, kernels=self.cpu_kernels)
             if stops is not None:
                 tok = torch.where(finished, pad, tok)
                 finished |= torch.isin(tok, stops)

@@ -31,8 +31,8 @@ from typing import Any
 
 from rolecast.core.errors import ConfigError, require
 from rolecast.policies.models import PolicySet, resolve_model_path
-from rolecast.rollout.engine import Generation, GenRequest
-from rolecast.rollout.hf import chat_prompt_ids
+from rolecast.rollout.engine import Generation, GenRequest, Sampling
+from rolecast.rollout.hf import chat_prompt_ids, stop_token_ids
 
 
 def load_vllm() -> Any:
@@ -80,8 +80,7 @@ class VLLMBackend:
             sleep_between_calls = policies.device.type == "cuda"
         self.sleep_between_calls = sleep_between_calls
         self.sleeping = False
-        stops = {tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|im_end|>")}
-        self.stop_ids = sorted(s for s in stops if isinstance(s, int) and s >= 0)
+        self.stop_ids = stop_token_ids(tokenizer, getattr(policies.unique_models()[0], "generation_config", None))
         rank = max(int(getattr(policies, "lora_rank", 0) or 0), 8)
         self.llm = llm or vllm.LLM(
             model=resolve_model_path(model_path),
@@ -122,17 +121,18 @@ class VLLMBackend:
     def reseed(self, seed: int) -> None:
         self._seed = seed
 
-    def generate(self, requests: Sequence[GenRequest]) -> list[Generation]:
+    def generate(self, requests: Sequence[GenRequest], sampling: Sampling | None = None) -> list[Generation]:
         if not requests:
             return []
+        temperature, top_p = (sampling or Sampling()).over(self.temperature, self.top_p)
         self.wake_up()
         adapters = self.sync_adapters()
         prompts = [chat_prompt_ids(self.tokenizer, r.messages) for r in requests]
         params = [
             self._SamplingParams(
                 n=1,
-                temperature=self.temperature,
-                top_p=self.top_p,
+                temperature=temperature,
+                top_p=top_p,
                 max_tokens=self._cap(r),
                 logprobs=0,  # the sampled token's own log-prob
                 seed=_request_seed(self._seed, i),
@@ -192,8 +192,6 @@ class VLLMBackend:
         shutil.rmtree(Path(request.lora_path), ignore_errors=True)
 
     def _cap(self, request: GenRequest) -> int:
-        if request.max_new_tokens is not None:
-            return request.max_new_tokens
         return self.max_new_tokens_by_role.get(request.role or "", self.max_new_tokens)
 
     def close(self) -> None:

@@ -2,29 +2,19 @@
 
 from __future__ import annotations
 
+# registration imports: each module registers its tasks on import (a broken one fails here, loudly)
+from rolecast.tasks import datasets, testbed  # noqa: F401
 from rolecast.tasks.base import TASKS, Problem, Score, Task, register_task
 
 
-def _register_builtin() -> None:
-    # Each module registers its tasks on import; a missing optional module must not break the others.
-    from rolecast.tasks import testbed  # noqa: F401
-
-    try:
-        from rolecast.tasks import datasets  # noqa: F401
-    except ImportError:
-        pass
-
-
 def make_task(name: str, **options) -> Task:
-    _register_builtin()
-    if name not in TASKS:
-        raise ValueError(f"unknown task {name!r}; known tasks: {sorted(TASKS)}")
-    return TASKS[name](**options)
+    """The registered task `name` built with `options`; an unknown name is a `ConfigError` naming the known ones
+    and the closest."""
+    return TASKS.resolve(name)(**options)
 
 
 def task_names() -> list[str]:
-    _register_builtin()
-    return sorted(TASKS)
+    return TASKS.names()
 
 
 __all__ = ["Problem", "Score", "Task", "TASKS", "register_task", "make_task", "task_names"]

@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from rolecast.core.registry import Registry
 from rolecast.rewards.score import Score
 
 
@@ -42,15 +43,12 @@ class Task:
 
 
 TaskFactory = Callable[..., Task]
-TASKS: dict[str, TaskFactory] = {}
+TASKS: Registry[TaskFactory] = Registry("task")
 
 
 def register_task(name: str) -> Callable[[TaskFactory], TaskFactory]:
-    def deco(factory: TaskFactory) -> TaskFactory:
-        TASKS[name] = factory
-        return factory
-
-    return deco
+    """A decorator: `@register_task("name")` on a Task subclass (or any factory of one)."""
+    return TASKS.register(name)
 
 
 __all__ = ["Problem", "Score", "Task", "TaskFactory", "TASKS", "register_task"]

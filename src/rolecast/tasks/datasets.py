@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import random
 import re
@@ -32,8 +33,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import rolecast
+import numpy as np
+
 from rolecast.core.errors import DatasetError, DatasetFileMissing, require
+from rolecast.core.text import last_boxed
+from rolecast.rewards.code import CodeTests, extract_for, score_code_many
+from rolecast.rewards.math import default_verifier, extract_answer, gsm8k_gold, score_math
+from rolecast.rewards.math_study import study_equivalent, study_extract
 from rolecast.tasks.base import Problem, Score, Task, register_task
 
 log = logging.getLogger(__name__)
@@ -50,7 +56,7 @@ def data_root() -> Path:
     if env:
         return Path(env)
     candidates = [
-        Path(rolecast.__file__).resolve().parents[2] / ".." / "shared" / "data",
+        Path(__file__).resolve().parents[3] / ".." / "shared" / "data",  # the repository root, beside src/
         Path.cwd() / ".." / "shared" / "data",
     ]
     for c in candidates:
@@ -324,15 +330,9 @@ class MathTask(DatasetTask):
         self.grader = grader
 
     def extract_answer(self, text: str | None) -> str | None:
-        from rolecast.rewards.math import extract_answer
-        from rolecast.rewards.math_study import study_extract
-
         return study_extract(text) if self.grader == "study" else extract_answer(text, last_number=self.last_number)
 
     def score(self, problem: Problem, text: str | None) -> Score:
-        from rolecast.rewards.math import score_math
-        from rolecast.rewards.math_study import study_equivalent, study_extract
-
         if self.grader == "study":
             pred = study_extract(text)
             if pred is None:
@@ -341,8 +341,6 @@ class MathTask(DatasetTask):
         return score_math(text, problem.answer, last_number=self.last_number)
 
     def score_many(self, problems: Sequence[Problem], texts: Sequence[str | None]) -> list[Score]:
-        from rolecast.rewards.math import default_verifier
-
         if self.grader == "study":
             return [self.score(p, t) for p, t in zip(problems, texts, strict=True)]
         v = default_verifier()
@@ -358,8 +356,6 @@ class GSM8K(MathTask):
     hub_name, hub_config = "openai/gsm8k", "main"
 
     def make_problem(self, row, index, split):
-        from rolecast.rewards.math import gsm8k_gold
-
         q = _require(row, "question", "the problem")
         gold = gsm8k_gold(_require(row, "answer", "the solution ending in '#### x'"))
         if gold is None:
@@ -368,8 +364,6 @@ class GSM8K(MathTask):
 
 
 def _boxed_gold(solution: str) -> str:
-    from rolecast.rewards.math import last_boxed
-
     gold = last_boxed(solution)
     if gold is None:
         raise _Skip("no \\boxed answer in solution")
@@ -430,8 +424,6 @@ _CJK = re.compile(r"[\u4e00-\u9fff\u3400-\u4dbf\uf900-\ufaff]")
 def hf_permutation(n: int, seed: int) -> list[int]:
     """The row order of Hugging Face `datasets`' `shuffle(seed)` / `train_test_split(seed=...)`:
     numpy's default_rng(seed).permutation(n). Lets a split made offline equal the study's split of the hub copy."""
-    import numpy as np
-
     return [int(i) for i in np.random.default_rng(seed).permutation(n)]
 
 
@@ -528,8 +520,6 @@ class DAPOMath(MathTask):
         return out
 
     def _rows(self, split: str) -> list[tuple[int, dict[str, Any], str]]:
-        import math
-
         rows = self._unique_rows()
         n = len(rows)
         if n < 2:
@@ -597,8 +587,6 @@ class MathJSONL(MathTask):
             self.name = name
 
     def make_problem(self, row, index, split):
-        from rolecast.rewards.math import gsm8k_gold
-
         text = _require(row, self.problem_key, "the problem (problem_key)")
         raw = _require(row, self.answer_key, "the answer (answer_key)")
         gold: str | None
@@ -644,16 +632,12 @@ class CodeTask(DatasetTask):
         self.reliability_guard = reliability_guard
 
     def extract_answer(self, text: str | None) -> str | None:
-        from rolecast.rewards.code import extract_for
-
         return extract_for(text, self.grader)
 
     def score(self, problem: Problem, text: str | None) -> Score:
         return self.score_many([problem], [text])[0]
 
     def score_many(self, problems: Sequence[Problem], texts: Sequence[str | None]) -> list[Score]:
-        from rolecast.rewards.code import score_code_many
-
         return score_code_many(
             list(texts),
             [p.answer for p in problems],
@@ -679,8 +663,6 @@ class MBPP(CodeTask):
     text_key = "text"
 
     def make_problem(self, row, index, split):
-        from rolecast.rewards.code import CodeTests
-
         statement = _require(row, self.text_key, "the task description")
         tests = _require(row, "test_list", "assert statements")
         meta = {"split": split, "index": index, "reference": row.get("code")}
@@ -709,8 +691,6 @@ class HumanEval(CodeTask):
     hub_name = "openai/openai_humaneval"
 
     def make_problem(self, row, index, split):
-        from rolecast.rewards.code import CodeTests
-
         prompt = _require(row, "prompt", "signature + docstring")
         for k in ("test", "entry_point"):
             _require(row, k, "HumanEval tests")
@@ -724,8 +704,6 @@ class HumanEval(CodeTask):
 
 
 def _lcb_tests(raw: Any, fn_name: str | None) -> Any:
-    from rolecast.rewards.code import CodeTests
-
     try:
         tests = json.loads(raw) if isinstance(raw, str) else raw
     except json.JSONDecodeError as e:
@@ -761,8 +739,6 @@ def _deepcoder_tests(
     arguments joined by newlines as its input, the expected value as its output. A test whose arguments are not
     all text, or whose expected value is not text, fails there whatever the program does (a TypeError joining
     them, an AttributeError stripping the value): it is kept as a test that always fails (`broken`)."""
-    from rolecast.rewards.code import CodeTests
-
     try:
         tests = json.loads(raw) if isinstance(raw, str) else raw
     except json.JSONDecodeError as e:
@@ -822,8 +798,6 @@ def _deepcoder_tests(
 def _study_stdin_tests(tests: Sequence[Mapping[str, Any]], per_test_timeout_s: float | None) -> Any:
     """Every test as a standard-input test, as the study's runner takes a test list whose first test is not
     ``testtype: functional`` (grade_stdio / call_method in rllm/rewards/code_utils/livecodebench.py)."""
-    from rolecast.rewards.code import CodeTests
-
     inputs, outputs, broken = [], [], []
     for j, t in enumerate(tests):
         x, y = t["input"], t["output"]
@@ -1049,8 +1023,6 @@ class CodeJSONL(CodeTask):
             self.name = name
 
     def make_problem(self, row, index, split):
-        from rolecast.rewards.code import CodeTests
-
         text = _require(row, self.problem_key, "the problem (problem_key)")
         raw = _require(row, self.tests_key, "the tests (tests_key)")
         if self.test_format == "asserts":

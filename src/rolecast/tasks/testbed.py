@@ -13,7 +13,9 @@ from collections.abc import Sequence
 from functools import cached_property
 from typing import Any
 
-from rolecast.rewards.math import last_boxed
+from rolecast.core.text import last_boxed
+from rolecast.rewards.code import CodeTests, score_code_many
+from rolecast.rewards.code import extract_program as sandbox_extract
 from rolecast.tasks.base import Problem, Score, Task, register_task
 
 # --- arithmetic -----------------------------------------------------------------------------------
@@ -26,7 +28,7 @@ _INT = re.compile(r"^[+-]?\d+$")
 
 
 def _generate(name: str, size: int, seed: int) -> list[dict]:
-    import reasoning_gym as rg
+    import reasoning_gym as rg  # imported where problems are generated: it pulls matplotlib
 
     return list(rg.create_dataset(name, size=size, seed=seed, **GENERATORS[name]))
 
@@ -198,15 +200,11 @@ class CodeTestbed(Task):
         return self._problems[split]
 
     def extract_answer(self, text: str | None) -> str | None:
-        from rolecast.rewards.code import extract_program as sandbox_extract
-
         # The same extraction the scorer applies, so a logged answer is the program that was run.
         return sandbox_extract(text)
 
     def tests(self, problem: Problem):
         """The problem's checks as sandbox asserts: the shown examples plus hidden inputs."""
-        from rolecast.rewards.code import CodeTests
-
         return CodeTests(
             kind="asserts",
             asserts=tuple(f"assert f({x}) == {y}" for x, y in problem.meta["tests"]),
@@ -218,6 +216,4 @@ class CodeTestbed(Task):
 
     def score_many(self, problems: Sequence[Problem], texts: Sequence[str | None]) -> list[Score]:
         # Model output is only ever executed in the project's sandbox, never with eval/exec here.
-        from rolecast.rewards.code import score_code_many
-
         return score_code_many(texts, [self.tests(p) for p in problems])

@@ -18,7 +18,9 @@ load from the signature: the annotation is the type, and `Annotated[int, Field(g
 
 from __future__ import annotations
 
+import ast
 import inspect
+import textwrap
 import typing
 from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass, field
@@ -28,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from rolecast.core.episode import Turn
 from rolecast.core.errors import ConfigError, FieldError, WorkflowError
+from rolecast.core.registry import Registry, load_callable
 from rolecast.prompts import PromptBook
 from rolecast.tasks.base import Problem, Task
 
@@ -76,7 +79,6 @@ class Context:
         self.task = task
         self.prompts = prompts
         self.metrics: dict[str, float] = {}
-        self.metadata: dict[str, Any] = {}
 
     @property
     def family(self) -> str:
@@ -153,9 +155,6 @@ class WorkflowSpec:
 def literal_call_roles(fn: Callable[..., Any]) -> list[tuple[str, str]]:
     """(role, "file:line") of every `ctx.call("role", ...)` in `fn`'s source (nested functions included) whose role
     is a string literal, `ctx` being `fn`'s first parameter; [] when the source cannot be read."""
-    import ast
-    import textwrap
-
     try:
         lines, first = inspect.getsourcelines(fn)
         tree = ast.parse(textwrap.dedent("".join(lines)))
@@ -196,7 +195,9 @@ def _options_model(name: str, fn: WorkflowFn) -> type[BaseModel] | None:
     return create_model(f"{name}_options", __config__=config, **fields)
 
 
-WORKFLOWS: dict[str, WorkflowSpec] = {}
+# the shipped workflows register when the package is imported (rolecast/workflows/__init__.py imports builtin)
+WORKFLOWS: Registry[WorkflowSpec] = Registry("workflow")
+FIELD = "workflow.name"  # the config field every lookup error names
 
 
 def workflow(name: str, *, prompts: dict[str, Sequence[str]]) -> Callable[[WorkflowFn], WorkflowFn]:
@@ -212,60 +213,28 @@ def workflow(name: str, *, prompts: dict[str, Sequence[str]]) -> Callable[[Workf
             for p in params
             if p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
         }
-        WORKFLOWS[name] = WorkflowSpec(
-            name, fn, {r: list(p) for r, p in prompts.items()}, defaults, _options_model(name, fn)
-        )
+        spec = WorkflowSpec(name, fn, {r: list(p) for r, p in prompts.items()}, defaults, _options_model(name, fn))
+        WORKFLOWS.add(name, spec)
         return fn
 
     return deco
 
 
 def get_workflow(name: str) -> WorkflowSpec:
-    """A registered workflow, or a user's as "package.module:function" / "path/to/file.py:function".
-    Every failure is a `ConfigError` naming what is missing."""
-    from rolecast.workflows import builtin  # noqa: F401  (registers the shipped workflows)
-
-    if name not in WORKFLOWS and ":" in name:
-        # "package.module:function" or "path/to/file.py:function" loads a user's workflow; the decorator registers it.
-        fn = _load_user_function(name)
-        for spec in WORKFLOWS.values():
-            if spec.fn is fn:
-                return spec
-        raise ConfigError(
-            f"workflow {name}: {name.rpartition(':')[2]!r} is not decorated with @rolecast.workflows.workflow"
-        )
-    if name not in WORKFLOWS:
-        raise ConfigError(
-            f"unknown workflow {name!r}; known: {sorted(WORKFLOWS)} (or 'module:function' / 'file.py:function')"
-        )
-    return WORKFLOWS[name]
-
-
-def _load_user_function(ref: str) -> Callable[..., Any]:
-    import importlib
-    import importlib.util
-    from pathlib import Path
-
-    module, _, attr = ref.rpartition(":")
-    if not module or not attr:
-        raise ConfigError(f"workflow {ref}: expected 'package.module:function' or 'path/to/file.py:function'")
-    if module.endswith(".py"):
-        path = Path(module)
-        if not path.is_file():
-            raise ConfigError(f"workflow {ref}: the file {path} does not exist")
-        mod_spec = importlib.util.spec_from_file_location(f"rolecast_user_{path.stem}", path)
-        if mod_spec is None or mod_spec.loader is None:
-            raise ConfigError(f"workflow {ref}: {path} cannot be imported as a Python module")
-        mod = importlib.util.module_from_spec(mod_spec)
-        try:
-            mod_spec.loader.exec_module(mod)
-        except Exception as e:  # the user's file: say where it failed, in one line
-            raise ConfigError(f"workflow {ref}: importing {path} failed: {type(e).__name__}: {e}") from e
-    else:
-        try:
-            mod = importlib.import_module(module)
-        except ModuleNotFoundError as e:
-            raise ConfigError(f"workflow {ref}: no module named {e.name!r} (is it on PYTHONPATH?)") from e
-    if not hasattr(mod, attr):
-        raise ConfigError(f"workflow {ref}: {module} has no function {attr!r}")
-    return getattr(mod, attr)
+    """A registered workflow, or a user's as "package.module:function" / "path/to/file.py:function" (importing it
+    registers it). Every failure is a `FieldError` on workflow.name that names what is missing."""
+    spec = WORKFLOWS.get(name)
+    if spec is not None:
+        return spec
+    if ":" not in name:
+        raise FieldError(FIELD, str(WORKFLOWS.unknown(name, references=True)))
+    try:
+        fn = load_callable(name, FIELD)
+    except FieldError:
+        raise
+    except ConfigError as e:  # load_callable's message starts with the field; FieldError carries it apart
+        raise FieldError(FIELD, str(e).removeprefix(f"{FIELD}: ")) from e
+    for spec in WORKFLOWS.values():
+        if spec.fn is fn:
+            return spec
+    raise FieldError(FIELD, f"{name}: {name.rpartition(':')[2]!r} is not decorated with @rolecast.workflows.workflow")
