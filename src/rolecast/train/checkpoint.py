@@ -331,7 +331,7 @@ def load_latest_intact(run_dir: str | os.PathLike) -> tuple[int, dict[str, Any],
 
 
 def _load_step(run_dir: str | os.PathLike, step: int) -> dict[str, Any]:
-    directory = RunPaths(run_dir).checkpoint(step)
+    directory = RunPaths(Path(run_dir)).checkpoint(step)
     if not (directory / MANIFEST).is_file():
         raise CheckpointError(f"no complete checkpoint at {directory}")
     try:

@@ -35,23 +35,19 @@ from rolecast.core.rundir import CONFIG, EPISODES, EVAL, METRICS, RunPaths, read
 from rolecast.diagnostics.gradients import GradientMonitor
 from rolecast.diagnostics.metrics import episode_metrics
 from rolecast.diagnostics.warnings import EarlyWarning, metric_entries
-from rolecast.evaluation import append_eval_row, eval_key
+from rolecast.evaluation import append_eval_row, eval_key, eval_plan
 from rolecast.objectives.advantages import episode_turn_advantages
-from rolecast.rollout.engine import RolloutStats, run_episodes
+from rolecast.rollout.engine import RolloutStats, run_episodes, step_seed
 from rolecast.runtime import Runtime, build_runtime
 from rolecast.scoring import attribute, score_episodes, study_ended_rewards
 from rolecast.tasks import make_task
 from rolecast.tasks.base import Problem, Task
 from rolecast.train import distributed
-from rolecast.train.batching import collate as collate
-from rolecast.train.batching import generation_caps as generation_caps
-from rolecast.train.batching import to_device as to_device
 from rolecast.train.checkpoint import latest_step, save_checkpoint
 from rolecast.train.distributed import Dist
 from rolecast.train.guard import DivergenceGuard, NonFiniteUpdate, weight_norm
 from rolecast.train.interrupt import StopRequest, TrainingInterrupted
 from rolecast.train.interventions import Interventions
-from rolecast.train.logprobs import completion_logprobs as completion_logprobs
 from rolecast.train.master_weights import MasterWeightAdamW, needs_master
 from rolecast.train.resume import SessionState, record_resume, rewind_logs
 from rolecast.train.rollback import Rollback
@@ -64,15 +60,6 @@ from rolecast.train.step_metrics import eval_metrics, policy_metrics, role_metri
 from rolecast.train.update import PolicyUpdate, Tally, merge_tallies, update_policy
 
 log = logging.getLogger("rolecast.train")
-
-# The `X as X` imports above (collate, generation_caps, to_device, completion_logprobs) are re-exported for the tests
-# and bench scripts outside train/ that still import them from here; they go once those import train.batching and
-# train.logprobs.
-
-
-def _step_seed(seed: int, step: int, stream: int) -> int:
-    """Independent, reproducible seeds per (run seed, step, purpose)."""
-    return (seed * 1_000_003 + step * 97 + stream) % (2**63)
 
 
 def default_run_dir(cfg: RunConfig) -> Path:
@@ -360,7 +347,7 @@ class _Session:
     def rollouts(self, step: int, problems: list[Problem]) -> tuple[list[Episode], RolloutStats]:
         cfg, rt, dist = self.cfg, self.rt, self.dist
         # each process samples its share from its own stream, unless every prompt seeds its own samples
-        rt.backend.reseed(_step_seed(cfg.seed + (0 if cfg.rollout.seed_per_prompt else 7919 * dist.rank), step, 1))
+        rt.backend.reseed(step_seed(cfg.seed + (0 if cfg.rollout.seed_per_prompt else 7919 * dist.rank), step, 1))
         rstats = RolloutStats()
         episodes = run_episodes(
             rt.spec,
@@ -387,7 +374,7 @@ class _Session:
         """Each policy's update (with the lr it trained with in its stats), and the per-role token tallies merged
         over policies."""
         cfg, state, monitor = self.cfg, self.state, self.state.monitor
-        update_rng = random.Random(_step_seed(cfg.seed, step, 3))
+        update_rng = random.Random(step_seed(cfg.seed, step, 3))
         updates: dict[str, PolicyUpdate] = {}
         role_tally: Tally = {}
         for pid, turns in by_policy.items():
@@ -506,32 +493,12 @@ class _Session:
 
     def run_eval(self, step: int, tag: str) -> dict[str, Any]:
         cfg, rt = self.cfg, self.rt
-        backend: Any = rt.backend
-        backend.temperature, saved = cfg.eval.temperature, backend.temperature
-        # eval.top_p: the evaluation's own nucleus (None: the rollout's, unchanged); backends without one ignore it
-        top_p = getattr(backend, "top_p", None) if cfg.eval.top_p is not None else None
-        if top_p is not None:
-            backend.top_p = cfg.eval.top_p
-        backend.reseed(_step_seed(cfg.seed, step, 2))
-        try:
-            res = rt.evaluate(
-                self.eval_set, n_samples=cfg.eval.n_samples, options=cfg.workflow.options, ks=(1, cfg.eval.n_samples)
-            )
-            extra = []
-            for name, task, problems in self.extra_evals:  # each further set from the same seed as the first
-                backend.reseed(_step_seed(cfg.seed, step, 2))
-                extra_res = rt.evaluate(
-                    problems,
-                    task=task,
-                    n_samples=cfg.eval.n_samples,
-                    options=cfg.workflow.options,
-                    ks=(1, cfg.eval.n_samples),
-                )
-                extra.append((name, task, extra_res))
-        finally:
-            backend.temperature = saved
-            if top_p is not None:
-                backend.top_p = top_p
+        plan = eval_plan(cfg, step)  # eval.n_samples, eval.temperature, eval.top_p; seed step_seed(cfg.seed, step, 2)
+        res = rt.evaluate(self.eval_set, plan, options=cfg.workflow.options)
+        extra = [  # each further set from the same seed as the first
+            (name, task, rt.evaluate(problems, plan, options=cfg.workflow.options, task=task))
+            for name, task, problems in self.extra_evals
+        ]
         key = eval_key(cfg, run=str(self.run_dir), step=step, tag=tag, workflow=rt.spec.name)
         self.extra_pass = {}
         for name, task, extra_res in extra:
@@ -540,7 +507,7 @@ class _Session:
                 "task": task.name,
                 "split": next(s.split for s in cfg.eval.extra_sets if s.name == name),
             }
-            row = append_eval_row(self.run_dir / f"eval_{name}.jsonl", {**extra_key, "eval_set": name}, extra_res)
+            row = append_eval_row(RunPaths(self.run_dir).eval(name), {**extra_key, "eval_set": name}, extra_res)
             self.extra_pass[name] = row["pass@1"]
             if tag != "periodic":  # periodic ones go with the step's metrics
                 self.loggers.log(eval_metrics(row["pass@1"], name, tag), step)

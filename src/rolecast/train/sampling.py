@@ -14,21 +14,17 @@ import random
 from collections.abc import Sequence
 from typing import TypeVar
 
+from rolecast.rollout.engine import step_seed  # the trainer's per-(seed, step, purpose) formula
+
 T = TypeVar("T")
 
 SAMPLING_MODES = ("random", "epoch")
 
 
-def _seed(seed: int, index: int, stream: int) -> int:
-    # the trainer's per-(seed, step, purpose) seed formula (train/grpo.py `_step_seed`), kept equal to it so the
-    # random mode draws exactly what the trainer drew before this module existed
-    return (seed * 1_000_003 + index * 97 + stream) % (2**63)
-
-
 def epoch_order(n: int, seed: int, epoch: int) -> list[int]:
     """The shuffled order of problem indices for one epoch."""
     order = list(range(n))
-    random.Random(_seed(seed, epoch, 4)).shuffle(order)
+    random.Random(step_seed(seed, epoch, 4)).shuffle(order)
     return order
 
 
@@ -38,7 +34,7 @@ def step_problems(pool: Sequence[T], *, seed: int, step: int, per_step: int, mod
         return []
     k = min(per_step, len(pool))
     if mode == "random":
-        return random.Random(_seed(seed, step, 0)).sample(list(pool), k)
+        return random.Random(step_seed(seed, step, 0)).sample(list(pool), k)
     if mode == "epoch":
         batches = len(pool) // k
         epoch, within = divmod(step, batches)
