@@ -144,7 +144,7 @@ def run_cell(
     # adapters synced: a fresh call after two updates, re-scored by the trainer under each adapter
     rt = session.rt
     reqs = [
-        GenRequest(pid, [{"role": "user", "content": f"What is {i} + {i + 3}?"}], max_new_tokens=32)
+        GenRequest(pid, [{"role": "user", "content": f"What is {i} + {i + 3}?"}])
         for i, pid in enumerate(sorted(set(ROUTING.values())) * 2)
     ]
     gens = rt.backend.generate(reqs)
