@@ -81,7 +81,8 @@ class RolecastRunner:
 
     def __init__(self, model_dir: str, args):
         from rolecast.config import RolloutSettings, RunConfig, TrainSettings
-        from rolecast.policies import PolicySet, build_routing, load_tokenizer
+        from rolecast.policies.models import PolicySet, load_tokenizer
+        from rolecast.policies.router import build_routing
         from rolecast.rollout.hf import HFBackend
         from rolecast.tasks.base import Problem, Score, Task
         from rolecast.workflows import get_workflow
@@ -345,7 +346,7 @@ def run_trl(model_dir: str, args, out_dir: str, rolecast: RolecastRunner | None 
 def decode_fast_vs_stock(model_dir: str, args) -> dict:
     """HFBackend generation of one step's requests (prompts x group, exactly completion_len tokens each), fast
     decode path vs stock forward, alternating; returns median seconds per variant (outputs must be identical)."""
-    from rolecast.policies import PolicySet, load_tokenizer
+    from rolecast.policies.models import PolicySet, load_tokenizer
     from rolecast.rollout.engine import GenRequest
     from rolecast.rollout.hf import HFBackend
 

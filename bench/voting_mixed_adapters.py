@@ -72,7 +72,8 @@ def problems(n: int):
 
 
 def run(args) -> int:
-    from rolecast.policies import PolicySet, build_routing, load_tokenizer
+    from rolecast.policies.models import PolicySet, load_tokenizer
+    from rolecast.policies.router import build_routing
     from rolecast.prompts import PromptBook
     from rolecast.rollout.engine import RolloutStats, run_episodes
     from rolecast.rollout.hf import HFBackend

@@ -12,7 +12,7 @@ from rolecast.config.load import load_config
 from rolecast.core.episode import Turn
 from rolecast.diagnostics.gradients import flat_grad, flat_params
 from rolecast.objectives.losses import clipped_surrogate
-from rolecast.policies import PolicySet, load_tokenizer
+from rolecast.policies.models import PolicySet, load_tokenizer
 from rolecast.train.batching import collate
 from rolecast.train.logprobs import completion_logprobs
 from rolecast.train.update import update_policy

@@ -20,7 +20,7 @@ import torch
 from rolecast.config.load import load_config
 from rolecast.core.episode import Turn
 from rolecast.core.errors import ConfigError, MissingPackageError
-from rolecast.policies import PolicySet, load_tokenizer
+from rolecast.policies.models import PolicySet, load_tokenizer
 from rolecast.rollout.engine import Backend, GenRequest, Sampling
 from rolecast.rollout.hf import HFBackend, chat_prompt_ids, stop_token_ids
 from rolecast.train.batching import collate

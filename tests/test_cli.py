@@ -57,7 +57,8 @@ def test_train_help_keeps_the_training_flags():
 
 
 def test_threads_flag_sets_the_runs_threads_and_the_recipe_takes_one():
-    from rolecast.cli import _overrides, build_parser
+    from rolecast.cli import build_parser
+    from rolecast.commands import _overrides
     from rolecast.config.load import load_config
 
     for command in ("train", "eval"):

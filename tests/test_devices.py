@@ -12,7 +12,7 @@ from test_trainer import tiny_config
 from rolecast.config.load import load_config
 from rolecast.core.devices import resolve_device, resolve_dtype, resolve_mixed_adapters
 from rolecast.core.errors import ConfigError
-from rolecast.policies import PolicySet
+from rolecast.policies.models import PolicySet
 from rolecast.runtime import build_runtime
 from rolecast.train.checkpoint import load_checkpoint, restore_trainer_state, save_checkpoint, trainer_state
 from rolecast.train.grpo import train

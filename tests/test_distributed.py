@@ -211,7 +211,7 @@ def test_two_processes_equal_one_with_per_minibatch_updates(tiny_model_dir, tmp_
 
 def test_seed_per_prompt_samples_do_not_depend_on_the_other_rows(tiny_model_dir):
     """What makes the comparison above exact: a prompt samples the same tokens alone or beside others."""
-    from rolecast.policies import PolicySet, load_tokenizer
+    from rolecast.policies.models import PolicySet, load_tokenizer
     from rolecast.rollout.engine import GenRequest
     from rolecast.rollout.hf import HFBackend
 

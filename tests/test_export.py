@@ -9,7 +9,7 @@ import torch
 from test_trainer import tiny_config
 
 from rolecast.cli import main
-from rolecast.policies import PolicySet
+from rolecast.policies.models import PolicySet
 from rolecast.train.checkpoint import load_checkpoint, restore_policies
 from rolecast.train.grpo import train
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rolecast.policies import PolicySet, load_tokenizer
+from rolecast.policies.models import PolicySet, load_tokenizer
 from rolecast.rollout import cpu_kernels, fast_qwen3, hf
 from rolecast.rollout.engine import GenRequest
 from rolecast.rollout.hf import HFBackend

@@ -11,7 +11,7 @@ import torch
 from rolecast.config.load import load_config
 from rolecast.core.episode import Turn
 from rolecast.core.errors import ConfigError
-from rolecast.policies import load_tokenizer
+from rolecast.policies.models import load_tokenizer
 from rolecast.policies.router import build_routing
 from rolecast.runtime import build_runtime
 from rolecast.train.batching import collate

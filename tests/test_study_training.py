@@ -12,7 +12,7 @@ from rolecast.config.load import load_config
 from rolecast.core.episode import Turn
 from rolecast.core.errors import ConfigError
 from rolecast.objectives.losses import aggregate
-from rolecast.policies import PolicySet, load_tokenizer
+from rolecast.policies.models import PolicySet, load_tokenizer
 from rolecast.rollout.engine import GenRequest, run_episodes
 from rolecast.rollout.hf import HFBackend
 from rolecast.rollout.scripted import ScriptedBackend

@@ -18,7 +18,7 @@ from rolecast.core.episode import Episode, Turn, group_turns
 from rolecast.core.errors import ConfigError
 from rolecast.objectives.advantages import compute_advantages, episode_turn_advantages
 from rolecast.objectives.losses import clipped_surrogate
-from rolecast.policies import PolicySet, load_tokenizer
+from rolecast.policies.models import PolicySet, load_tokenizer
 from rolecast.policies.router import build_routing
 from rolecast.prompts import PromptBook
 from rolecast.rollout.engine import run_episodes

@@ -10,7 +10,7 @@ import torch
 
 from rolecast.config.load import load_config
 from rolecast.core.episode import Turn
-from rolecast.policies import PolicySet
+from rolecast.policies.models import PolicySet
 from rolecast.train.batching import batching_order, collate, micro_batches
 from rolecast.train.grpo import train
 from rolecast.train.logprobs import completion_logprobs
@@ -150,7 +150,7 @@ def test_sampling_does_not_depend_on_whether_training_ran_before(mode):
     """A fresh PolicySet (a resumed run's first step) samples exactly as one that has been through `training()`
     (the uninterrupted run): the weights' requires_grad state, which changed the sampled log-probs by ~1e-7,
     is the same in both (False outside training)."""
-    from rolecast.policies import load_tokenizer
+    from rolecast.policies.models import load_tokenizer
     from rolecast.rollout.engine import GenRequest
     from rolecast.rollout.hf import HFBackend
 
@@ -197,7 +197,7 @@ def _with_sampler_logprobs(turns, policies, pid, pad_id):
 
 @pytest.mark.parametrize("mode", ["lora", "full"])
 def test_isolated_update_changes_no_other_policy(tiny_model_dir, mode):
-    from rolecast.policies import load_tokenizer
+    from rolecast.policies.models import load_tokenizer
 
     tok = load_tokenizer(tiny_model_dir)
     policies = PolicySet(tiny_model_dir, ["aggregator", "generator"], mode=mode, lora={"r": 4, "alpha": 8})
@@ -226,7 +226,7 @@ def test_isolated_update_changes_no_other_policy(tiny_model_dir, mode):
 
 
 def test_nan_step_is_skipped_and_logged(tiny_model_dir, caplog):
-    from rolecast.policies import load_tokenizer
+    from rolecast.policies.models import load_tokenizer
 
     tok = load_tokenizer(tiny_model_dir)
     policies = PolicySet(tiny_model_dir, ["generator"], mode="lora", lora={"r": 4, "alpha": 8})
@@ -253,7 +253,7 @@ def test_nan_step_is_skipped_and_logged(tiny_model_dir, caplog):
 
 
 def test_logprob_mismatch_is_caught_on_the_first_step(tiny_model_dir):
-    from rolecast.policies import load_tokenizer
+    from rolecast.policies.models import load_tokenizer
 
     tok = load_tokenizer(tiny_model_dir)
     policies = PolicySet(tiny_model_dir, ["generator"], mode="lora", lora={"r": 4, "alpha": 8})
@@ -275,7 +275,7 @@ def test_logprob_mismatch_is_caught_on_the_first_step(tiny_model_dir):
 
 def test_sampler_logprobs_match_trainer_logprobs(tiny_model_dir):
     """The backend's recorded log-probs equal a fresh training forward over the same tokens."""
-    from rolecast.policies import load_tokenizer
+    from rolecast.policies.models import load_tokenizer
     from rolecast.rollout.engine import GenRequest
     from rolecast.rollout.hf import HFBackend
 
@@ -323,7 +323,7 @@ def test_batching_order_keeps_a_prompts_rows_together():
 def test_shared_prompt_forward_equals_the_full_forward(tiny_model_dir, mode):
     """Rows that repeat a prompt run it once; log-probs, entropies and gradients equal the [B, P + L] forward,
     with prompts of different lengths (left padding) and completions of different lengths (right padding)."""
-    from rolecast.policies import load_tokenizer
+    from rolecast.policies.models import load_tokenizer
 
     tok = load_tokenizer(tiny_model_dir)
     policies = PolicySet(tiny_model_dir, ["generator"], mode=mode, lora={"r": 4, "alpha": 8})
@@ -358,7 +358,7 @@ def test_shared_prompt_forward_equals_the_full_forward(tiny_model_dir, mode):
 
 def test_empty_completions_train_without_error(tiny_model_dir):
     """A backend may return an empty completion (e.g. a stop on the first token elsewhere): no crash, no NaN."""
-    from rolecast.policies import load_tokenizer
+    from rolecast.policies.models import load_tokenizer
 
     tok = load_tokenizer(tiny_model_dir)
     policies = PolicySet(tiny_model_dir, ["generator"], mode="lora", lora={"r": 4, "alpha": 8})
@@ -397,7 +397,7 @@ def test_empty_completions_train_without_error(tiny_model_dir):
 def test_fused_head_equals_the_head_module_path(tiny_model_dir):
     """The fused log-prob function (plain linear heads) and the per-chunk head-module path (other heads, e.g.
     LoRA-wrapped) give the same log-probs, entropies and gradients, with ragged chunks on both."""
-    from rolecast.policies import load_tokenizer
+    from rolecast.policies.models import load_tokenizer
 
     tok = load_tokenizer(tiny_model_dir)
     policies = PolicySet(tiny_model_dir, ["generator"], mode="full")

@@ -6,17 +6,52 @@ The Python API (README, "From Python"):
 
     result = train(load_config("configs/testbed.yaml", {"workflow.name": "voting", "train.steps": 3}))
     result.run_dir, result.final_accuracy
+
+`train`, `load_config`, `TrainResult` and `RunConfig` are bound on first use (PEP 562), so that importing any
+module of the package (the command line's parser, the report) does not load torch and the trainer.
 """
 
-# `rolecast.train` names the function imported below, and a subpackage holds the training code (imported as
-# `from rolecast.train.grpo import ...`). Importing a subpackage binds its name in this package only the first time
-# it is imported, so it is imported first: the function bound after it keeps the name.
-from rolecast import train as _training_code
-from rolecast.api import TrainResult, load_config, train
-from rolecast.config.schema import RunConfig
+from __future__ import annotations
 
-del _training_code
+import importlib
+import sys
+import types
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rolecast.api import TrainResult, load_config, train
+    from rolecast.config.schema import RunConfig
 
 __version__ = "0.1.0"
+
+_API = {
+    "train": "rolecast.api",
+    "load_config": "rolecast.api",
+    "TrainResult": "rolecast.api",
+    "RunConfig": "rolecast.config.schema",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _API:
+        raise AttributeError(f"module 'rolecast' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_API[name]), name)
+    globals()[name] = value
+    return value
+
+
+class _Package(types.ModuleType):
+    """`rolecast.train` is the API's function, while `rolecast/train/` is the subpackage of the training code. The
+    import system binds a subpackage on its parent when it is first imported; this keeps the name for the function
+    (the subpackage stays reachable as `import rolecast.train.grpo` / `from rolecast.train import grpo`)."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "train" and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
+
 
 __all__ = ["RunConfig", "TrainResult", "__version__", "load_config", "train"]

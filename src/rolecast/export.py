@@ -26,7 +26,8 @@ from rolecast.config.load import load_config
 from rolecast.config.schema import RunConfig
 from rolecast.core.errors import ConfigError
 from rolecast.core.rundir import CONFIG
-from rolecast.policies import PolicySet, build_routing, load_tokenizer, resolve_model_path
+from rolecast.policies.models import PolicySet, load_tokenizer, resolve_model_path
+from rolecast.policies.router import build_routing
 from rolecast.train.checkpoint import load_checkpoint, restore_policies
 from rolecast.workflows import get_workflow
 

@@ -13,7 +13,8 @@ from rolecast.config import RunConfig
 from rolecast.core.devices import resolve_device, resolve_dtype, resolve_mixed_adapters
 from rolecast.core.errors import DatasetError, SandboxUnavailable, UserError
 from rolecast.evaluation import EvalPlan, EvalResult, evaluate
-from rolecast.policies import PolicySet, Routing, build_routing, load_tokenizer
+from rolecast.policies.models import PolicySet, load_tokenizer
+from rolecast.policies.router import Routing, build_routing
 from rolecast.prompts import PromptBook
 from rolecast.rollout.engine import Backend
 from rolecast.rollout.hf import HFBackend

@@ -1,6 +1,3 @@
-"""Policies: loading models, LoRA adapters or full copies per policy id, and the role router."""
-
-from rolecast.policies.models import PolicySet, load_model, load_tokenizer, resolve_model_path
-from rolecast.policies.router import Routing, build_routing
-
-__all__ = ["PolicySet", "Routing", "build_routing", "load_model", "load_tokenizer", "resolve_model_path"]
+"""Policies: loading models, LoRA adapters or full copies per policy id (models.py), the role router (router.py) and
+the names of the shipped models (shipped.py). Import from those modules: this package root stays empty so that
+reading the shipped names (the command line's parser) does not load torch and transformers."""

@@ -22,7 +22,7 @@ from rolecast.core.errors import ConfigError
 from rolecast.core.rundir import EVAL, METRICS, RESUMES, append_jsonl, eval_set_file
 from rolecast.diagnostics.gradients import GradientMonitor
 from rolecast.diagnostics.warnings import EarlyWarning
-from rolecast.policies import PolicySet
+from rolecast.policies.models import PolicySet
 from rolecast.train.checkpoint import (
     capture_rng_state,
     latest_step,

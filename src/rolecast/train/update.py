@@ -21,7 +21,7 @@ from rolecast.config.schema import RunConfig
 from rolecast.core.episode import Turn
 from rolecast.diagnostics.gradients import GradientMonitor, flat_params, norm64
 from rolecast.objectives.losses import clipped_surrogate, clipped_tokens, k3_kl
-from rolecast.policies import PolicySet
+from rolecast.policies.models import PolicySet
 from rolecast.train.batching import batching_order, collate, generation_caps, micro_batches, padded_rows, to_device
 from rolecast.train.distributed import Dist
 from rolecast.train.guard import NonFiniteUpdate
