@@ -60,10 +60,11 @@ class _LinearLogprobs(torch.autograd.Function):
     def forward(ctx, hidden, weight, bias, targets, scale: float, chunk: int):
         n, dtype = hidden.shape[0], _compute_dtype(hidden)
         logp, entropy, lse = (hidden.new_empty(n, dtype=dtype) for _ in range(3))
+        z_buf, e_buf = _chunk_buffers(hidden, weight, chunk), _chunk_buffers(hidden, weight, chunk)
         for s in range(0, n, chunk):
-            z = _scaled_logits(hidden[s : s + chunk], weight, bias, scale)
+            z = _scaled_logits(hidden[s : s + chunk], weight, bias, scale, z_buf)
             m = z.amax(-1, keepdim=True)
-            e = (z - m).exp_()
+            e = (torch.sub(z, m, out=e_buf[: z.shape[0]]) if e_buf is not None else z - m).exp_()
             total = e.sum(-1, keepdim=True)
             lse_c = (m + total.log()).squeeze(-1)
             rows = torch.arange(z.shape[0], device=z.device)
@@ -83,11 +84,12 @@ class _LinearLogprobs(torch.autograd.Function):
         grad_h = torch.zeros_like(hidden) if need_h else None
         grad_w = torch.zeros_like(weight, dtype=lse.dtype) if need_w else None
         grad_b = torch.zeros_like(bias, dtype=lse.dtype) if need_b and bias is not None else None
+        z_buf = _chunk_buffers(hidden, weight, ctx.chunk)
         for s in range(0, hidden.shape[0], ctx.chunk):
             h = hidden[s : s + ctx.chunk]
             g = grad_logp[s : s + ctx.chunk].to(lse.dtype)
             # d loss / d z = g * (onehot(t) - p), then times the scale of z = scale * (h W^T + b)
-            dz = _scaled_logits(h, weight, bias, ctx.scale).sub_(lse[s : s + ctx.chunk, None]).exp_()
+            dz = _scaled_logits(h, weight, bias, ctx.scale, z_buf).sub_(lse[s : s + ctx.chunk, None]).exp_()
             dz.mul_(-g[:, None])
             dz[torch.arange(h.shape[0], device=dz.device), targets[s : s + ctx.chunk]] += g
             if ctx.scale != 1.0:
@@ -112,8 +114,23 @@ def _compute_dtype(x: torch.Tensor) -> torch.dtype:
     return torch.promote_types(x.dtype, torch.float32)  # at least float32 (bf16 / fp16 models upcast)
 
 
-def _scaled_logits(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, scale: float) -> torch.Tensor:
-    z = torch.nn.functional.linear(h, weight, bias).to(_compute_dtype(h))
+def _chunk_buffers(hidden: torch.Tensor, weight: torch.Tensor, chunk: int) -> torch.Tensor | None:
+    """One `[chunk, V]` buffer that every chunk's logits are written into (issue 25): a fresh ~64 MB tensor per
+    chunk costs the kernel's page faults and zeroing on every allocation, ~15% of the head at Qwen3's vocabulary.
+    Only where the projection's output is already in the compute dtype (float32 / float64 models); else None."""
+    if hidden.dtype != _compute_dtype(hidden) or weight.dtype != hidden.dtype:
+        return None
+    return hidden.new_empty(min(chunk, hidden.shape[0]), weight.shape[0])
+
+
+def _scaled_logits(
+    h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, scale: float, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    if out is not None:  # F.linear's own kernels (mm, or addmm with a bias), written into the buffer
+        buf = out[: h.shape[0]]
+        z = torch.addmm(bias, h, weight.t(), out=buf) if bias is not None else torch.mm(h, weight.t(), out=buf)
+    else:
+        z = torch.nn.functional.linear(h, weight, bias).to(_compute_dtype(h))
     return z.mul_(scale) if scale != 1.0 else z
 
 

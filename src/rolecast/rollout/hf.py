@@ -76,6 +76,7 @@ class HFBackend:
         share_prefill: bool = True,
         max_new_tokens_by_role: dict[str, int] | None = None,
         seed_per_prompt: bool = False,
+        drop_finished: bool = True,
     ):
         """`fast`: decode steps through `fast_qwen3` where `fast_qwen3.supports(model)`; False: every decode step
         through the stock forward. `cpu_kernels`: the fast path's and the sampler's numba kernels where installed
@@ -87,10 +88,14 @@ class HFBackend:
         other roles use `max_new_tokens`. Rows with different caps decode in separate batches, each exact.
         `seed_per_prompt`: each distinct prompt decodes in its own batch from a seed of (the last `reseed`,
         the prompt), so what a row samples does not depend on the other rows of the call (a run split over
-        several processes samples what one process would); slower, as batches are smaller."""
+        several processes samples what one process would); slower, as batches are smaller.
+        `drop_finished`: on the fast path, once half a batch's rows have stopped, the loop decodes only the others
+        (issue 25: evaluation batches of 256 rows ran at 61% useful rows, one long answer holding 255 finished rows);
+        the draws and so the outputs are those of the full batch (False: every row to the end, for comparison)."""
         self.fast = fast
         self.cpu_kernels = cpu_kernels
         self.share_prefill = share_prefill
+        self.drop_finished = drop_finished
         self.decode_threads = decode_threads
         self.policies = policies
         self.tokenizer = tokenizer
@@ -241,21 +246,45 @@ class HFBackend:
         step_mask = _decode_mask(model, mask, T, bool_4d=fast is not None)
         stops = self.stop_ids.to(dev) if self.stop_ids.numel() else None
         finished = torch.zeros(B, dtype=torch.bool, device=dev)
-        toks = torch.empty((B, T), dtype=torch.long, device=dev)
-        lps = torch.empty((B, T), dtype=torch.float32, device=dev)
+        # rows dropped from the loop keep pad tokens after their stop token (never read: outputs end at the stop)
+        toks = torch.full((B, T), self.pad_id, dtype=torch.long, device=dev)
+        lps = torch.zeros((B, T), dtype=torch.float32, device=dev)
         pad = torch.full((B,), self.pad_id, dtype=torch.long, device=dev)
         self.stats.batches.append(B)
         n = 0
+        live: torch.Tensor | None = None  # the rows still decoding once finished ones were dropped (None: all B)
         for step in range(T):
-            tok, lp = sample_tokens(logits, temperature, self.generator, top_p, kernels=self.cpu_kernels)
+            tok, lp = sample_tokens(
+                logits,
+                temperature,
+                self.generator,
+                top_p,
+                kernels=self.cpu_kernels,
+                rows_of=None if live is None else (B, live),
+            )
             if stops is not None:
                 tok = torch.where(finished, pad, tok)
                 finished |= torch.isin(tok, stops)
-            toks[:, step] = tok
-            lps[:, step] = lp
+            rows = slice(None) if live is None else live
+            toks[rows, step] = tok
+            lps[rows, step] = lp
             n = step + 1
             if step == T - 1 or (stops is not None and bool(finished.all())):
                 break
+            if (
+                fast is not None
+                and stops is not None
+                and self.drop_finished
+                and 2 * int(finished.sum()) >= len(finished)
+            ):
+                # half the rows have stopped: decode only the others from here on (their K/V caches, RoPE tables and
+                # masks gathered once); each row computes and samples what it would in the full batch
+                keep = (~finished).nonzero().squeeze(1)
+                live = keep if live is None else live[keep]
+                tok, finished, pad = tok[keep], finished[keep], pad[keep]
+                keys, values = [k[keep] for k in keys], [v[keep] for v in values]
+                cos, sin = cos[:, keep], sin[:, keep]
+                step_mask = None if step_mask is None else step_mask[keep]
             am = None if step_mask is None else step_mask[..., : P + n]
             if fast is not None:  # writes the new token's K/V at cache index P + step, as the stock cache would
                 logits = fast.step(tok, cos[step], sin[step], keys, values, P + step, am)

@@ -19,9 +19,17 @@ from rolecast.rollout import cpu_kernels
 
 
 def _draw(
-    weights: torch.Tensor, generator: torch.Generator | None, kernels: bool = True
+    weights: torch.Tensor,
+    generator: torch.Generator | None,
+    kernels: bool = True,
+    rows_of: tuple[int, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    u = torch.rand(weights.shape[0], 1, generator=generator, dtype=torch.float64, device=weights.device)
+    """`rows_of = (n, rows)`: `weights` are rows `rows` of an `n`-row batch; the uniforms are drawn for all `n` (the
+    generator advances as for the whole batch) and these rows' are used, so a row draws what it would in the batch."""
+    n = weights.shape[0] if rows_of is None else rows_of[0]
+    u = torch.rand(n, 1, generator=generator, dtype=torch.float64, device=weights.device)
+    if rows_of is not None:
+        u = u[rows_of[1]]
     return _inverse_cdf(weights, u, kernels)
 
 
@@ -50,6 +58,7 @@ def sample_tokens(
     generator: torch.Generator | None = None,
     top_p: float = 1.0,
     kernels: bool = True,
+    rows_of: tuple[int, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Sample one token per row of `logits [B, V]`; return `(tokens [B] long, logprobs [B] float32)`.
 
@@ -58,7 +67,9 @@ def sample_tokens(
     which is what an importance ratio against the sampler needs). `temperature <= 0` means greedy: the
     argmax, with its log-prob under the temperature-1 softmax (the point-mass sampling distribution would
     always give 0). Every row needs at least one finite logit. `logits` is never modified. `kernels=False`
-    keeps the running sum and search torch ops even where the numba kernel is installed (same draws).
+    keeps the running sum and search torch ops even where the numba kernel is installed (same draws). `rows_of`
+    `(n, rows)`: `logits` are rows `rows` of an `n`-row batch (a decode loop that dropped its finished rows); each
+    row samples with the uniform it would draw in the whole batch.
     """
     x = logits.float()
     if temperature <= 0:
@@ -67,15 +78,20 @@ def sample_tokens(
     z = x * (1.0 / temperature)  # a fresh tensor: the in-place ops below never touch the caller's logits
     zmax = z.amax(dim=-1, keepdim=True)
     if top_p < 1.0:
-        return _sample_nucleus(z, zmax, top_p, generator, kernels)
-    tokens, total = _draw(z.sub_(zmax).exp_(), generator, kernels)  # z now holds exp(z - zmax)
+        return _sample_nucleus(z, zmax, top_p, generator, kernels, rows_of)
+    tokens, total = _draw(z.sub_(zmax).exp_(), generator, kernels, rows_of)  # z now holds exp(z - zmax)
     # log p = (z_tok - zmax) - log(sum exp(z - zmax)); re-read z_tok from the logits (z was overwritten)
     z_tok = _at(x, tokens) * (1.0 / temperature)
     return tokens, ((z_tok - zmax.squeeze(-1)).double() - total.log()).float()
 
 
 def _sample_nucleus(
-    z: torch.Tensor, zmax: torch.Tensor, top_p: float, generator: torch.Generator | None, kernels: bool = True
+    z: torch.Tensor,
+    zmax: torch.Tensor,
+    top_p: float,
+    generator: torch.Generator | None,
+    kernels: bool = True,
+    rows_of: tuple[int, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Sample from the smallest set of most likely tokens whose mass reaches top_p (top token always kept)."""
     sorted_z, order = z.sort(dim=-1, descending=True)
@@ -83,7 +99,7 @@ def _sample_nucleus(
     cum = w.double().cumsum_(-1)
     mass_before = cum - w.double()
     kept = torch.where(mass_before < top_p * cum[:, -1:], w, torch.zeros_like(w))
-    pos, kept_total = _draw(kept, generator, kernels)
+    pos, kept_total = _draw(kept, generator, kernels, rows_of)
     tokens = _at(order, pos)
     return tokens, ((_at(sorted_z, pos) - zmax.squeeze(-1)).double() - kept_total.log()).float()
 

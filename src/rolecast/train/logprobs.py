@@ -15,7 +15,7 @@ from transformers import DynamicCache
 from rolecast.core.episode import Turn
 from rolecast.objectives.losses import linear_logprobs, token_entropy, token_logprobs
 from rolecast.policies.models import cache_keyword
-from rolecast.train.batching import Batch, batching_order, collate, micro_batches, to_device
+from rolecast.train.batching import Batch, collate, plan_micro_batches, to_device
 
 
 def completion_hidden_states(model: Any, batch: Batch) -> torch.Tensor:
@@ -104,7 +104,7 @@ def trainer_logprobs(
     the CPU: train.old_logprobs trainer's denominator, computed before the update as verl's compute_log_prob."""
     out: dict[int, torch.Tensor] = {}
     with torch.no_grad():
-        for micro in micro_batches(batching_order(turns), token_budget):
+        for micro in plan_micro_batches(turns, token_budget):
             logp, _ = completion_logprobs(model, to_device(collate(micro, pad_id), device), temperature)
             for i, t in enumerate(micro):
                 out[id(t)] = logp[i, : len(t.completion_ids)].float().cpu()

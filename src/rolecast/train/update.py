@@ -22,7 +22,7 @@ from rolecast.core.episode import Turn
 from rolecast.diagnostics.gradients import GradientMonitor, flat_params, norm64
 from rolecast.objectives.losses import clipped_surrogate, clipped_tokens, k3_kl
 from rolecast.policies.models import PolicySet
-from rolecast.train.batching import batching_order, collate, generation_caps, micro_batches, padded_rows, to_device
+from rolecast.train.batching import collate, generation_caps, padded_rows, plan_micro_batches, to_device
 from rolecast.train.distributed import Dist
 from rolecast.train.guard import NonFiniteUpdate
 from rolecast.train.interventions import Interventions
@@ -236,7 +236,7 @@ class _Update:
         with self.policies.training(self.pid) as model:
             # the loss is normalised over the whole mini-batch, so any split into micro-batches is exact
             for segment in segments:
-                for micro in micro_batches(batching_order(segment), self.tc.micro_batch_tokens):
+                for micro in plan_micro_batches(segment, self.tc.micro_batch_tokens):
                     if not self.micro_step(model, micro, mb):
                         return False
                 if grads is not None:
