@@ -12,7 +12,7 @@ from echo_task import EchoTask
 from rolecast.cli import main
 from rolecast.config.load import load_config
 from rolecast.core.errors import ConfigError
-from rolecast.evaluate_cli import evaluate_steps, run_eval_command
+from rolecast.evaluate_cli import evaluate_steps
 from rolecast.evaluation import EVAL_SEED_STREAM, EvalPlan, eval_plan, evaluate, pass_at_k
 from rolecast.policies.router import build_routing
 from rolecast.prompts import PromptBook
@@ -55,8 +55,8 @@ def test_eval_base_and_every_checkpoint(tiny_model_dir, tmp_path):
     cfg = load_config(None, over)
     train(cfg)
     out = tmp_path / "eval.jsonl"
-    run_eval_command(cfg, out=str(out), n_samples=2)  # the base model
-    run_eval_command(cfg, checkpoint=str(tmp_path / "run"), every=1, out=str(out))
+    evaluate_steps(cfg, out=str(out), n_samples=2)  # the base model
+    evaluate_steps(cfg, checkpoint=str(tmp_path / "run"), every=1, out=str(out))
     got = rows(out)
     assert [(r["tag"], r["step"]) for r in got] == [("base", 0), ("checkpoint", 1), ("checkpoint", 2)]
     for r in got:

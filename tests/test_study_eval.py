@@ -60,11 +60,11 @@ def test_extra_sets_checked_at_load():
 
 
 def test_rolecast_eval_applies_eval_top_p(tmp_path):
-    from rolecast.evaluate_cli import run_eval_command
+    from rolecast.evaluate_cli import evaluate_steps
 
     def once(name, **overrides):
         cfg = load_config(None, {"eval.protocol": "custom", "eval.size": 12, "logging.progress": False, **overrides})
-        run_eval_command(cfg, out=str(tmp_path / f"{name}.jsonl"))
+        evaluate_steps(cfg, out=str(tmp_path / f"{name}.jsonl"))
         return _rows(tmp_path / f"{name}.jsonl")[0]["pass@1"]
 
     assert once("nucleus", **{"eval.temperature": 1.0, "eval.top_p": 1e-9}) == once("greedy")

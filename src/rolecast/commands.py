@@ -19,7 +19,7 @@ from rolecast import testbed
 from rolecast.config.load import load_config, parse_override
 from rolecast.core.errors import ConfigError
 from rolecast.core.rundir import CONFIG
-from rolecast.evaluate_cli import run_eval_command
+from rolecast.evaluate_cli import evaluate_steps
 from rolecast.export import export_run
 from rolecast.policies.shapes import init_random_model
 from rolecast.report.analyze import analyze, format_summary
@@ -121,9 +121,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
             raise ConfigError(f"--checkpoint {args.checkpoint}: no {config}, so it is not a rolecast run directory")
     cfg = load_config(config, *_overrides(args))
     _quiet_libraries(args)
-    return run_eval_command(
-        cfg, checkpoint=args.checkpoint, every=args.every, n_samples=args.n, size=args.size, out=args.out
-    )
+    evaluate_steps(cfg, checkpoint=args.checkpoint, every=args.every, n_samples=args.n, size=args.size, out=args.out)
+    return 0
 
 
 def cmd_export(args: argparse.Namespace) -> int:

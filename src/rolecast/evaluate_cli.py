@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from rolecast.config import RunConfig
+from rolecast.core.rundir import EVAL
 from rolecast.evaluation import EvalResult, append_eval_row, eval_key, eval_plan
 from rolecast.runtime import build_runtime
 from rolecast.train.checkpoint import list_checkpoints, load_checkpoint, restore_policies
@@ -46,7 +47,7 @@ def evaluate_steps(
         raise ValueError(f"task {cfg.task.name!r} has no problems in split {cfg.task.eval_split!r}")
     targets = _targets(checkpoint, every)
     run_dir = Path(checkpoint) if checkpoint else None
-    out_path = Path(out) if out else (run_dir / "eval.jsonl" if run_dir else Path("runs") / "eval.jsonl")
+    out_path = Path(out) if out else (run_dir or Path("runs")) / EVAL
     out_path.parent.mkdir(parents=True, exist_ok=True)
     ks = eval_plan(cfg, 0, n_samples).ks
     echo(f"{'step':>6} {'pass@1':>8} {'stderr':>7} " + " ".join(f"pass@{k:<3}" for k in ks if k > 1))
@@ -66,16 +67,3 @@ def evaluate_steps(
         results.append(res)
     echo(f"rows appended to {out_path}")
     return results
-
-
-def run_eval_command(
-    cfg: RunConfig,
-    *,
-    checkpoint: str | None = None,
-    every: int = 0,
-    n_samples: int | None = None,
-    size: int | None = None,
-    out: str | None = None,
-) -> int:
-    evaluate_steps(cfg, checkpoint=checkpoint, every=every, n_samples=n_samples, size=size, out=out)
-    return 0
