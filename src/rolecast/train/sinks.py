@@ -5,7 +5,6 @@ and the optional TensorBoard / W&B sinks."""
 from __future__ import annotations
 
 import math
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,7 @@ from rolecast.config.schema import LogSettings
 from rolecast.core.episode import Episode
 from rolecast.core.errors import require
 from rolecast.core.metric_keys import time_key
-from rolecast.core.rundir import append_jsonl, write_jsonl
+from rolecast.core.rundir import append_jsonl, write_atomic
 
 
 class ProgressBar:
@@ -138,4 +137,4 @@ def _finite_or_none(metrics: dict[str, Any]) -> dict[str, Any]:
 
 def write_episodes(path: Path, episodes: list[Episode]) -> None:
     """A step's sampled episodes, one JSON line each (written atomically)."""
-    write_jsonl(path, [asdict(ep) for ep in episodes], ensure_ascii=False)
+    write_atomic(path, "".join(ep.to_json() + "\n" for ep in episodes))
