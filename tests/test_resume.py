@@ -16,10 +16,11 @@ import torch
 from rolecast.cli import main
 from rolecast.config.load import load_config
 from rolecast.core.errors import ConfigError
+from rolecast.core.rundir import read_jsonl
 from rolecast.train import grpo
 from rolecast.train.checkpoint import load_checkpoint
 from rolecast.train.grpo import train
-from rolecast.train.run_dir import RunDirError, prepare_new_run_dir, read_jsonl
+from rolecast.train.run_dir import RunDirError, prepare_new_run_dir
 
 
 def tiny(run_dir: Path, **overrides):

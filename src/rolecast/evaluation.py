@@ -7,7 +7,6 @@ evaluates), and `evaluate` passes that sampling with every generate call instead
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from typing import Any
 from rolecast.config.schema import RunConfig
 from rolecast.core.episode import Episode
 from rolecast.core.errors import ConfigError
+from rolecast.core.rundir import append_jsonl
 from rolecast.prompts import PromptBook
 from rolecast.rollout.engine import Backend, Router, Sampling, run_episodes, step_seed
 from rolecast.scoring import score_episodes
@@ -140,6 +140,5 @@ def eval_key(cfg: RunConfig, *, run: str, step: int, tag: str, workflow: str) ->
 
 def append_eval_row(path: Path, key: dict[str, Any], result: EvalResult) -> dict[str, Any]:
     row = {**key, **result.row()}
-    with open(path, "a") as f:
-        f.write(json.dumps(row) + "\n")
+    append_jsonl(path, row)
     return row

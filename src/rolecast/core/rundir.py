@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -222,3 +222,11 @@ def read_jsonl(path: str | Path, *, skipped: list[int] | None = None) -> list[di
         else:
             raise ConfigError(f"{path}:{i + 1}: not a JSON line ({row}); the run's log is damaged")
     return rows
+
+
+def cut_back_jsonl(path: str | Path, keep: Callable[[dict[str, Any]], bool]) -> None:
+    """Rewrite `path` (atomically) with only the rows `keep` accepts, e.g. rows up to the step a run resumes from.
+    Rewritten even when every row is kept: a torn last line (a kill mid-append, dropped by `read_jsonl`) must not
+    stay in front of the rows the resumed run appends. Nothing happens when the file does not exist."""
+    if Path(path).exists():
+        write_jsonl(path, [r for r in read_jsonl(path) if keep(r)])

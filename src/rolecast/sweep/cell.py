@@ -26,7 +26,7 @@ import transformers
 from rich.console import Console as RichConsole
 
 from rolecast.config.load import validate_config
-from rolecast.core.rundir import DONE, ERROR, EVAL, read_jsonl, write_atomic, write_jsonl
+from rolecast.core.rundir import DONE, ERROR, EVAL, cut_back_jsonl, write_atomic
 from rolecast.train.checkpoint import latest_step
 from rolecast.train.grpo import train
 from rolecast.train.sinks import Console
@@ -82,19 +82,10 @@ def prepare(run_dir: Path) -> int | None:
             shutil.rmtree(run_dir)
         return None
     (run_dir / ERROR).unlink(missing_ok=True)
-    _drop_eval_rows_after(run_dir / EVAL, step)
+    # a periodic evaluation at step k is appended before checkpoint k is written; a kill in between leaves a row the
+    # resumed run writes again: keep rows up to the checkpoint, as train() does for metrics.jsonl
+    cut_back_jsonl(run_dir / EVAL, lambda r: r.get("step", 0) <= step)
     return step
-
-
-def _drop_eval_rows_after(path: Path, step: int) -> None:
-    """A periodic evaluation at step k is appended before checkpoint k is written; a kill in between leaves a
-    row the resumed run will write again. Keep rows up to the checkpoint, as train() does for metrics.jsonl."""
-    if not path.is_file():
-        return
-    rows = read_jsonl(path)
-    keep = [r for r in rows if r.get("step", 0) <= step]
-    if len(keep) != len(rows):
-        write_jsonl(path, keep)
 
 
 def run_cell(job: CellJob) -> CellResult:

@@ -19,7 +19,7 @@ import torch
 
 from rolecast.config.schema import RunConfig
 from rolecast.core.errors import ConfigError
-from rolecast.core.rundir import EVAL, METRICS, RESUMES, append_jsonl, eval_set_file
+from rolecast.core.rundir import EVAL, METRICS, RESUMES, append_jsonl, cut_back_jsonl, eval_set_file
 from rolecast.diagnostics.gradients import GradientMonitor
 from rolecast.diagnostics.warnings import EarlyWarning
 from rolecast.policies.models import PolicySet
@@ -35,7 +35,6 @@ from rolecast.train.checkpoint import (
 from rolecast.train.guard import DivergenceGuard
 from rolecast.train.interventions import Interventions
 from rolecast.train.rollback import Rollback, RollbackEvent
-from rolecast.train.run_dir import cut_back_jsonl
 from rolecast.train.schedule import Schedule, rebase
 
 # the checkpoint entries of the session's components (besides trainer_state's)

@@ -8,13 +8,11 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from rolecast.config.schema import RunConfig, parse_config, yaml_mapping
 from rolecast.core.errors import RunDirError
-from rolecast.core.rundir import CONFIG, RUN_ENTRIES, read_jsonl, write_jsonl
+from rolecast.core.rundir import CONFIG, RUN_ENTRIES
 
 log = logging.getLogger(__name__)
 
@@ -82,14 +80,3 @@ def discard_new_run(run_dir: Path, created: list[Path]) -> None:
             d.rmdir()  # only if empty: never removes anything the run did not write
         except OSError:
             break
-
-
-# ---------------------------------------------------------------------------------------------------------
-# JSON-lines logs
-
-
-def cut_back_jsonl(path: Path, keep: Callable[[dict[str, Any]], bool]) -> None:
-    """Rewrite `path` (atomically) with only the rows `keep` accepts, e.g. rows up to the resumed step."""
-    if not path.exists():
-        return
-    write_jsonl(path, [r for r in read_jsonl(path) if keep(r)])
