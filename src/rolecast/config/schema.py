@@ -9,7 +9,6 @@ Defaults follow the reference study (GRPO, group 8, lr 2e-5, no KL, temperature 
 
 from __future__ import annotations
 
-import difflib
 import typing
 from pathlib import Path
 from typing import Any, Literal
@@ -18,6 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from rolecast.core.errors import ConfigError, FieldError
+from rolecast.core.registry import closest_name
 
 __all__ = ["ConfigError", "FieldError", "RunConfig", "dump_config", "parse_config", "resume_changes"]
 
@@ -430,9 +430,8 @@ def _did_you_mean(loc: tuple[int | str, ...]) -> str:
         if typing.get_origin(annotation) is list:
             annotation = typing.get_args(annotation)[0]
         model = annotation
-    names = list(getattr(model, "model_fields", {}))
-    close = difflib.get_close_matches(str(loc[-1]), names, n=1, cutoff=0.6)
-    return f"unknown field; did you mean {'.'.join([*(str(k) for k in loc[:-1]), close[0]])}?" if close else ""
+    close = closest_name(str(loc[-1]), list(getattr(model, "model_fields", {})))
+    return f"unknown field; did you mean {'.'.join([*(str(k) for k in loc[:-1]), close])}?" if close else ""
 
 
 def _error_line(err: Any, source: str | Path, labels: dict[str, str]) -> str:

@@ -20,10 +20,17 @@ from rolecast.core.errors import ConfigError
 T = TypeVar("T")
 
 
+def closest_name(name: str, known: list[str]) -> str | None:
+    """The known name closest to `name` (difflib's ratio >= 0.6), or None: the one rule behind every "did you
+    mean" of a registry name or a config field."""
+    match = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    return match[0] if match else None
+
+
 def closest(name: str, known: list[str]) -> str:
     """ " (did you mean 'x'?)" for the closest known name, or ""."""
-    match = difflib.get_close_matches(name, known, n=1)
-    return f" (did you mean {match[0]!r}?)" if match else ""
+    match = closest_name(name, known)
+    return f" (did you mean {match!r}?)" if match else ""
 
 
 def is_reference(name: str) -> bool:
