@@ -303,7 +303,7 @@ def test_backend_fast_equals_stock(request, which, temperature, ignore_eos):
     assert len({len(g.prompt_ids) for g in fast}) > 2  # really left-padded
     for a, b in zip(stock, fast, strict=True):
         assert a.completion_ids == b.completion_ids and a.finish_reason == b.finish_reason
-        # fp32 summation order (packed projections, kernel norms, SDPA's GQA mode): ~1e-6 relative on log-probs
+        # fp32 summation order (packed projections, kernel norms, matmul attention): ~1e-6 relative on log-probs
         torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), rtol=1e-5, atol=1e-5)
     if temperature > 0:  # a different seed samples something else: the equality above is not vacuous
         other = _generate(ps, tok, fast=True, temperature=temperature, seed=1, ignore_eos=ignore_eos)
