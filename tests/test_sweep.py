@@ -4,6 +4,7 @@ and the Ray executor. Cells train the embedded testbed for 2-3 tiny steps on one
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import os
@@ -17,7 +18,7 @@ import pytest
 import torch
 
 from rolecast.cli import main
-from rolecast.sweep import LocalExecutor, MatrixError, PoolExecutor, cell_summary, load_matrix, run_sweep
+from rolecast.sweep import LocalExecutor, MatrixError, PoolExecutor, cell_summary, executors, load_matrix, run_sweep
 from rolecast.train.checkpoint import latest_step, load_checkpoint
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -312,6 +313,15 @@ def test_process_pool_runs_cells_in_their_own_processes(tmp_path, monkeypatch):
     local = load_matrix(p, out=tmp_path / "local")
     run_sweep(local, LocalExecutor(), progress=False)
     assert _jsonl(local.out / good / "metrics.jsonl", ("time/",)) == _jsonl(m.out / good / "metrics.jsonl", ("time/",))
+
+
+def test_pool_cells_fork_from_a_server_with_every_preload_importable():
+    """The fork server skips a preload module that fails to import without a word: each must import (a renamed
+    module would silently give back the ~4 s of imports per cell)."""
+    assert executors.cell_context().get_start_method() == "forkserver"
+    assert "rolecast.sweep.cell" in executors.PRELOAD
+    for name in executors.PRELOAD:
+        assert importlib.import_module(name).__name__ == name
 
 
 KILLER = """\

@@ -67,6 +67,15 @@ PRELOAD = (
 )
 
 
+def cell_context() -> Any:
+    """The multiprocessing context cells run in: forked from a fork server that imports `PRELOAD` when it starts
+    (the first cell of this process; a module that fails to import there is skipped silently, so a test checks
+    that each one imports)."""
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(list(PRELOAD))
+    return ctx
+
+
 class PoolExecutor:
     """Up to `workers` cells at once, each in its own fresh process with `threads_per_cell` torch threads, so
     the cells together use the cores they were given and no more. A process per cell also means a cell that
@@ -83,8 +92,7 @@ class PoolExecutor:
         self.workers = workers or max(1, available_cpus() // threads_per_cell)
 
     def run(self, jobs: Sequence[CellJob], on_start: OnStart, on_finish: OnFinish) -> None:
-        ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload(list(PRELOAD))  # read when the server starts (the first cell of this process)
+        ctx = cell_context()
         pending = list(jobs)
         running: dict[Any, tuple[CellJob, Any, float]] = {}
         try:
