@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from rolecast.objectives import losses
 from rolecast.objectives.losses import (
     aggregate,
     clipped_surrogate,
@@ -170,10 +171,22 @@ def test_entropy_hand_values() -> None:
     assert torch.isfinite(logits.grad).all()
 
 
-@pytest.mark.parametrize("scale, chunk, bias", [(1.0, 5, False), (1 / 0.7, 3, True), (2.0, 1000, False)])
-def test_linear_logprobs_equal_autograd_through_log_softmax(scale, chunk, bias) -> None:
+@pytest.mark.parametrize(
+    "scale, chunk, bias, tile, block_rows",
+    [
+        (1.0, 5, False, None, 4096),
+        (1 / 0.7, 3, True, None, 4096),
+        (2.0, 1000, False, None, 4096),
+        # the backward in vocabulary tiles (7 + 7 + 7 + 2 ids; 4 x 5 + 3) and row blocks (at least the forward's chunk:
+        # 5 + 5 + 1 rows; 3 + 3 + 3 + 2)
+        (1.0, 5, False, 7, 4),
+        (1 / 0.7, 3, True, 4, 2),
+    ],
+)
+def test_linear_logprobs_equal_autograd_through_log_softmax(scale, chunk, bias, tile, block_rows, monkeypatch) -> None:
     """The fused projection + log-prob + entropy (chunked, logits recomputed in backward) against plain autograd
     over log_softmax(scale * (h W^T + b)), in float64: values and gradients for h, W and b."""
+    monkeypatch.setattr(losses, "BACKWARD_ROWS", block_rows)
     g = torch.Generator().manual_seed(0)
     N, H, V = 11, 6, 23
     h = torch.randn(N, H, dtype=D, generator=g, requires_grad=True)
@@ -188,7 +201,7 @@ def test_linear_logprobs_equal_autograd_through_log_softmax(scale, chunk, bias) 
     want_ent = -(logp_all.exp() * logp_all).sum(-1)
     want_grads = torch.autograd.grad((want_lp * coeff).sum(), [h, w] + ([b] if bias else []))
 
-    lp, ent = linear_logprobs(h, w, b, t, scale=scale, chunk_rows=chunk)
+    lp, ent = linear_logprobs(h, w, b, t, scale=scale, chunk_rows=chunk, vocab_tile=tile)
     assert not ent.requires_grad and lp.dtype == D
     torch.testing.assert_close(lp, want_lp, rtol=0, atol=1e-10)
     torch.testing.assert_close(ent, want_ent.detach(), rtol=0, atol=1e-10)
