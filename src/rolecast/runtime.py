@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from rolecast.config import RunConfig
+from rolecast.core.allocator import keep_freed_memory
 from rolecast.core.devices import resolve_device, resolve_dtype, resolve_mixed_adapters
 from rolecast.core.errors import DatasetError, SandboxUnavailable, UserError
 from rolecast.evaluation import EvalPlan, EvalResult, evaluate
@@ -102,6 +103,7 @@ def build_runtime(cfg: RunConfig, data_splits: Sequence[str] | None = None) -> R
     file fails in a second, not after a model download. The task caches them for later `problems` calls."""
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
+    keep_freed_memory()  # malloc reuses freed tensors' memory instead of faulting fresh pages in (core/allocator.py)
     spec = get_workflow(cfg.workflow.name)
     routing = build_routing(spec.roles, cfg.routing.sharing, cfg.routing.map, cfg.routing.policies)
     task = make_task(cfg.task.name, **cfg.task.options)
