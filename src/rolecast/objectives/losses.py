@@ -101,6 +101,7 @@ class _LinearLogprobs(torch.autograd.Function):
         z_buf = _chunk_buffers(hidden[:block], weight[:tile], block)
         for s in range(0, n, block):
             h, t = hidden[s : s + block], targets[s : s + block]
+            h_c = h.to(lse.dtype)  # the block's rows in the compute dtype, for every tile's weight gradient
             g, lse_b = grad_logp[s : s + block].to(lse.dtype), lse[s : s + block, None]
             rows = torch.arange(h.shape[0], device=h.device)
             for v in range(0, V, tile):
@@ -116,7 +117,7 @@ class _LinearLogprobs(torch.autograd.Function):
                 if ctx.scale != 1.0:
                     dz.mul_(ctx.scale)
                 if grad_w is not None:  # accumulated in the compute dtype, before dz is cast to the model's
-                    grad_w[v : v + tile].addmm_(dz.t(), h.to(lse.dtype))
+                    grad_w[v : v + tile].addmm_(dz.t(), h_c)
                 if grad_b is not None:
                     grad_b[v : v + tile] += dz.sum(0)
                 if grad_h is not None:

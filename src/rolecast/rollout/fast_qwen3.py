@@ -246,24 +246,25 @@ class FastDecoder:
         B, H, Hk, d = tokens.shape[0], self.n_heads, self.n_kv, self.head_dim
         x = F.embedding(tokens, self.embed)  # [B, hidden]: the residual stream
         out = None  # the last sublayer's output, not yet added to x
+        padding = None if mask is None else mask.logical_not()  # once per step, for every layer's attention
         for (ln1, qkv_proj, qk_norm, o_proj, ln2, gate_up, down), K, V in zip(self.layers, keys, values, strict=True):
             x, h = self._add_norm(x, out, ln1)
             q = self._qk_rope_store(qkv_proj(h).view(B, H + 2 * Hk, d), qk_norm, cos, sin, K, V, n)
-            attn = self._attend(q, K[:, :, : n + 1], V[:, :, : n + 1], mask)
+            attn = self._attend(q, K[:, :, : n + 1], V[:, :, : n + 1], padding)
             x, h = self._add_norm(x, o_proj(attn), ln2)
             gate, up = gate_up(h).chunk(2, dim=-1)
             out = down(F.silu(gate) * up)
         return self.lm_head(self._add_norm(x, out, self.norm)[1])
 
-    def _attend(self, q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    def _attend(self, q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, padding: torch.Tensor | None) -> torch.Tensor:
         """One query per row against the cache, `[B, H * d]`: each KV head's query heads as the rows of one matmul
         (the grouped-query layout, no K/V repeat), softmax, matmul. Three ops instead of SDPA, whose per-call work
         dominates at a decode step's sizes: 1.5-1.9x faster (16 rows x 170 positions: 80 vs 130 us per layer on one
         thread; 142 x 45: 414 vs 614 us), equal to SDPA within ~7e-7 (float32 summation order)."""
         B, Hk, d = q.shape[0], self.n_kv, self.head_dim
         scores = torch.matmul(q.view(B, Hk, self.n_heads // Hk, d), K.transpose(-1, -2)).mul_(self.scaling)
-        if mask is not None:  # [B, 1, 1, n + 1], True = attend: padding positions get no weight
-            scores.masked_fill_(mask.logical_not(), float("-inf"))
+        if padding is not None:  # [B, 1, 1, n + 1], True = a padding position: it gets no weight
+            scores.masked_fill_(padding, float("-inf"))
         return torch.matmul(torch.softmax(scores, dim=-1), V).view(B, self.n_heads * d)
 
     def _norm_weight(self, weight: torch.Tensor):
