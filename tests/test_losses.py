@@ -177,16 +177,18 @@ def test_entropy_hand_values() -> None:
         (1.0, 5, False, None, 4096),
         (1 / 0.7, 3, True, None, 4096),
         (2.0, 1000, False, None, 4096),
-        # the backward in vocabulary tiles (7 + 7 + 7 + 2 ids; 4 x 5 + 3) and row blocks (at least the forward's chunk:
-        # 5 + 5 + 1 rows; 3 + 3 + 3 + 2)
+        # the vocabulary in tiles (7 + 7 + 7 + 2 ids; 4 x 5 + 3): the forward's online softmax over row blocks of
+        # `block_rows` (4 + 4 + 3; 2 x 5 + 1), the backward's row blocks (at least the forward's chunk: 5 + 5 + 1 rows;
+        # 3 + 3 + 3 + 2)
         (1.0, 5, False, 7, 4),
         (1 / 0.7, 3, True, 4, 2),
     ],
 )
 def test_linear_logprobs_equal_autograd_through_log_softmax(scale, chunk, bias, tile, block_rows, monkeypatch) -> None:
-    """The fused projection + log-prob + entropy (chunked, logits recomputed in backward) against plain autograd
-    over log_softmax(scale * (h W^T + b)), in float64: values and gradients for h, W and b."""
+    """The fused projection + log-prob + entropy (chunked or tiled, logits recomputed in backward) against plain
+    autograd over log_softmax(scale * (h W^T + b)), in float64: values and gradients for h, W and b."""
     monkeypatch.setattr(losses, "BACKWARD_ROWS", block_rows)
+    monkeypatch.setattr(losses, "FORWARD_ROWS", block_rows)
     g = torch.Generator().manual_seed(0)
     N, H, V = 11, 6, 23
     h = torch.randn(N, H, dtype=D, generator=g, requires_grad=True)
@@ -214,6 +216,31 @@ def test_linear_logprobs_equal_autograd_through_log_softmax(scale, chunk, bias, 
     torch.testing.assert_close(lp32.double(), want_lp.detach(), rtol=1e-5, atol=1e-5)
 
 
+def test_linear_logprobs_tiles_rescale_when_a_later_tile_holds_the_max(monkeypatch) -> None:
+    """The tiled forward's running max: a row whose first tile's logits are ~300 below a later tile's (exp of the
+    difference overflows float32 unless the sums are rescaled to the new max) and a row whose max is in its first
+    tile; a vocabulary above FORWARD_MIN_VOCAB takes the tiled path without being asked. float32 against float64."""
+    monkeypatch.setattr(losses, "FORWARD_MIN_VOCAB", 8)
+    monkeypatch.setattr(losses, "FORWARD_TILE", 5)
+    g = torch.Generator().manual_seed(1)
+    V = 17  # tiles of 5 + 5 + 5 + 2 ids
+    h = torch.tensor([[1.0, 0.0], [0.0, 1.0]], dtype=D)
+    w = torch.randn(V, 2, dtype=D, generator=g)
+    w[:5, 0] -= 150.0  # row 0: its first tile ~150 below the rest
+    w[10:15, 0] += 150.0  # ... and its third tile ~150 above
+    w[:5, 1] += 100.0  # row 1: the max in the first tile
+    t = torch.tensor([12, 3])
+    want = torch.log_softmax(h @ w.t(), -1)
+    want_lp, want_ent = want[torch.arange(2), t], -(want.exp() * want).sum(-1)
+    lp, ent = linear_logprobs(h.float(), w.float(), None, t)
+    assert torch.isfinite(lp).all() and torch.isfinite(ent).all()
+    torch.testing.assert_close(lp.double(), want_lp, rtol=0, atol=1e-4)
+    torch.testing.assert_close(ent.double(), want_ent, rtol=0, atol=1e-4)
+    lp64, ent64 = linear_logprobs(h, w, None, t)
+    torch.testing.assert_close(lp64, want_lp, rtol=0, atol=1e-10)
+    torch.testing.assert_close(ent64, want_ent, rtol=0, atol=1e-10)
+
+
 def test_linear_logprobs_hand_values_and_frozen_head() -> None:
     # h = [1], W = [[0], [ln 3]]: logits [0, ln 3] -> p = [1/4, 3/4]; entropy = -(1/4 ln 1/4 + 3/4 ln 3/4)
     h = torch.tensor([[1.0]], requires_grad=True)
@@ -225,3 +252,9 @@ def test_linear_logprobs_hand_values_and_frozen_head() -> None:
     # d logp_1 / d h = W_1 - sum_v p_v W_v = ln 3 - 3/4 ln 3 = ln 3 / 4
     assert h.grad.item() == pytest.approx(math.log(3) / 4, abs=1e-6)
     assert w.grad is None
+
+
+def test_linear_logprobs_tiled_forward_rejects_a_target_outside_the_vocabulary() -> None:
+    h, w = torch.randn(3, 2), torch.randn(9, 2)
+    with pytest.raises(IndexError, match=r"\[0, 9\)"):
+        linear_logprobs(h, w, None, torch.tensor([0, 9, 2]), vocab_tile=4)

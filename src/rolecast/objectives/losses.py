@@ -60,6 +60,16 @@ def token_entropy(logits: torch.Tensor, chunk_tokens: int = 2048) -> torch.Tenso
 CHUNK_ELEMENTS = 1 << 24
 BACKWARD_ROWS = 4096
 MIN_TILE = 256
+# Forward over a vocabulary of more than FORWARD_MIN_VOCAB ids: rows in blocks of FORWARD_ROWS, the vocabulary in tiles
+# of FORWARD_TILE ids, the softmax's max, sum of exponentials and exp-weighted logit sum kept per row as each tile
+# comes (the online softmax). A [1,024 x 1,024] tile (4 MB) is still in the cores' caches for the passes that follow
+# its matmul; a chunk of ~110 full rows at Qwen3's 151,669 ids (67 MB) is not, and its four passes (max, exp, sum,
+# dot) took twice the matmul's time (docs/benchmarks.md: head forward at 3,072 x 151,669, 2 threads, 1.83 -> 1.24 s).
+# Smaller vocabularies (the testbed's 2,048 ids) keep the row-chunked forward, op for op: there the tiles would
+# save ~4 of 23 ms per 3,072 positions, not worth moving every testbed result by float32 rounding.
+FORWARD_MIN_VOCAB = 16384
+FORWARD_ROWS = 1024
+FORWARD_TILE = 1024
 
 
 class _LinearLogprobs(torch.autograd.Function):
@@ -71,6 +81,13 @@ class _LinearLogprobs(torch.autograd.Function):
     def forward(ctx, hidden, weight, bias, targets, scale: float, chunk: int, tile: int | None):
         n, dtype = hidden.shape[0], _compute_dtype(hidden)
         logp, entropy, lse = (hidden.new_empty(n, dtype=dtype) for _ in range(3))
+        ctx.scale, ctx.chunk, ctx.tile = scale, chunk, tile
+        ctx.mark_non_differentiable(entropy)
+        forward_tile = tile if tile is not None else FORWARD_TILE if weight.shape[0] > FORWARD_MIN_VOCAB else None
+        if forward_tile is not None and forward_tile < weight.shape[0]:
+            _tiled_forward(hidden, weight, bias, targets, scale, forward_tile, logp, entropy, lse)
+            ctx.save_for_backward(hidden, weight, bias, targets, lse)
+            return logp, entropy
         z_buf, e_buf = _chunk_buffers(hidden, weight, chunk), _chunk_buffers(hidden, weight, chunk)
         for s in range(0, n, chunk):
             z = _scaled_logits(hidden[s : s + chunk], weight, bias, scale, z_buf)
@@ -84,8 +101,6 @@ class _LinearLogprobs(torch.autograd.Function):
             # H = lse - sum_v p_v z_v, with p = e / total; a batched dot avoids another [rows, V] temporary
             entropy[s : s + chunk] = lse_c - (e.unsqueeze(1) @ z.unsqueeze(2)).view(-1) / total.squeeze(-1)
         ctx.save_for_backward(hidden, weight, bias, targets, lse)
-        ctx.scale, ctx.chunk, ctx.tile = scale, chunk, tile
-        ctx.mark_non_differentiable(entropy)
         return logp, entropy
 
     @staticmethod
@@ -137,6 +152,64 @@ class _LinearLogprobs(torch.autograd.Function):
         )
 
 
+def _tiled_forward(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    targets: torch.Tensor,
+    scale: float,
+    tile: int,
+    logp: torch.Tensor,
+    entropy: torch.Tensor,
+    lse: torch.Tensor,
+) -> None:
+    """`_LinearLogprobs.forward` in [FORWARD_ROWS x tile] blocks, written into logp, entropy and lse. Per row, over
+    the tiles: m, the running max; total = sum exp(z - m); dot = sum exp(z - m) z; both rescaled by exp(m_old - m)
+    when the max grows. Then lse = m + log(total) and entropy = lse - dot / total (H = lse - sum_v p_v z_v), as the
+    row-chunked forward computes them from whole rows. The target's logit is read from the tile that holds it."""
+    n, V = hidden.shape[0], weight.shape[0]
+    rows = min(FORWARD_ROWS, max(n, 1))
+    z_buf = _chunk_buffers(hidden[:rows], weight[:tile], rows)
+    e_buf = _chunk_buffers(hidden[:rows], weight[:tile], rows)
+    # tile k holds ids [starts[k], starts[k + 1])
+    starts = torch.arange(0, V + tile, tile, device=targets.device).clamp_(max=V)
+    for s in range(0, n, rows):
+        h, t = hidden[s : s + rows], targets[s : s + rows]
+        order = torch.argsort(t)  # the block's rows by target: tile k's targets are order[bounds[k]:bounds[k + 1]]
+        bounds = torch.searchsorted(t[order], starts).tolist()
+        if bounds[0] != 0 or bounds[-1] != h.shape[0]:  # the row-chunked forward's gather raises here too
+            raise IndexError(f"target ids must lie in [0, {V}): got {int(t.min())}..{int(t.max())}")
+        z_t = logp.new_empty(h.shape[0])
+        m = total = dot = None
+        for k, v in enumerate(range(0, V, tile)):
+            z = _scaled_logits(h, weight[v : v + tile], None if bias is None else bias[v : v + tile], scale, z_buf)
+            z_max = z.amax(-1, keepdim=True)
+            if m is None or total is None or dot is None:
+                m = z_max
+                e = (torch.sub(z, m, out=_view(e_buf, z)) if e_buf is not None else z - m).exp_()
+                total, dot = e.sum(-1, keepdim=True), (e.unsqueeze(1) @ z.unsqueeze(2)).view(-1, 1)
+            else:
+                m_new = torch.maximum(m, z_max)
+                alpha = (m - m_new).exp_()  # rescales the sums so far to the new max (1 where it did not grow)
+                e = (torch.sub(z, m_new, out=_view(e_buf, z)) if e_buf is not None else z - m_new).exp_()
+                total = total.mul_(alpha).add_(e.sum(-1, keepdim=True))
+                dot = dot.mul_(alpha).add_((e.unsqueeze(1) @ z.unsqueeze(2)).view(-1, 1))
+                m = m_new
+            if bounds[k + 1] > bounds[k]:
+                hit = order[bounds[k] : bounds[k + 1]]
+                z_t[hit] = z[hit, t[hit] - v]
+        assert m is not None and total is not None and dot is not None, "a vocabulary has at least one tile"
+        lse_b = (m + total.log()).squeeze(-1)
+        lse[s : s + rows] = lse_b
+        logp[s : s + rows] = z_t - lse_b
+        entropy[s : s + rows] = lse_b - (dot / total).squeeze(-1)
+
+
+def _view(buf: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """A contiguous view of `buf`'s first elements shaped as `like` (a block's rows, or a narrower last tile)."""
+    return buf.view(-1)[: like.numel()].view(like.shape)
+
+
 def _compute_dtype(x: torch.Tensor) -> torch.dtype:
     return torch.promote_types(x.dtype, torch.float32)  # at least float32 (bf16 / fp16 models upcast)
 
@@ -176,10 +249,12 @@ def linear_logprobs(
 
     The vocabulary projection, the log-normaliser, the target's log-prob and the entropy come from one pass over
     each chunk of rows, and backward recomputes the chunk's logits from the saved inputs, so no `[N, V]` tensor
-    is ever kept: a chunk is ~64 MB of float32 logits at most (~100 rows of Qwen3's 151,669 ids). Compared
+    is ever kept: a chunk is ~64 MB of float32 logits at most (~100 rows of Qwen3's 151,669 ids); above
+    FORWARD_MIN_VOCAB ids the forward goes through [1,024 x 1,024] tiles with an online softmax instead. Compared
     with autograd over `log_softmax(head(h))` plus a separate entropy pass, this does one projection fewer per
-    chunk and a few full-vocabulary passes instead of a dozen. `vocab_tile`: the backward's vocabulary tile (None:
-    sized to the block, see BACKWARD_ROWS; tests set it small)."""
+    chunk and a few full-vocabulary passes instead of a dozen. `vocab_tile`: the vocabulary tile of the backward and,
+    where smaller than the vocabulary, of the forward (None: sized to the block, see BACKWARD_ROWS and
+    FORWARD_TILE; tests set it small)."""
     if chunk_rows is None:
         chunk_rows = max(1, CHUNK_ELEMENTS // max(weight.shape[0], 1))
     return _LinearLogprobs.apply(hidden, weight, bias, targets.long(), float(scale), int(chunk_rows), vocab_tile)
