@@ -66,7 +66,7 @@ MIN_TILE = 256
 # its matmul; a chunk of ~110 full rows at Qwen3's 151,669 ids (67 MB) is not, and its four passes (max, exp, sum,
 # dot) took twice the matmul's time (docs/benchmarks.md: head forward at 3,072 x 151,669, 2 threads, 1.83 -> 1.24 s).
 # Smaller vocabularies (the testbed's 2,048 ids) keep the row-chunked forward, op for op: there the tiles would
-# save ~4 of 23 ms per 3,072 positions, not worth moving every testbed result by float32 rounding.
+# save ~4 of 23 ms per 3,072 positions, not worth moving every testbed result by float32 rounding. So do GPUs.
 FORWARD_MIN_VOCAB = 16384
 FORWARD_ROWS = 1024
 FORWARD_TILE = 1024
@@ -83,7 +83,10 @@ class _LinearLogprobs(torch.autograd.Function):
         logp, entropy, lse = (hidden.new_empty(n, dtype=dtype) for _ in range(3))
         ctx.scale, ctx.chunk, ctx.tile = scale, chunk, tile
         ctx.mark_non_differentiable(entropy)
-        forward_tile = tile if tile is not None else FORWARD_TILE if weight.shape[0] > FORWARD_MIN_VOCAB else None
+        # tiles are a CPU cache layout: on an accelerator the row chunks stay (a tile's dozen small kernel launches
+        # would cost more there than the passes they keep in cache)
+        large_cpu = weight.shape[0] > FORWARD_MIN_VOCAB and hidden.device.type == "cpu"
+        forward_tile = tile if tile is not None else FORWARD_TILE if large_cpu else None
         if forward_tile is not None and forward_tile < weight.shape[0]:
             _tiled_forward(hidden, weight, bias, targets, scale, forward_tile, logp, entropy, lse)
             ctx.save_for_backward(hidden, weight, bias, targets, lse)
@@ -249,9 +252,9 @@ def linear_logprobs(
 
     The vocabulary projection, the log-normaliser, the target's log-prob and the entropy come from one pass over
     each chunk of rows, and backward recomputes the chunk's logits from the saved inputs, so no `[N, V]` tensor
-    is ever kept: a chunk is ~64 MB of float32 logits at most (~100 rows of Qwen3's 151,669 ids); above
-    FORWARD_MIN_VOCAB ids the forward goes through [1,024 x 1,024] tiles with an online softmax instead. Compared
-    with autograd over `log_softmax(head(h))` plus a separate entropy pass, this does one projection fewer per
+    is ever kept: a chunk is ~64 MB of float32 logits at most (~100 rows of Qwen3's 151,669 ids); on the CPU,
+    above FORWARD_MIN_VOCAB ids, the forward goes through [1,024 x 1,024] tiles with an online softmax instead.
+    Compared with autograd over `log_softmax(head(h))` plus a separate entropy pass, this does one projection fewer per
     chunk and a few full-vocabulary passes instead of a dozen. `vocab_tile`: the vocabulary tile of the backward and,
     where smaller than the vocabulary, of the forward (None: sized to the block, see BACKWARD_ROWS and
     FORWARD_TILE; tests set it small)."""
