@@ -13,6 +13,7 @@ them to every micro-batch call; then `sum(micro losses) == full-batch loss`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -64,7 +65,7 @@ MIN_TILE = 256
 # of FORWARD_TILE ids, the softmax's max, sum of exponentials and exp-weighted logit sum kept per row as each tile
 # comes (the online softmax). A [1,024 x 1,024] tile (4 MB) is still in the cores' caches for the passes that follow
 # its matmul; a chunk of ~110 full rows at Qwen3's 151,669 ids (67 MB) is not, and its four passes (max, exp, sum,
-# dot) took twice the matmul's time (docs/benchmarks.md: head forward at 3,072 x 151,669, 2 threads, 1.83 -> 1.24 s).
+# dot) took twice the matmul's time (docs/benchmarks.md: head forward at 3,072 x 151,669, 2 threads, 1.84 -> 1.31 s).
 # Smaller vocabularies (the testbed's 2,048 ids) keep the row-chunked forward, op for op: there the tiles would
 # save ~4 of 23 ms per 3,072 positions, not worth moving every testbed result by float32 rounding. So do GPUs.
 FORWARD_MIN_VOCAB = 16384
@@ -122,15 +123,15 @@ class _LinearLogprobs(torch.autograd.Function):
             h_c = h.to(lse.dtype)  # the block's rows in the compute dtype, for every tile's weight gradient
             g, lse_b = grad_logp[s : s + block].to(lse.dtype), lse[s : s + block, None]
             rows = torch.arange(h.shape[0], device=h.device)
-            for v in range(0, V, tile):
+            hits = _rows_by_tile(t, V, tile) if tile < V else None
+            for k, v in enumerate(range(0, V, tile)):
                 w_t = weight[v : v + tile]
                 # d loss / d z = g * (onehot(t) - p), then times the scale of z = scale * (h W^T + b)
                 dz = _scaled_logits(h, w_t, None if bias is None else bias[v : v + tile], ctx.scale, z_buf)
                 dz = dz.sub_(lse_b).exp_().mul_(-g[:, None])
-                if tile == V:
+                if hits is None:
                     dz[rows, t] += g
-                else:  # the rows whose target falls in this tile
-                    hit = ((t >= v) & (t < v + tile)).nonzero().squeeze(1)
+                elif (hit := hits[k]) is not None:  # the rows whose target falls in this tile
                     dz[hit, t[hit] - v] += g[hit]
                 if ctx.scale != 1.0:
                     dz.mul_(ctx.scale)
@@ -174,43 +175,43 @@ def _tiled_forward(
     rows = min(FORWARD_ROWS, max(n, 1))
     z_buf = _chunk_buffers(hidden[:rows], weight[:tile], rows)
     e_buf = _chunk_buffers(hidden[:rows], weight[:tile], rows)
-    # tile k holds ids [starts[k], starts[k + 1])
-    starts = torch.arange(0, V + tile, tile, device=targets.device).clamp_(max=V)
     for s in range(0, n, rows):
         h, t = hidden[s : s + rows], targets[s : s + rows]
-        order = torch.argsort(t)  # the block's rows by target: tile k's targets are order[bounds[k]:bounds[k + 1]]
-        bounds = torch.searchsorted(t[order], starts).tolist()
-        if bounds[0] != 0 or bounds[-1] != h.shape[0]:  # the row-chunked forward's gather raises here too
-            raise IndexError(f"target ids must lie in [0, {V}): got {int(t.min())}..{int(t.max())}")
+        hits = _rows_by_tile(t, V, tile)
         z_t = logp.new_empty(h.shape[0])
-        m = total = dot = None
+        # before the first tile: max -inf, so its rescale factor exp(-inf - max) is 0 and the sums start at its own
+        m = h.new_full((h.shape[0], 1), float("-inf"), dtype=logp.dtype)
+        total, dot = logp.new_zeros(h.shape[0], 1), logp.new_zeros(h.shape[0], 1)
         for k, v in enumerate(range(0, V, tile)):
             z = _scaled_logits(h, weight[v : v + tile], None if bias is None else bias[v : v + tile], scale, z_buf)
-            z_max = z.amax(-1, keepdim=True)
-            if m is None or total is None or dot is None:
-                m = z_max
-                e = (torch.sub(z, m, out=_view(e_buf, z)) if e_buf is not None else z - m).exp_()
-                total, dot = e.sum(-1, keepdim=True), (e.unsqueeze(1) @ z.unsqueeze(2)).view(-1, 1)
-            else:
-                m_new = torch.maximum(m, z_max)
-                alpha = (m - m_new).exp_()  # rescales the sums so far to the new max (1 where it did not grow)
-                e = (torch.sub(z, m_new, out=_view(e_buf, z)) if e_buf is not None else z - m_new).exp_()
-                total = total.mul_(alpha).add_(e.sum(-1, keepdim=True))
-                dot = dot.mul_(alpha).add_((e.unsqueeze(1) @ z.unsqueeze(2)).view(-1, 1))
-                m = m_new
-            if bounds[k + 1] > bounds[k]:
-                hit = order[bounds[k] : bounds[k + 1]]
+            m_new = torch.maximum(m, z.amax(-1, keepdim=True))
+            alpha = (m - m_new).exp_()  # rescales the sums so far to the new max (1 where it did not grow)
+            e = (torch.sub(z, m_new, out=_view(e_buf, z.shape)) if e_buf is not None else z - m_new).exp_()
+            total.mul_(alpha).add_(e.sum(-1, keepdim=True))
+            dot.mul_(alpha).add_((e.unsqueeze(1) @ z.unsqueeze(2)).view(-1, 1))
+            m = m_new
+            if (hit := hits[k]) is not None:
                 z_t[hit] = z[hit, t[hit] - v]
-        assert m is not None and total is not None and dot is not None, "a vocabulary has at least one tile"
         lse_b = (m + total.log()).squeeze(-1)
         lse[s : s + rows] = lse_b
         logp[s : s + rows] = z_t - lse_b
         entropy[s : s + rows] = lse_b - (dot / total).squeeze(-1)
 
 
-def _view(buf: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """A contiguous view of `buf`'s first elements shaped as `like` (a block's rows, or a narrower last tile)."""
-    return buf.view(-1)[: like.numel()].view(like.shape)
+def _rows_by_tile(targets: torch.Tensor, V: int, tile: int) -> list[torch.Tensor | None]:
+    """Per vocabulary tile `[k * tile, (k + 1) * tile)`: the indices of the rows whose target it holds, or None for
+    none; from one sort of the targets. Raises IndexError for a target outside [0, V), as a gather would."""
+    order = torch.argsort(targets)
+    starts = torch.arange(0, V + tile, tile, device=targets.device).clamp_(max=V)
+    bounds = torch.searchsorted(targets[order], starts).tolist()
+    if bounds[0] != 0 or bounds[-1] != targets.shape[0]:
+        raise IndexError(f"target ids must lie in [0, {V}): got {int(targets.min())}..{int(targets.max())}")
+    return [order[lo:hi] if hi > lo else None for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)]
+
+
+def _view(buf: torch.Tensor, shape: tuple[int, ...] | torch.Size) -> torch.Tensor:
+    """A contiguous view of `buf`'s first elements in `shape` (a block's rows, or a narrower last tile)."""
+    return buf.view(-1)[: math.prod(shape)].view(shape)
 
 
 def _compute_dtype(x: torch.Tensor) -> torch.dtype:
@@ -230,8 +231,7 @@ def _scaled_logits(
     h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, scale: float, out: torch.Tensor | None = None
 ) -> torch.Tensor:
     if out is not None:  # F.linear's own kernels (mm, or addmm with a bias), written into the buffer
-        # a contiguous [rows, ids] view of its first elements (a chunk's rows, or a narrower last vocabulary tile)
-        buf = out.view(-1)[: h.shape[0] * weight.shape[0]].view(h.shape[0], weight.shape[0])
+        buf = _view(out, (h.shape[0], weight.shape[0]))  # a chunk's rows, or a narrower last vocabulary tile
         z = torch.addmm(bias, h, weight.t(), out=buf) if bias is not None else torch.mm(h, weight.t(), out=buf)
     else:
         z = torch.nn.functional.linear(h, weight, bias).to(_compute_dtype(h))
