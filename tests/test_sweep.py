@@ -19,6 +19,7 @@ import torch
 
 from rolecast.cli import main
 from rolecast.sweep import LocalExecutor, MatrixError, PoolExecutor, cell_summary, executors, load_matrix, run_sweep
+from rolecast.sweep.cell import CellJob
 from rolecast.train.checkpoint import latest_step, load_checkpoint
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -322,6 +323,68 @@ def test_pool_cells_fork_from_a_server_with_every_preload_importable():
     assert "rolecast.sweep.cell" in executors.PRELOAD
     for name in executors.PRELOAD:
         assert importlib.import_module(name).__name__ == name
+
+
+def _job(name: str, kind: str = "train", base: Path | None = None) -> CellJob:
+    return CellJob(name, kind, f"/runs/{name}", {}, f"/logs/{name}.log", 1, None if base is None else str(base))
+
+
+def test_pool_starts_base_evaluations_then_the_cells_whose_base_evaluation_took_longest():
+    seconds = {"single": 2.0, "voting": 6.7, "orch": 10.8, "failed": None}
+    jobs = [_job(f"{w}-{s}") for w in seconds for s in ("shared", "isolated")] + [_job("nobase")]
+    estimate = {j.name: seconds.get(j.name.split("-")[0]) for j in jobs}
+    base = [_job("base-x", "base_eval"), _job("base-y", "base_eval")]
+
+    order = []
+    pending = jobs[:3] + base + jobs[3:]  # the base evaluations first, in their own order, wherever they are
+    while pending:
+        order.append(pending.pop(executors.next_job(pending, lambda j: estimate.get(j.name))).name)
+    assert order == [
+        "base-x",
+        "base-y",
+        "orch-shared",  # longest first; a tie keeps matrix order
+        "orch-isolated",
+        "voting-shared",
+        "voting-isolated",
+        "single-shared",
+        "single-isolated",
+        "failed-shared",  # no estimate: matrix order, after every cell with one
+        "failed-isolated",
+        "nobase",
+    ]
+
+
+def test_a_cells_estimate_is_its_base_evaluations_time_finished_or_so_far(tmp_path):
+    import time
+
+    done, running, failed = tmp_path / "done", tmp_path / "running", tmp_path / "failed"
+    done.mkdir()
+    (done / "DONE.json").write_text(json.dumps({"seconds": 7.5}))
+    started = {str(running): time.perf_counter() - 3.0}
+    assert executors.base_seconds(_job("a", base=done), started) == 7.5
+    assert 3.0 <= executors.base_seconds(_job("b", base=running), started) < 60  # running for 3 s so far
+    assert executors.base_seconds(_job("c", base=failed), started) is None
+    assert executors.base_seconds(_job("d"), started) is None
+
+
+def test_a_matrix_gives_each_training_cell_its_base_evaluations_run_dir(tmp_path):
+    p = write(tmp_path, TINY.format(steps=1) + "axes: {workflow: [single, voting]}\n")
+    m = load_matrix(p, out=tmp_path / "out")
+    seen = []
+
+    class Recorder:
+        name, threads_per_cell = "recorder", 1
+
+        def run(self, jobs, on_start, on_finish):
+            seen.extend(jobs)
+
+    run_sweep(m, Recorder(), progress=False)
+    bases = {c.name: str(c.run_dir) for c in m.cells if c.kind == "base_eval"}
+    assert len(bases) == 2
+    for job in seen:
+        cell = m.cell(job.name)
+        assert job.base_run_dir == (bases[cell.base_cell] if cell.kind == "train" else None)
+    assert {j.base_run_dir for j in seen if j.kind == "train"} == set(bases.values())
 
 
 KILLER = """\

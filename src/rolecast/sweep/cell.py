@@ -44,6 +44,9 @@ class CellJob:
     config: dict[str, Any]  # RunConfig.model_dump(mode="json"), validated again in the worker, on its machine
     log_file: str
     threads: int | None = None  # torch threads for this cell (None: the config's)
+    # the run directory of its base evaluation (a training cell of a matrix with base_eval): how long that took
+    # ranks the cell in the process pool's queue (`executors.next_job`)
+    base_run_dir: str | None = None
 
 
 @dataclass

@@ -5,6 +5,7 @@ has cores for), or as Ray tasks on a cluster. Every executor calls `cell.run_cel
 
 from __future__ import annotations
 
+import functools
 import json
 import multiprocessing
 import os
@@ -76,10 +77,40 @@ def cell_context() -> Any:
     return ctx
 
 
+def base_seconds(job: CellJob, started: dict[str, float]) -> float | None:
+    """How long `job`'s base evaluation took (its DONE.json, from this sweep or an earlier one), or has run so far
+    if it is running (`started`: run directory -> `time.perf_counter()` at its start, of the running cells); None
+    for a cell without one, or whose base evaluation failed."""
+    if job.base_run_dir is None:
+        return None
+    done = Path(job.base_run_dir) / DONE
+    if done.is_file():
+        return float(json.loads(done.read_text()).get("seconds") or 0.0)
+    t0 = started.get(job.base_run_dir)
+    return None if t0 is None else time.perf_counter() - t0
+
+
+def next_job(pending: Sequence[CellJob], base_seconds: Callable[[CellJob], float | None]) -> int:
+    """The index in `pending` of the cell a free worker starts next: longest first, estimated by the base evaluation.
+
+    Base evaluations go first, in matrix order: they are short, and the time each one takes ranks the training
+    cells of its (workflow, task, model), whose rollouts, updates and evaluations grow with the same generation
+    work (`make run`: base evaluations of 2.0 / 6.7 / 7.5 / 10.8 s for Single / Voting / Eval-Opt / Orch-Workers,
+    their training cells 14 / 81-84 / 108-126 / 130-137 s). Then the training cell whose `base_seconds` is largest
+    (longest processing time first, so that the longest cells do not start last and finish alone with the other
+    cores idle); ties, and cells with no estimate (None: no base evaluation, or a failed one), keep matrix order,
+    the latter after those with one."""
+    for i, job in enumerate(pending):
+        if job.kind == "base_eval":
+            return i
+    estimates = [base_seconds(job) for job in pending]
+    return max(range(len(pending)), key=lambda i: (estimates[i] is not None, estimates[i] or 0.0, -i))
+
+
 class PoolExecutor:
     """Up to `workers` cells at once, each in its own fresh process with `threads_per_cell` torch threads, so
-    the cells together use the cores they were given and no more. A process per cell also means a cell that
-    crashes the interpreter or is killed by the OS for memory fails alone.
+    the cells together use the cores they were given and no more; the longest cells first (`next_job`). A process
+    per cell also means a cell that crashes the interpreter or is killed by the OS for memory fails alone.
 
     The processes are forked from a fork server (multiprocessing's "forkserver") that has imported `PRELOAD` and
     run nothing: torch's thread pools, which do not survive a fork, start in the cell on its first op, as in a
@@ -98,7 +129,8 @@ class PoolExecutor:
         try:
             while pending or running:
                 while pending and len(running) < self.workers:
-                    job = pending.pop(0)
+                    started = {job.run_dir: t0 for job, _, t0 in running.values()}
+                    job = pending.pop(next_job(pending, functools.partial(base_seconds, started=started)))
                     proc = ctx.Process(target=_child, args=(job,), name=f"rolecast-cell-{job.name}")
                     proc.start()
                     running[proc.sentinel] = (job, proc, time.perf_counter())

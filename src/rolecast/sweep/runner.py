@@ -212,6 +212,7 @@ def _run_locked(matrix: Matrix, executor: Executor, progress: bool, console: Con
                 cell.config.model_dump(mode="json"),
                 str(matrix.out / LOG_DIR / f"{cell.name}.log"),
                 executor.threads_per_cell,
+                str(matrix.cell(cell.base_cell).run_dir) if cell.base_cell else None,
             )
         )
     n_base = sum(c.kind == "base_eval" for c in matrix.cells)
