@@ -42,8 +42,10 @@ def __getattr__(name: str) -> Any:
 
 class _Package(types.ModuleType):
     """`rolecast.train` is the API's function, while `rolecast/train/` is the subpackage of the training code. The
-    import system binds a subpackage on its parent when it is first imported; this keeps the name for the function
-    (the subpackage stays reachable as `import rolecast.train.grpo` / `from rolecast.train import grpo`)."""
+    import system binds a subpackage on its parent when it is first imported; this keeps the name for the function.
+    The subpackage's modules stay importable as `from rolecast.train import grpo` or `from rolecast.train.grpo import
+    ...`; not as `import rolecast.train.grpo as grpo`, nor by the attribute path `rolecast.train.grpo`, which Python
+    resolves through the attribute `rolecast.train`: the function."""
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name == "train" and isinstance(value, types.ModuleType):
