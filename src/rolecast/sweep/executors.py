@@ -129,7 +129,7 @@ class PoolExecutor:
         try:
             while pending or running:
                 while pending and len(running) < self.workers:
-                    started = {job.run_dir: t0 for job, _, t0 in running.values()}
+                    started = {other.run_dir: t0 for other, _, t0 in running.values()}
                     job = pending.pop(next_job(pending, functools.partial(base_seconds, started=started)))
                     proc = ctx.Process(target=_child, args=(job,), name=f"rolecast-cell-{job.name}")
                     proc.start()
