@@ -360,11 +360,15 @@ def test_a_cells_estimate_is_its_base_evaluations_time_finished_or_so_far(tmp_pa
     done, running, failed = tmp_path / "done", tmp_path / "running", tmp_path / "failed"
     done.mkdir()
     (done / "DONE.json").write_text(json.dumps({"seconds": 7.5}))
-    started = {str(running): time.perf_counter() - 3.0}
-    assert executors.base_seconds(_job("a", base=done), started) == 7.5
-    assert 3.0 <= executors.base_seconds(_job("b", base=running), started) < 60  # running for 3 s so far
-    assert executors.base_seconds(_job("c", base=failed), started) is None
-    assert executors.base_seconds(_job("d"), started) is None
+    started, finished = {str(running): time.perf_counter() - 3.0}, {}
+    assert executors.base_seconds(_job("a", base=done), started, finished) == 7.5
+    assert 3.0 <= executors.base_seconds(_job("b", base=running), started, finished) < 60  # running for 3 s so far
+    assert executors.base_seconds(_job("c", base=failed), started, finished) is None
+    assert executors.base_seconds(_job("d"), started, finished) is None
+    # a DONE.json is read once: what it said is kept (the pool asks for every waiting cell at every start)
+    assert finished == {str(done): 7.5}
+    (done / "DONE.json").unlink()
+    assert executors.base_seconds(_job("e", base=done), started, finished) == 7.5
 
 
 def test_a_matrix_gives_each_training_cell_its_base_evaluations_run_dir(tmp_path):

@@ -77,16 +77,20 @@ def cell_context() -> Any:
     return ctx
 
 
-def base_seconds(job: CellJob, started: dict[str, float]) -> float | None:
+def base_seconds(job: CellJob, started: dict[str, float], finished: dict[str, float]) -> float | None:
     """How long `job`'s base evaluation took (its DONE.json, from this sweep or an earlier one), or has run so far
     if it is running (`started`: run directory -> `time.perf_counter()` at its start, of the running cells); None
-    for a cell without one, or whose base evaluation failed."""
-    if job.base_run_dir is None:
+    for a cell without one, or whose base evaluation failed. `finished` (run directory -> seconds) keeps what a
+    DONE.json said, which does not change: each base evaluation's file is read once, not once per waiting cell
+    per start."""
+    base = job.base_run_dir
+    if base is None:
         return None
-    done = Path(job.base_run_dir) / DONE
-    if done.is_file():
-        return float(json.loads(done.read_text()).get("seconds") or 0.0)
-    t0 = started.get(job.base_run_dir)
+    if base not in finished and (Path(base) / DONE).is_file():
+        finished[base] = float(json.loads((Path(base) / DONE).read_text()).get("seconds") or 0.0)
+    if base in finished:
+        return finished[base]
+    t0 = started.get(base)
     return None if t0 is None else time.perf_counter() - t0
 
 
@@ -126,11 +130,14 @@ class PoolExecutor:
         ctx = cell_context()
         pending = list(jobs)
         running: dict[Any, tuple[CellJob, Any, float]] = {}
+        finished: dict[str, float] = {}  # base evaluations' seconds, as their DONE.json says (`base_seconds`)
         try:
             while pending or running:
                 while pending and len(running) < self.workers:
                     started = {other.run_dir: t0 for other, _, t0 in running.values()}
-                    job = pending.pop(next_job(pending, functools.partial(base_seconds, started=started)))
+                    job = pending.pop(
+                        next_job(pending, functools.partial(base_seconds, started=started, finished=finished))
+                    )
                     proc = ctx.Process(target=_child, args=(job,), name=f"rolecast-cell-{job.name}")
                     proc.start()
                     running[proc.sentinel] = (job, proc, time.perf_counter())
