@@ -90,20 +90,8 @@ class _LinearLogprobs(torch.autograd.Function):
         forward_tile = tile if tile is not None else FORWARD_TILE if large_cpu else None
         if forward_tile is not None and forward_tile < weight.shape[0]:
             _tiled_forward(hidden, weight, bias, targets, scale, forward_tile, logp, entropy, lse)
-            ctx.save_for_backward(hidden, weight, bias, targets, lse)
-            return logp, entropy
-        z_buf, e_buf = _chunk_buffers(hidden, weight, chunk), _chunk_buffers(hidden, weight, chunk)
-        for s in range(0, n, chunk):
-            z = _scaled_logits(hidden[s : s + chunk], weight, bias, scale, z_buf)
-            m = z.amax(-1, keepdim=True)
-            e = (torch.sub(z, m, out=e_buf[: z.shape[0]]) if e_buf is not None else z - m).exp_()
-            total = e.sum(-1, keepdim=True)
-            lse_c = (m + total.log()).squeeze(-1)
-            rows = torch.arange(z.shape[0], device=z.device)
-            lse[s : s + chunk] = lse_c
-            logp[s : s + chunk] = z[rows, targets[s : s + chunk]] - lse_c
-            # H = lse - sum_v p_v z_v, with p = e / total; a batched dot avoids another [rows, V] temporary
-            entropy[s : s + chunk] = lse_c - (e.unsqueeze(1) @ z.unsqueeze(2)).view(-1) / total.squeeze(-1)
+        else:
+            _chunked_forward(hidden, weight, bias, targets, scale, chunk, logp, entropy, lse)
         ctx.save_for_backward(hidden, weight, bias, targets, lse)
         return logp, entropy
 
@@ -154,6 +142,32 @@ class _LinearLogprobs(torch.autograd.Function):
             None,
             None,
         )
+
+
+def _chunked_forward(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    targets: torch.Tensor,
+    scale: float,
+    chunk: int,
+    logp: torch.Tensor,
+    entropy: torch.Tensor,
+    lse: torch.Tensor,
+) -> None:
+    """`_LinearLogprobs.forward` over chunks of `chunk` whole rows, written into logp, entropy and lse."""
+    z_buf, e_buf = _chunk_buffers(hidden, weight, chunk), _chunk_buffers(hidden, weight, chunk)
+    for s in range(0, hidden.shape[0], chunk):
+        z = _scaled_logits(hidden[s : s + chunk], weight, bias, scale, z_buf)
+        m = z.amax(-1, keepdim=True)
+        e = (torch.sub(z, m, out=e_buf[: z.shape[0]]) if e_buf is not None else z - m).exp_()
+        total = e.sum(-1, keepdim=True)
+        lse_c = (m + total.log()).squeeze(-1)
+        rows = torch.arange(z.shape[0], device=z.device)
+        lse[s : s + chunk] = lse_c
+        logp[s : s + chunk] = z[rows, targets[s : s + chunk]] - lse_c
+        # H = lse - sum_v p_v z_v, with p = e / total; a batched dot avoids another [rows, V] temporary
+        entropy[s : s + chunk] = lse_c - (e.unsqueeze(1) @ z.unsqueeze(2)).view(-1) / total.squeeze(-1)
 
 
 def _tiled_forward(
