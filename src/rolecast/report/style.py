@@ -76,19 +76,32 @@ def fonts() -> Iterator[None]:
 
 def figure(height_ratios: Sequence[float], *, width: float = WIDTH, sharex: bool = True) -> tuple[Any, list[Any]]:
     """A figure of stacked panels (heights in PANEL_HEIGHT units) sharing one x axis, with the style's sizes."""
+    fig, columns = grid(height_ratios, 1, width=width, sharex=sharex)
+    return fig, columns[0]
+
+
+def grid(
+    height_ratios: Sequence[float], columns: int, *, width: float = WIDTH, sharex: bool = True, extra: float = 0.6
+) -> tuple[Any, list[list[Any]]]:
+    """A figure of `columns` columns of stacked panels, each column sharing one x axis; returns the figure and
+    its axes column by column. `extra`: inches above the panels (title and notes)."""
     _mpl()
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure  # a bare Figure renders with Agg; pyplot's global state is untouched
 
-    fig = Figure(figsize=(width, PANEL_HEIGHT * sum(height_ratios) + 0.6), dpi=DPI, layout="constrained")
+    fig = Figure(figsize=(width, PANEL_HEIGHT * sum(height_ratios) + extra), dpi=DPI, layout="constrained")
     FigureCanvasAgg(fig)
     axes = fig.subplots(
-        len(height_ratios), 1, sharex=sharex, squeeze=False, gridspec_kw={"height_ratios": list(height_ratios)}
-    )[:, 0]
-    for ax in axes:
+        len(height_ratios),
+        columns,
+        sharex="col" if sharex else False,
+        squeeze=False,
+        gridspec_kw={"height_ratios": list(height_ratios)},
+    )
+    for ax in axes.flat:
         ax.tick_params(labelsize=SMALL)
         ax.grid(alpha=0.3)
-    return fig, list(axes)
+    return fig, [list(axes[:, j]) for j in range(columns)]
 
 
 def title(fig: Any, text: str, note: str = "") -> None:
@@ -101,23 +114,42 @@ def ylabel(ax: Any, text: str) -> None:
     ax.set_ylabel(text, fontsize=FONT)
 
 
-def legend_outside(ax: Any, *, title: str | None = None) -> None:
-    """The axes' legend to the right of its data (constrained layout makes room for it)."""
+def legend_label(label: str, width: int = LEGEND_WRAP) -> list[str]:
+    """A legend entry's lines, as legends here wrap it."""
+    return textwrap.wrap(label, width) or [label]
+
+
+def _wrapped(labels: Sequence[str], width: int = LEGEND_WRAP) -> list[str]:
+    return ["\n".join(legend_label(lb, width)) for lb in labels]
+
+
+def legend_outside(ax: Any, *, title: str | None = None, below: bool = False) -> None:
+    """The axes' legend off its data: to its right, or `below` it (under its tick labels); constrained layout
+    makes room for it."""
     handles, labels = ax.get_legend_handles_labels()
     if not handles:
         return
-    labels = ["\n".join(textwrap.wrap(lb, LEGEND_WRAP)) or lb for lb in labels]
+    # below: under its tick labels and axis label (3.4 font sizes down from the axes' bottom edge)
+    loc, anchor, pad = ("upper center", (0.5, 0.0), 3.4) if below else ("upper left", (1.01, 1.0), 0.0)
     ax.legend(
         handles,
-        labels,
-        loc="upper left",
-        bbox_to_anchor=(1.01, 1.0),
-        borderaxespad=0.0,
+        _wrapped(labels),
+        loc=loc,
+        bbox_to_anchor=anchor,
+        borderaxespad=pad,
         frameon=False,
         fontsize=SMALL,
         title=title,
         title_fontsize=SMALL,
     )
+
+
+def figure_legend(fig: Any, handles: Sequence[Any], labels: Sequence[str]) -> None:
+    """One legend for the whole figure (entries every panel shares), under the panels, in as many columns as
+    fit the figure's width."""
+    longest = max((len(lb) for lb in labels), default=1)
+    columns = max(1, min(len(labels), int(fig.get_figwidth() * DPI / (8.5 * longest + 60))))
+    fig.legend(handles, list(labels), loc="outside lower center", ncols=columns, frameon=False, fontsize=SMALL)
 
 
 def bound(ax: Any, bounds: tuple[float, float] = UNIT) -> None:
