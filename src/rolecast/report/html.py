@@ -622,10 +622,12 @@ def row_labels(cells: list[CellView], d: Design) -> dict[str, str]:
 
 
 def _table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]], width: int) -> list[str]:
-    """Aligned columns; where a row would pass `width`, its name goes on a line of its own above its numbers."""
+    """Aligned columns, the last one ragged; a row that would pass `width` at its name's length has its name on a
+    line of its own above its numbers (nothing is cut)."""
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
-    rest = sum(widths[1:-1]) + 2 * (len(widths) - 1) + max(len(header[-1]), *(len(r[-1]) for r in rows), 0)
-    widths[0] = min(widths[0], max(len(header[0]), width - rest))
+    fixed = sum(widths[1:-1]) + 2 * (len(widths) - 1)  # every column but the name and the last, and the gaps
+    fitting = [len(r[0]) for r in rows if len(r[0]) + fixed + len(r[-1]) <= width]
+    widths[0] = max([len(header[0]), *fitting])
     widths[-1] = len(header[-1])
 
     def fmt(r: tuple[str, ...]) -> str:
@@ -633,10 +635,7 @@ def _table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]], width: int)
 
     out = [fmt(header)]
     for r in rows:
-        if len(r[0]) > widths[0]:
-            out += [r[0], fmt(("", *r[1:]))]
-        else:
-            out.append(fmt(r))
+        out += [r[0], fmt(("", *r[1:]))] if len(r[0]) > widths[0] else [fmt(r)]
     return out
 
 

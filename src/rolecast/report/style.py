@@ -50,6 +50,8 @@ Series = dict[str, tuple[list[int], list[float]]]  # label -> (steps, values)
 def _mpl() -> Any:
     try:
         import matplotlib
+        import matplotlib.backends.backend_agg
+        import matplotlib.figure  # noqa: F401  (what drawing needs: one clear message when it is missing)
     except ImportError as e:
         raise ImportError("plots need matplotlib: pip install 'rolecast[plots]'") from e
     return matplotlib
