@@ -186,12 +186,13 @@ TINY = (
 # and isolated at 2 steps differ in sharing alone (paired); the 3-step isolated run differs in steps too (not
 # paired with anything); the two single runs differ in lr. The 3-step run diagnoses gradients every 4 steps:
 # it ends before its first diagnosed step.
+# (4 voting problems per step: the groups' rewards differ, so the roles' gradients are not all zero)
 ADHOC_RUNS = {
     "single-a": ("single", "shared", 2, ()),
     "single-b": ("single", "shared", 2, ("train.lr=0.0003",)),
-    "voting-s": ("voting", "shared", 2, ("diagnostics.gradients.every=1",)),
-    "voting-i": ("voting", "isolated", 2, ("diagnostics.gradients.every=1",)),
-    "voting-i3": ("voting", "isolated", 3, ("diagnostics.gradients.every=4",)),
+    "voting-s": ("voting", "shared", 2, ("diagnostics.gradients.every=1", "train.problems_per_step=4")),
+    "voting-i": ("voting", "isolated", 2, ("diagnostics.gradients.every=1", "train.problems_per_step=4")),
+    "voting-i3": ("voting", "isolated", 3, ("diagnostics.gradients.every=4", "train.problems_per_step=4")),
 }
 _BUILT: dict[str, Path] = {}
 

@@ -371,3 +371,97 @@ def test_overlay_bands_and_gain_grid_by_hand(tmp_path):
     assert gains[("voting", "shared")][0] == pytest.approx(0.15)
     g, lo, hi = gains[("voting", "isolated")]
     assert g == pytest.approx(-0.1) and hi < 0  # significantly below: drawn red
+
+
+def _adhoc_run(root, name, sharing, seed, steps, final, lr=1e-4):
+    """A finished `rolecast train` run (no sweep): base 0.5, final `final`, SE 0.02 on 400 problems."""
+    d = root / name
+    d.mkdir(parents=True)
+    config = {
+        "seed": seed,
+        "run_dir": str(d),  # bookkeeping: differs in every run and tells none apart
+        "workflow": {"name": "voting"},
+        "task": {"name": "testbed"},
+        "model": {"path": "testbed"},
+        "routing": {"sharing": sharing},
+        "train": {"steps": steps, "lr": lr},
+        "logging": {"progress": False},
+    }
+    (d / "config.yaml").write_text(json.dumps(config))
+    ev = {"stderr": 0.02, "n_problems": 400, "n_samples": 1, "protocol": "study"}
+    rows = [{**ev, "step": 0, "tag": "base", "pass@1": 0.5}, {**ev, "step": steps, "tag": "final", "pass@1": final}]
+    (d / "eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (d / "metrics.jsonl").write_text(
+        "".join(json.dumps({"step": s, "reward": 0.5}) + "\n" for s in range(1, steps + 1))
+    )
+
+
+def test_ad_hoc_runs_are_named_by_their_differing_fields_and_paired_only_when_alike(tmp_path):
+    """Runs outside a sweep: shared and isolated at 10 steps, seeds 0 and 1, pair by seed (isolated - shared
+    = +0.10 and +0.04: mean 0.07, SE the larger of sd 0.042426 / sqrt(2) = 0.03 and the evaluations' own
+    sqrt(2 x 2 x 0.02^2) / 2 = 0.02, t(1) = 12.706);
+    an isolated run of 20 steps has no shared run alike and gets no verdict; a repeat of a run (same settings,
+    same seed) is not a second seed."""
+    root = tmp_path / "runs"
+    _adhoc_run(root, "a", "shared", 0, 10, 0.60)
+    _adhoc_run(root, "b", "isolated", 0, 10, 0.70)
+    _adhoc_run(root, "c", "shared", 1, 10, 0.62)
+    _adhoc_run(root, "d", "isolated", 1, 10, 0.66)
+    _adhoc_run(root, "e", "isolated", 0, 20, 0.55)
+    _adhoc_run(root, "f", "isolated", 0, 10, 0.70)  # b again
+    smap = collect_map(root)
+    assert smap.adhoc
+    comps = compare_sharing(smap.train_cells)
+    paired = next(c for c in comps if c.paired_final is not None)
+    assert paired.setting == "steps=10" and (paired.a, paired.b) == ("shared", "isolated")
+    assert paired.paired_final.seeds == 2 and paired.repeats == ["f"]
+    assert paired.final_diff == pytest.approx((0.07, 0.03), abs=1e-9)
+    lone = next(c for c in comps if c.not_compared)
+    assert lone.not_compared == "isolated steps=20 has no shared run alike (nearest shared: steps 10 vs 20)"
+    assert len(comps) == 2
+    text = text_map(smap, width=250)
+    lines = text.splitlines()
+    assert "runs told apart by their configs' differing fields: steps (train.steps)" in lines
+    names = [ln.split("  ")[0] for ln in lines if ln.startswith("voting-")]
+    assert names == [
+        "voting-shared steps=10",
+        "voting-isolated steps=10 (b)",
+        "voting-shared-s1 steps=10",
+        "voting-isolated-s1 steps=10",
+        "voting-isolated steps=20",
+        "voting-isolated steps=10 (f)",
+    ]
+    d = 12.706 * 0.03
+    assert f"voting steps=10: isolated - shared: final +0.070 [{0.07 - d:+.2f},{0.07 + d:+.2f}] no clear winner" in text
+    assert "2 paired seeds, detectable" in text and "not paired again: f (same settings and seed)" in text
+    assert (
+        "voting: no paired verdict: the runs differ in more than sharing; isolated steps=20 has no shared run alike"
+        in text
+    )
+
+
+def test_the_report_of_real_ad_hoc_runs(tmp_path_factory, tmp_path, capsys, monkeypatch):
+    """Five real runs, all seed 0 (report_fixtures.ADHOC_RUNS): rows named by lr, steps and the gradient
+    diagnostics' cadence, a verdict for the one pair that differs in sharing alone, "no paired verdict" for the
+    3-step run, and nothing cut in a 250-column terminal."""
+    from report_fixtures import adhoc_runs
+
+    root = adhoc_runs(tmp_path_factory.mktemp("adhoc"))
+    capsys.readouterr()  # what training printed, when this test trained them
+    monkeypatch.setenv("COLUMNS", "250")
+    assert main(["report", str(root), "--out", str(tmp_path / "r.html")]) == 0
+    out = capsys.readouterr().out
+    assert "…" not in out and "..." not in out
+    rows = [ln.split("  ")[0] for ln in out.splitlines() if ln.startswith(("single-", "voting-"))]
+    assert sorted(rows) == [
+        "single-shared lr=0.0001",
+        "single-shared lr=0.0003",
+        "voting-isolated every=1 steps=2",
+        "voting-isolated every=4 steps=3",
+        "voting-shared every=1 steps=2",
+    ]
+    assert "voting every=1 steps=2: isolated - shared: final" in out and "1 paired seed" in out
+    assert "voting: no paired verdict: the runs differ in more than sharing;" in out
+    assert "single: only shared runs, no other sharing mode" in out
+    long = [ln for ln in out.splitlines() if len(ln) > 120 and not ln.startswith("report: ")]
+    assert long == []

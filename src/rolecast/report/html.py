@@ -646,7 +646,9 @@ def text_map(smap: SweepMap, width: int = 120) -> str:
     cells = smap.train_cells
     d = design_of(cells)
     protocols = sorted({c.protocol for c in smap.cells if c.protocol != "-"})
-    lines = [f"map of {smap.runs_dir}: {len(cells)} training cells; evaluation: {'; '.join(protocols) or '-'}"]
+    lines = _wrap(
+        f"map of {smap.runs_dir}: {len(cells)} training cells; evaluation: {'; '.join(protocols) or '-'}", width
+    )
     if d.config_varying:
         lines += _wrap(
             "runs told apart by their configs' differing fields: "

@@ -288,12 +288,12 @@ def draw_overlay(
         fig, axes = style.figure([1.7, 1.0] if lr_series and not constant else [1.7])
         ax = axes[0]
         colors: dict[str, Any] = {}
-        for mode, band in sorted(bands.items()):
-            steps = sorted(band)
-            (line,) = ax.plot(
-                steps, [band[s][0] for s in steps], marker="o", ms=4, label=_band_label(mode, (seeds or {}).get(mode))
-            )
-            colors[mode] = line.get_color()
+        means: Series = {mode: (sorted(b), [b[s][0] for s in sorted(b)]) for mode, b in bands.items()}
+        for modes, steps, ys in style.merge_identical(means):  # arms with the same curve: one line, said
+            labels = [_band_label(m, (seeds or {}).get(m)) for m in modes]
+            (line,) = ax.plot(steps, ys, marker="o", ms=4, label=style.coincide_label(labels, "same pass@1"))
+            colors |= dict.fromkeys(modes, line.get_color())
+            band = bands[modes[0]]
             style.band(ax, steps, [band[s][1] for s in steps], [band[s][2] for s in steps], line.get_color())
         style.ylabel(ax, style.PASS_AT_1)
         style.bound(ax)
