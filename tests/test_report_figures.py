@@ -84,6 +84,18 @@ def test_a_legend_over_the_data_and_lines_that_coincide_unsaid_are_found():
     assert "lines 'aggregator' and 'generator' coincide" in text
 
 
+def test_the_cliff_labs_old_faults_are_found():
+    """The old cliff-lab panels: a y-label taller than its panel ("mean ± sd over seeds"), and a single seed's
+    band of sd 0: no interval drawn on a zoomed axis, one evaluation's noise read as signal."""
+    fig, (ax,) = _old_figure(height=2.2, width=4.2)
+    ax.plot([0, 5, 10], [0.72, 0.77, 0.70])
+    ax.fill_between([0, 5, 10], [0.72, 0.77, 0.70], [0.72, 0.77, 0.70], alpha=0.15)
+    ax.set_ylabel("held-out pass@1 (mean ± sd over seeds)")
+    text = _kinds(figure_problems(fig))
+    assert "axis label 'held-out pass@1 (mean ± sd over seeds)' reaches outside its axes" in text
+    assert "a band of no width (its interval not drawn)" in text
+
+
 def test_a_panel_of_one_constant_is_found():
     """The old gradients.png under Isolated routing: every policy serves one role, every share is 1.0."""
     fig, (ax,) = _old_figure()

@@ -1,8 +1,9 @@
 """What a reader would find wrong with a drawn figure, measured from matplotlib itself (the rules of style.py):
-text cut at the figure's edge or lying on another panel, texts on top of each other, text rotated beyond 45
-degrees (a y-axis label excepted), text under MIN_TEXT_PX, an interval or axis range outside the valid range of
-a pass@1 / accuracy axis, a legend over a panel's data, step axes with different ranges or ticks, non-integer
-step ticks, lines that coincide without a word, and a panel of one constant.
+text cut at the figure's edge or lying on another panel, an axis label longer than its axes, texts on top of
+each other, text rotated beyond 45 degrees (a y-axis label excepted), text under MIN_TEXT_PX, an interval or
+axis range outside the valid range of a pass@1 / accuracy axis, an interval band of no width (uncertainty
+left out), a legend over a panel's data, step axes with different ranges or ticks, non-integer step ticks,
+lines that coincide without a word, and a panel of one constant.
 
 `figure_problems(figs)` returns one line per problem (empty: nothing found). It takes the figures that are read
 together (a run's accuracy, gradient and update PNGs): their step axes must agree. Used by the tests and by
@@ -121,6 +122,16 @@ def text_problems(fig: Any, renderer: Any) -> list[str]:
             if other is not ax and _overlap(box, other.bbox):
                 problems.append(f"{name} lies on another panel's data area")
                 break
+    for ax in fig.axes:  # an axis label spans no more than its own axes (a longer one reads as the neighbour's)
+        for label, lo, hi, box in (
+            (ax.yaxis.label, ax.bbox.y0, ax.bbox.y1, boxes.get(id(ax.yaxis.label))),
+            (ax.xaxis.label, ax.bbox.x0, ax.bbox.x1, boxes.get(id(ax.xaxis.label))),
+        ):
+            if box is None:
+                continue
+            start, end = (box.y0, box.y1) if label is ax.yaxis.label else (box.x0, box.x1)
+            if start < lo - TOL_PX or end > hi + TOL_PX:
+                problems.append(f"axis label {label.get_text()[:40]!r} reaches outside its axes")
     for (na, a, _), (nb, b, _) in itertools.combinations(texts, 2):
         if _overlap(boxes[id(a)], boxes[id(b)]):
             problems.append(f"{na} and {nb} overlap")
@@ -149,6 +160,18 @@ def _data_ys(artist: Any) -> list[float]:
     return [float(y) for y in ys[np.isfinite(ys)]]
 
 
+def _zero_width_band(artist: Any) -> bool:
+    """A filled band (fill_between) whose every polygon encloses no area: lower and upper bounds equal."""
+    if not hasattr(artist, "get_paths") or type(artist).__name__ not in ("PolyCollection", "FillBetweenPolyCollection"):
+        return False
+    areas = []
+    for path in artist.get_paths():
+        v = np.asarray(path.vertices, dtype=float)
+        x, y = v[:, 0], v[:, 1]
+        areas.append(abs(float(np.dot(x, np.roll(y, 1)) - np.dot(y, np.roll(x, 1)))) / 2)
+    return bool(areas) and max(areas) < 1e-12
+
+
 def interval_problems(fig: Any) -> list[str]:
     """Bands, error bars and lines beyond a bounded axis' valid range, and a y range reaching past it."""
     problems = []
@@ -162,6 +185,8 @@ def interval_problems(fig: Any) -> list[str]:
             if artist.get_transform() != ax.transData or not artist.get_visible():
                 continue  # drawn in axes coordinates (a cliff's vertical line, alert markers)
             ys = _data_ys(artist)
+            if _zero_width_band(artist):
+                problems.append(f"{name}: a band of no width (its interval not drawn)")
             if ys and (min(ys) < lo - 1e-9 or max(ys) > hi + 1e-9):
                 problems.append(
                     f"{name}: {artist.get_label()!r} reaches {min(ys):.3g}..{max(ys):.3g}, outside {bounds}"
