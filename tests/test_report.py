@@ -415,6 +415,8 @@ def test_ad_hoc_runs_are_named_by_their_differing_fields_and_paired_only_when_al
     paired = next(c for c in comps if c.paired_final is not None)
     assert paired.setting == "steps=10" and (paired.a, paired.b) == ("shared", "isolated")
     assert paired.paired_final.seeds == 2 and paired.repeats == ["f"]
+    assert paired.modes["isolated"]["cells"] == 2  # b and d; f repeats b
+    assert paired.modes["isolated"]["final"] == pytest.approx((0.70 + 0.66) / 2)
     assert paired.final_diff == pytest.approx((0.07, 0.03), abs=1e-9)
     lone = next(c for c in comps if c.not_compared)
     assert lone.not_compared == "isolated steps=20 has no shared run alike (nearest shared: steps 10 vs 20)"
@@ -463,5 +465,7 @@ def test_the_report_of_real_ad_hoc_runs(tmp_path_factory, tmp_path, capsys, monk
     assert "voting every=1 steps=2: isolated - shared: final" in out and "1 paired seed" in out
     assert "voting: no paired verdict: the runs differ in more than sharing;" in out
     assert "single: only shared runs, no other sharing mode" in out
+    (single,) = [c for c in compare_sharing(collect_map(root).train_cells) if c.workflow == "single"]
+    assert single.alone and single.modes == {}  # two lrs: no number pooled over different settings
     long = [ln for ln in out.splitlines() if len(ln) > 120 and not ln.startswith("report: ")]
     assert long == []

@@ -410,7 +410,8 @@ def compare_sharing(cells: list[CellView], d: Design | None = None) -> list[Shar
             by_mode = members[0]
             mode = next(iter(by_mode))
             wf, task, model = _group_key(by_mode[mode][0])
-            pooled = _modes({m: [c for bm in members for c in bm[m]] for m in by_mode})
+            # pooled over seeds of one setting; runs of different settings are not pooled into one number
+            pooled = _modes(by_mode) if len(members) == 1 else {}
             ran = {
                 str(c.fields.get("sharing")) for c in cells if c.kind == "train" and _group_key(c) == (wf, task, model)
             }
@@ -427,8 +428,10 @@ def compare_sharing(cells: list[CellView], d: Design | None = None) -> list[Shar
 
 
 def _modes(by_mode: dict[str, list[CellView]]) -> dict[str, dict[str, float]]:
+    """Per mode: peak and final pooled over its seeds (one run per seed: a repeat is not a seed)."""
     modes = {}
-    for mode, cs in sorted(by_mode.items(), key=lambda kv: _mode_order(kv[0])):
+    for mode, all_cells in sorted(by_mode.items(), key=lambda kv: _mode_order(kv[0])):
+        cs = list({c.fields.get("seed"): c for c in reversed(all_cells)}.values())  # the first run of each seed
         peak, peak_se = _pool(cs, "peak")
         final, final_se = _pool(cs, "final")
         modes[mode] = {"peak": peak, "peak_se": peak_se, "final": final, "final_se": final_se, "cells": len(cs)}
