@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 from report_fixtures import adhoc_runs, build_sweep
 
-pytest.importorskip("matplotlib", reason="the figures need the `plots` extra (make setup installs it)")
+from rolecast.diagnostics.curves import CurvePoint
+from rolecast.report import style
+from rolecast.report.figure_checks import figure_problems
+from rolecast.report.html import cell_figure, collect_map, design_of, row_labels, sweep_figures
+from rolecast.report.plots import AccuracyPanel, LinePanel, draw_run, gradient_panels, role_labels
 
-from rolecast.diagnostics.curves import CurvePoint  # noqa: E402
-from rolecast.report import style  # noqa: E402
-from rolecast.report.figure_checks import figure_problems  # noqa: E402
-from rolecast.report.html import cell_figure, collect_map, design_of, row_labels, sweep_figures  # noqa: E402
-from rolecast.report.plots import AccuracyPanel, LinePanel, draw_run, gradient_panels, role_labels  # noqa: E402
+pytest.importorskip("matplotlib", reason="the figures need the `plots` extra (make setup installs it)")
 
 ROOT = Path(__file__).resolve().parents[1]
 LAB_RAW = ROOT / "docs" / "experiments" / "cliff_lab" / "raw"

@@ -20,6 +20,7 @@ matplotlib is the optional extra `plots`, imported here when a figure is drawn."
 
 from __future__ import annotations
 
+import importlib
 import io
 import math
 import textwrap
@@ -48,10 +49,10 @@ Series = dict[str, tuple[list[int], list[float]]]  # label -> (steps, values)
 
 
 def _mpl() -> Any:
-    try:
+    try:  # what drawing needs, so that a missing piece gives one clear message
+        for name in ("matplotlib.figure", "matplotlib.backends.backend_agg"):
+            importlib.import_module(name)
         import matplotlib
-        import matplotlib.backends.backend_agg
-        import matplotlib.figure  # noqa: F401  (what drawing needs: one clear message when it is missing)
     except ImportError as e:
         raise ImportError("plots need matplotlib: pip install 'rolecast[plots]'") from e
     return matplotlib
