@@ -310,6 +310,26 @@ def _diff(d: dict[str, Any]) -> str:
     return f"{d['value']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]" + (" paired" if d["paired"] else "")
 
 
+CLIFF_TYPE_WORDS = {
+    "fall_after_gain": "fall after a gain (the study's cliff)",
+    "decline_from_base": "decline from the base (no significant gain)",
+    "fall_without_gain": "a terminal fall, but neither a significant gain nor an end below the base",
+    "none": "no fall",
+}
+
+
+def cliff_type_line(k: dict[str, Any]) -> str:
+    """The cliff type with the two tests against the base that decide it (docs/analysis.md, "Cliff types")."""
+    rise = k["rise"]
+    gain = (
+        f"first significant gain at step {k['rise_step']}"
+        if k["rise_step"] is not None
+        else f"no significant gain (best: step {k['rise_point_step']} {rise['value']:+.3f}"
+        f", z {rise['value'] / rise['se']:.2f} <= {k['rise_z']:.2f})"
+    )
+    return f"{CLIFF_TYPE_WORDS.get(k['type'], k['type'])}; {gain}; final - base {_diff(k['decline'])}"
+
+
 def format_summary(s: dict[str, Any]) -> str:
     lines = [f"run: {s['run_dir']}"]
     r, st = s["run"], s["status"]
@@ -351,6 +371,8 @@ def format_summary(s: dict[str, Any]) -> str:
                 f"  cliff  none (rule: the last >= {rule['min_points']} points all below the peak by > "
                 f"{rule['cliff_z']:.2f} SE and >= {rule['min_drop']}, without recovery)"
             )
+        if c.get("cliff_class"):
+            lines.append(f"  type   {cliff_type_line(c['cliff_class'])}")
         lines += [f"  note: {n}" for n in c["notes"]]
     for title, key in (("failure signatures", "signatures"), ("early warnings (gradient signals)", "warnings")):
         groups = s[key]
