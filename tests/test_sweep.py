@@ -79,9 +79,12 @@ def test_cartesian_product_names_overrides_and_base_evaluations(tmp_path):
         "testbed-voting-testbed-isolated-s0",
         "testbed-voting-testbed-isolated-s1",
     ]
+    # one base evaluation per (workflow, task, model, seed): each seed's cells get a base evaluated with their seed
     assert [c.name for c in m.cells if c.kind == "base_eval"] == [
-        "base-testbed-single-testbed",
-        "base-testbed-voting-testbed",
+        "base-testbed-single-testbed-s0",
+        "base-testbed-single-testbed-s1",
+        "base-testbed-voting-testbed-s0",
+        "base-testbed-voting-testbed-s1",
     ]
     for c in m.train_cells:
         cfg = c.config
@@ -97,10 +100,18 @@ def test_cartesian_product_names_overrides_and_base_evaluations(tmp_path):
         assert cfg.workflow.options == ({"n": 2} if c.axes["workflow"] == "voting" else {})
         assert cfg.train.lr == (0.001 if c.axes["sharing"] == "isolated" else 1e-4)  # testbed.yaml's lr
         assert cfg.eval.at_start is False and cfg.eval.at_end is True  # the base cell gives the start number
-        assert c.base_cell == f"base-testbed-{c.axes['workflow']}-testbed"
-    base = m.cell("base-testbed-voting-testbed").config
-    assert (base.train.steps, base.eval.at_start, base.eval.at_end) == (0, True, False)
-    assert base.workflow.options == {"n": 2} and base.run_dir == str(tmp_path / "out" / "base-testbed-voting-testbed")
+        assert c.base_cell == f"base-testbed-{c.axes['workflow']}-testbed-s{c.axes['seed']}"
+        assert m.cell(c.base_cell).config.seed == c.config.seed  # so the base is evaluated with the cell's seed
+    base = m.cell("base-testbed-voting-testbed-s1").config
+    assert (base.train.steps, base.eval.at_start, base.eval.at_end, base.seed) == (0, True, False, 1)
+    assert base.workflow.options == {"n": 2}
+    assert base.run_dir == str(tmp_path / "out" / "base-testbed-voting-testbed-s1")
+    assert m.cell("base-testbed-voting-testbed-s1").axes == {
+        "workflow": "voting",
+        "task": "testbed",
+        "model": "testbed",
+        "seed": 1,
+    }
 
 
 def test_explicit_cells_labels_and_no_base_eval(tmp_path):
@@ -415,10 +426,11 @@ run_sweep(load_matrix(matrix, out=out), LocalExecutor(), progress=False)
 
 def test_killed_sweep_resumes_and_ends_as_an_uninterrupted_one(tmp_path):
     p = write(tmp_path, TINY.format(steps=3) + "  eval.every: 2\naxes: {seed: [0, 1]}\n")
-    first, second, base = (
+    first, second, base, base1 = (
         "testbed-single-testbed-shared-s0",
         "testbed-single-testbed-shared-s1",
-        "base-testbed-single-testbed",
+        "base-testbed-single-testbed-s0",
+        "base-testbed-single-testbed-s1",
     )
     killed = tmp_path / "killed"
     env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
@@ -426,27 +438,27 @@ def test_killed_sweep_resumes_and_ends_as_an_uninterrupted_one(tmp_path):
         [sys.executable, "-c", KILLER, str(p), str(killed)], env=env, capture_output=True, text=True, timeout=600
     )
     assert proc.returncode == -9, proc.stderr[-3000:]
-    assert (killed / base / "DONE.json").exists() and (killed / first / "DONE.json").exists()
+    assert all((killed / c / "DONE.json").exists() for c in (base, base1, first))
     assert not (killed / second / "DONE.json").exists() and latest_step(killed / second) == 1
     # the periodic evaluation at step 2 was written before the kill; the resumed run redoes it
     assert [r["step"] for r in _jsonl(killed / second / "eval.jsonl", ())] == [2]
-    before = {c: _files(killed / c) for c in (base, first)}
+    before = {c: _files(killed / c) for c in (base, base1, first)}
     step1 = (killed / second / "metrics.jsonl").read_text().splitlines()[0]  # with its wall times
 
     m = load_matrix(p, out=killed)
     outcome = run_sweep(m, LocalExecutor(), progress=False)
-    assert outcome.skipped == [base, first] and outcome.resumed == {second: 1}
+    assert outcome.skipped == [base, base1, first] and outcome.resumed == {second: 1}
     assert list(outcome.results) == [second] and outcome.results[second].resumed_from == 1
-    assert {c: _files(killed / c) for c in (base, first)} == before  # finished cells untouched
+    assert {c: _files(killed / c) for c in (base, base1, first)} == before  # finished cells untouched
     assert "resume from step 1" in (killed / ".logs" / f"{second}.log").read_text()
     assert (killed / second / "metrics.jsonl").read_text().splitlines()[0] == step1  # step 1 was not redone
 
     clean = load_matrix(p, out=tmp_path / "clean")
     run_sweep(clean, LocalExecutor(), progress=False)
-    for cell in (base, first, second):
+    for cell in (base, base1, first, second):
         # the map's numbers (evaluations) exactly; every logged statistic to float rounding (see below)
         assert _jsonl(killed / cell / "eval.jsonl", ("run",)) == _jsonl(clean.out / cell / "eval.jsonl", ("run",))
-        if cell != base:
+        if cell not in (base, base1):
             got, want = (
                 _jsonl(killed / cell / "metrics.jsonl", ("time/",)),
                 _jsonl(clean.out / cell / "metrics.jsonl", ("time/",)),
@@ -505,11 +517,28 @@ def test_shipped_testbed_matrix_is_every_workflow_and_sharing_mode():
     assert [c.name for c in m.train_cells] == [
         f"testbed-{w}-testbed-{s}-s0" for w in workflows for s in ("shared", "isolated")
     ]
-    assert [c.name for c in m.cells if c.kind == "base_eval"] == [f"base-testbed-{w}-testbed" for w in workflows]
+    assert [c.name for c in m.cells if c.kind == "base_eval"] == [f"base-testbed-{w}-testbed-s0" for w in workflows]
     cfg = m.train_cells[0].config
     assert cfg.eval.every > 0 and cfg.eval.every < cfg.train.steps  # periodic evaluations: peaks are visible
     for c in m.cells:  # sampled as the study does, so Voting's voters can disagree (greedy: identical votes)
         assert (c.config.eval.protocol, c.config.eval.temperature) == ("study", 0.7) and c.config.eval.n_samples >= 2
+
+
+def test_make_runs_matrix_evaluates_the_same_base_as_before_per_seed_bases():
+    """`make run` has one seed (0): its per-seed base cells run exactly the evaluation the one base cell per
+    (workflow, task, model) ran before 2026-12 (the settings of the group's first training cell, seed 0, no
+    training, only the start evaluation); only the directory name gained "-s0"."""
+    from rolecast.config import CONFIG_DIR
+
+    m = load_matrix(CONFIG_DIR / "testbed_matrix.yaml")
+    bases = [c for c in m.cells if c.kind == "base_eval"]
+    assert len(bases) == 4
+    for base in bases:
+        first = next(c for c in m.train_cells if c.base_cell == base.name)
+        assert first.axes["sharing"] == "shared" and first.config.seed == base.config.seed == 0
+        old_rule = first.config.model_copy(deep=True)
+        old_rule.train.steps, old_rule.eval.at_start, old_rule.eval.at_end = 0, True, False
+        assert base.config.model_dump(exclude={"run_dir"}) == old_rule.model_dump(exclude={"run_dir"}), base.name
 
 
 def test_shipped_scale_matrix_adds_the_large_testbed_and_nothing_else():

@@ -279,19 +279,22 @@ def collect_map(runs_dir: str | Path) -> SweepMap:
             kind = "base_eval" if d.name.startswith("base-") or steps == 0 else "train"
             entries.append((d.name, kind, _axes_from_config(cfg), d, {}))
 
-    # base rows per (workflow, task, model): from the cell sweep.json names, else from a base cell that matches
+    # base rows: from the base cell sweep.json names, else from a base cell that matches (workflow, task, model,
+    # seed) (one base evaluation per seed), else (workflow, task, model) (sweeps before 2026-12: one for all seeds)
     base_dirs = {name: d for name, kind, _, d, _ in entries if kind == "base_eval"}
-    base_by_key = {
-        tuple(axes[k] for k in ("workflow", "task", "model")): d
-        for _, kind, axes, d, _ in entries
-        if kind == "base_eval"
-    }
+    base_by_key: dict[tuple[Any, ...], Path] = {}
+    for _, kind, axes, d, _ in entries:
+        if kind == "base_eval":
+            base_by_key.setdefault(tuple(axes.get(k) for k in ("workflow", "task", "model", "seed")), d)
+            base_by_key.setdefault(tuple(axes.get(k) for k in ("workflow", "task", "model")), d)
     cells = []
     for name, kind, axes, d, rec in entries:
         base_rows: list[dict[str, Any]] = []
         if kind == "train":
-            bd = base_dirs.get(rec.get("base_cell") or "") or base_by_key.get(
-                tuple(axes[k] for k in ("workflow", "task", "model"))
+            bd = (
+                base_dirs.get(rec.get("base_cell") or "")
+                or base_by_key.get(tuple(axes.get(k) for k in ("workflow", "task", "model", "seed")))
+                or base_by_key.get(tuple(axes.get(k) for k in ("workflow", "task", "model")))
             )
             if bd is not None:
                 base_rows = [r for r in read_jsonl(RunPaths(bd).eval(), skipped=[]) if r.get("tag") == "base"]

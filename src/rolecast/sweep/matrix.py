@@ -1,7 +1,8 @@
 """A sweep matrix: YAML -> typed `MatrixConfig` -> validated cells, each with its own `RunConfig`.
 
 A cell is one training run (one point of workflow x task x model x sharing x seed) or one base-model
-evaluation (one per (workflow, task, model)). Every cell's `RunConfig` is built and checked here as far as
+evaluation (one per (workflow, task, model, seed): evaluated with the seed of the cells it serves, so their
+"final - base" carries the base evaluation's own sampling noise, and every sharing arm of a seed shares it). Every cell's `RunConfig` is built and checked here as far as
 any machine can check it (workflow, task, prompts, routing, registries), so a bad axis value or override fails
 at load, naming the matrix file, the axis or override and the value, before anything runs. What a machine must
 provide (the device, the model path, optional packages) is checked where a cell runs: a matrix of `cuda` cells
@@ -88,7 +89,7 @@ class MatrixConfig(_Strict):
     # per axis value: {axis: {value: {dotted.field: value, ...}}}; the key `config` names another base file
     overrides: dict[AxisName, dict[str | int, dict[str, Any]]] = {}
     set: dict[str, Any] = {}  # overrides for every cell
-    base_eval: bool = True  # one base-model evaluation per (workflow, task, model)
+    base_eval: bool = True  # one base-model evaluation per (workflow, task, model, seed)
     resources: Resources = Resources()
     # cells of the product to leave out, each a partial assignment of axis labels ({workflow: single, sharing: shared})
     exclude: list[dict[AxisName, str | int]] = []
@@ -100,7 +101,7 @@ class Cell:
     kind: Literal["train", "base_eval"]
     axes: dict[str, Any]  # axis -> label (the value as written in the matrix)
     config: RunConfig
-    base_cell: str | None = None  # the base evaluation of this cell's (workflow, task, model)
+    base_cell: str | None = None  # the base evaluation of this cell's (workflow, task, model, seed)
     sources: tuple[str, ...] = field(default=())  # where its overrides came from (for error messages)
 
     @property
@@ -137,7 +138,8 @@ def cell_name(axes: dict[str, Any]) -> str:
 
 
 def base_cell_name(axes: dict[str, Any]) -> str:
-    return f"{BASE_EVAL_PREFIX}{label(axes['task'])}-{label(axes['workflow'])}-{label(axes['model'])}"
+    """base-{task}-{workflow}-{model}-s{seed}: one base evaluation per (workflow, task, model, seed)."""
+    return f"{BASE_EVAL_PREFIX}{label(axes['task'])}-{label(axes['workflow'])}-{label(axes['model'])}-s{axes['seed']}"
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -388,7 +390,9 @@ Group = tuple[dict[str, Any], dict[str, Any], tuple[str, ...], Path]  # a base e
 def _train_cells(
     settings: MatrixConfig, source: Path, out_dir: Path, points: list[Point], base_file: Path
 ) -> tuple[list[Cell], dict[str, Group]]:
-    """The training cells, and the base evaluation each (workflow, task, model) group gets (by name)."""
+    """The training cells, and the base evaluation each (workflow, task, model, seed) group gets (by name): the
+    settings of the group's first training cell, so it runs exactly the start evaluation that cell would have
+    run (the evaluation's sampling seed comes from the run seed and step 0)."""
     per_value = _PerValue(settings)
     _check_axis_values(points, per_value, source)
     cells: list[Cell] = []
@@ -415,7 +419,7 @@ def _train_cells(
 
 
 def _base_cells(groups: dict[str, Group], source: Path, out_dir: Path) -> list[Cell]:
-    """One base-model evaluation per (workflow, task, model): no training, only the start evaluation."""
+    """One base-model evaluation per (workflow, task, model, seed): no training, only the start evaluation."""
     cells = []
     for base_name, (group_axes, group_overrides, group_sources, group_file) in groups.items():
         ov = {
@@ -426,7 +430,7 @@ def _base_cells(groups: dict[str, Group], source: Path, out_dir: Path) -> list[C
             "eval.at_end": False,
         }
         cfg = _validated(group_file, ov, source, base_name, group_axes, group_sources)
-        axes = {a: group_axes[a] for a in ("workflow", "task", "model")}
+        axes = {a: group_axes[a] for a in ("workflow", "task", "model", "seed")}
         cells.append(Cell(base_name, "base_eval", axes, cfg, None, group_sources))
     return cells
 
