@@ -4,6 +4,7 @@ and the Ray executor. Cells train the embedded testbed for 2-3 tiny steps on one
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import json
 import math
@@ -400,6 +401,119 @@ def test_a_matrix_gives_each_training_cell_its_base_evaluations_run_dir(tmp_path
         cell = m.cell(job.name)
         assert job.base_run_dir == (bases[cell.base_cell] if cell.kind == "train" else None)
     assert {j.base_run_dir for j in seen if j.kind == "train"} == set(bases.values())
+
+
+PLAN = """\
+title: a tiny registered sweep
+arms: [shared]
+cliff: {min_drop: 0.02}
+seeds: {fit: [0], held_out: [1]}
+"""
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def test_a_sweep_registers_its_plan_before_the_first_cell_and_records_its_amendments(tmp_path):
+    """The issue-35 feature end to end on real cells: the registration (hashes, commit, clean tree, time) is
+    written before the first cell starts; a restart after the plan's rule changed is refused until the plan
+    carries an amendment; then the amendment (hashes before and after, the field, the reason) and a seed added
+    to the matrix are recorded, and the report says when the plan was registered and marks what is post hoc.
+    Each seed's training cell gets the base evaluation of its own seed."""
+    from rolecast.core.errors import ConfigError
+    from rolecast.report.html import collect_map, render_html, text_map
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    _git(repo, "config", "user.email", "t@example.com")
+    _git(repo, "config", "user.name", "t")
+    (repo / "plan.yaml").write_text(PLAN)
+    matrix_text = TINY.format(steps=1) + "plan: plan.yaml\naxes: {seed: [0, 1]}\n"
+    matrix = write(repo, matrix_text)
+    _git(repo, "add", "plan.yaml", "matrix.yaml")
+    _git(repo, "commit", "-qm", "the plan, before any run")
+    head = _git(repo, "rev-parse", "HEAD")
+    out = tmp_path / "out"
+
+    run_sweep(load_matrix(matrix, out=out), LocalExecutor(), progress=False)
+    rows = _jsonl(out / "registration.jsonl", ())
+    assert [r["event"] for r in rows] == ["registered", "started", "first_cell"]
+    reg = rows[0]
+    assert (reg["commit"], reg["dirty"], reg["plan"]["committed"], reg["matrix"]["committed"]) == (
+        head,
+        False,
+        True,
+        True,
+    )
+    assert reg["plan"]["sha256"] == hashlib.sha256(PLAN.encode()).hexdigest()
+    assert reg["matrix"]["sha256"] == hashlib.sha256((repo / "matrix.yaml").read_bytes()).hexdigest()
+    assert reg["cells_already_run"] == [] and rows[2]["cell"] == "base-testbed-single-testbed-s0"
+    cells = {c["name"]: c for c in json.loads((out / "sweep.json").read_text())["cells"]}
+    # sweep.json's local times carry no UTC offset: compare the first 19 characters
+    assert reg["time"] <= rows[2]["time"] and rows[2]["time"][:19] <= cells["base-testbed-single-testbed-s0"]["started"]
+    registered = (out / "registration.jsonl").read_bytes()
+
+    # the plan's rule changed after the runs, with no amendment entry: refused before anything runs
+    (repo / "plan.yaml").write_text(PLAN.replace("min_drop: 0.02", "min_drop: 0.05"))
+    with pytest.raises(ConfigError, match=r"cliff\.min_drop.*amendments"):
+        run_sweep(load_matrix(matrix, out=out), LocalExecutor(), progress=False)
+    assert (out / "registration.jsonl").read_bytes() == registered
+
+    # with its amendment, and a third seed in the matrix (uncommitted): both recorded; only the new cells run
+    (repo / "plan.yaml").write_text(
+        PLAN.replace("min_drop: 0.02", "min_drop: 0.05")
+        + "amendments:\n  - {date: 2026-12-06, reason: a drop of 0.02 is within noise here, fields: [cliff.min_drop]}\n"
+    )
+    (repo / "matrix.yaml").write_text(matrix_text.replace("seed: [0, 1]", "seed: [0, 1, 2]"))
+    outcome = run_sweep(load_matrix(matrix, out=out), LocalExecutor(), progress=False)
+    assert sorted(outcome.results) == ["base-testbed-single-testbed-s2", "testbed-single-testbed-shared-s2"]
+    rows = _jsonl(out / "registration.jsonl", ())
+    assert (out / "registration.jsonl").read_bytes().startswith(registered)
+    assert [r["event"] for r in rows] == ["registered", "started", "first_cell", "amended", "started"]
+    amended = rows[3]
+    assert amended["dirty"] is True and amended["commit"] == head
+    assert amended["plan"]["before"] == reg["plan"]["sha256"]
+    assert amended["plan"]["after"] == hashlib.sha256((repo / "plan.yaml").read_bytes()).hexdigest()
+    assert amended["plan"]["rule_fields"] == ["cliff.min_drop"]
+    assert amended["plan"]["amendments"][0]["reason"] == "a drop of 0.02 is within noise here"
+    assert amended["matrix"]["cells_added"] == ["testbed-single-testbed-shared-s2"]
+
+    smap = collect_map(out)
+    text = " ".join(text_map(smap).split())  # the text map folds long lines
+    assert f"registered at {reg['time']} (commit {head[:10]}), first run started at {rows[2]['time']}" in text
+    assert f"amendment 1 at {amended['time']} (commit {head[:10]}, uncommitted changes)" in text
+    assert f"map: post hoc: rests on cliff.min_drop, amended after the first run ({amended['time']})" in text
+    assert "sharing: post hoc: holds cells added after the first run: testbed-single-testbed-shared-s2" in text
+    html = render_html(smap)
+    assert 'class="posthoc"' in html and "a drop of 0.02 is within noise here" in html
+    # the report reads the curves with the registered (amended) plan's rule
+    for c in smap.train_cells:
+        assert c.curve.rule["min_drop"] == 0.05
+        # each seed's cell against the base evaluated with its own seed
+        seed = c.axes["seed"]
+        base = _jsonl(out / f"base-testbed-single-testbed-s{seed}" / "eval.jsonl", ())[0]
+        assert c.curve.base.value == base["pass@1"] and c.curve.base.step == 0
+    cfgs = [load_matrix(matrix, out=out).cell(f"base-testbed-single-testbed-s{s}").config.seed for s in (0, 1, 2)]
+    assert cfgs == [0, 1, 2]
+
+
+def test_a_plan_that_names_what_the_matrix_lacks_is_refused_at_load(tmp_path):
+    (tmp_path / "plan.yaml").write_text(PLAN.replace("held_out: [1]", "held_out: [7]").replace("[shared]", "[kl]"))
+    p = write(tmp_path, TINY.format(steps=1) + "plan: plan.yaml\naxes: {seed: [0, 1]}\n")
+    with pytest.raises(MatrixError, match=r"arms: \['kl'\] not a sharing label of the matrix \(\['shared'\]\)"):
+        load_matrix(p)
+    with pytest.raises(MatrixError, match=r"seeds\.held_out: seed\(s\) \[7\] not in the matrix"):
+        load_matrix(p)
+    (tmp_path / "plan.yaml").write_text(PLAN.replace("min_drop: 0.02", "min_drop: -1"))
+    with pytest.raises(
+        MatrixError, match=r"matrix\.yaml: plan: invalid analysis plan:\n  .*plan\.yaml: cliff\.min_drop"
+    ):
+        load_matrix(p)
+    (tmp_path / "plan.yaml").unlink()
+    with pytest.raises(MatrixError, match=r"analysis plan .*plan\.yaml does not exist"):
+        load_matrix(p)
 
 
 KILLER = """\

@@ -29,6 +29,7 @@ from rolecast.config.load import load_config
 from rolecast.config.schema import CONFIG_DIR, DEFAULT_CONFIG, RunConfig
 from rolecast.config.validate import check_environment
 from rolecast.core.errors import ConfigError, MatrixError
+from rolecast.plan.schema import PlanFile, check_against_matrix, load_plan
 from rolecast.tasks import TASKS
 from rolecast.workflows import get_workflow
 
@@ -91,6 +92,8 @@ class MatrixConfig(_Strict):
     set: dict[str, Any] = {}  # overrides for every cell
     base_eval: bool = True  # one base-model evaluation per (workflow, task, model, seed)
     resources: Resources = Resources()
+    # the analysis plan (relative to the matrix file): registered with the matrix before the first cell runs
+    plan: str | None = None
     # cells of the product to leave out, each a partial assignment of axis labels ({workflow: single, sharing: shared})
     exclude: list[dict[AxisName, str | int]] = []
 
@@ -116,6 +119,9 @@ class Matrix:
     out: Path
     settings: MatrixConfig
     cells: list[Cell]
+    text: str = ""  # the matrix file as read (its sha256 is registered)
+    plan: PlanFile | None = None
+    extra_set: dict[str, Any] = field(default_factory=dict)  # --set, on top of the file's `set`
 
     @property
     def train_cells(self) -> list[Cell]:
@@ -152,8 +158,9 @@ def load_matrix(path: str | Path, *, out: str | Path | None = None, extra_set: d
     source = Path(path)
     if not source.is_file():
         raise MatrixError(f"matrix file {source} does not exist")
+    text = source.read_text(encoding="utf-8")
     try:
-        data = yaml.safe_load(source.read_text()) or {}
+        data = yaml.safe_load(text) or {}
     except yaml.YAMLError as e:
         raise MatrixError(f"{source}: not valid YAML: {e}") from e
     if not isinstance(data, dict):
@@ -174,7 +181,27 @@ def load_matrix(path: str | Path, *, out: str | Path | None = None, extra_set: d
         settings.set = {**settings.set, **extra_set}
     out_dir = Path(out) if out is not None else Path(settings.out) if settings.out else Path("runs") / source.stem
     cells = expand(settings, source, out_dir)
-    return Matrix(source, out_dir, settings, cells)
+    plan = _load_plan(settings, source, cells)
+    return Matrix(source, out_dir, settings, cells, text, plan, dict(extra_set or {}))
+
+
+def _load_plan(settings: MatrixConfig, source: Path, cells: list[Cell]) -> PlanFile | None:
+    """The matrix's analysis plan, validated, and checked against the arms (sharing labels) and seeds it has."""
+    if settings.plan is None:
+        return None
+    path = Path(settings.plan)
+    path = path if path.is_absolute() else source.parent / path
+    try:
+        plan = load_plan(path)
+    except ConfigError as e:
+        raise MatrixError(f"{source}: plan: {e}") from None
+    train = [c for c in cells if c.kind == "train"]
+    problems = check_against_matrix(
+        plan.plan, {str(c.axes["sharing"]) for c in train}, {int(c.axes["seed"]) for c in train}
+    )
+    if problems:
+        raise MatrixError(f"{source}: plan {path}: " + "; ".join(problems))
+    return plan
 
 
 def _resolve_config_file(name: str, matrix_path: Path, where: str) -> Path:
