@@ -489,6 +489,7 @@ def test_a_sweep_registers_its_plan_before_the_first_cell_and_records_its_amendm
     html = render_html(smap)
     assert 'class="posthoc"' in html and "a drop of 0.02 is within noise here" in html
     # the report reads the curves with the registered (amended) plan's rule
+    cells_s1_base = _jsonl(out / "base-testbed-single-testbed-s1" / "eval.jsonl", ())[0]["pass@1"]
     for c in smap.train_cells:
         assert c.curve.rule["min_drop"] == 0.05
         # each seed's cell against the base evaluated with its own seed
@@ -497,6 +498,11 @@ def test_a_sweep_registers_its_plan_before_the_first_cell_and_records_its_amendm
         assert c.curve.base.value == base["pass@1"] and c.curve.base.step == 0
     cfgs = [load_matrix(matrix, out=out).cell(f"base-testbed-single-testbed-s{s}").config.seed for s in (0, 1, 2)]
     assert cfgs == [0, 1, 2]
+    # `rolecast analyze` of a cell reads it with the same registered rule
+    from rolecast.report.analyze import analyze
+
+    summary = analyze(out / "testbed-single-testbed-shared-s1", plots=False)
+    assert summary["curve"]["rule"]["min_drop"] == 0.05 and summary["curve"]["base"]["value"] == cells_s1_base
 
 
 def test_a_plan_that_names_what_the_matrix_lacks_is_refused_at_load(tmp_path):

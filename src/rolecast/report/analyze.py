@@ -25,6 +25,7 @@ from rolecast.core.text import last_boxed
 from rolecast.diagnostics.curves import CurveSummary, eval_points, summarize_curve, training_points
 from rolecast.diagnostics.signatures import AnswerExtractor
 from rolecast.diagnostics.warnings import Alert, EarlyWarning, WarningConfig
+from rolecast.plan.registration import read_registration
 from rolecast.report.plots import plot_accuracy, plot_panels
 from rolecast.report.runfiles import RunFiles, read_run, sweep_base_rows
 from rolecast.tasks import make_task
@@ -192,7 +193,13 @@ def analyze(run_dir: str | Path, *, plots: bool = True, cfg: WarningConfig | Non
             "(conservative for evaluations on the same problems)"
         )
     train_pts = training_points(run.metrics)
-    curve: CurveSummary | None = summarize_curve(points, source=EVAL, notes=curve_notes)
+    # a cell of a sweep with a registered plan is read with the plan's cliff rule, as the report reads it
+    registration = read_registration(run.run_dir.parent)
+    plan = registration.plan() if registration else None
+    rule = plan.cliff.curve_kwargs() if plan else {}
+    if plan:
+        curve_notes.append(f"cliff rule from the sweep's registered plan ({plan.title}): {rule}")
+    curve: CurveSummary | None = summarize_curve(points, source=EVAL, notes=curve_notes, **rule)
     train_curve = summarize_curve(train_pts, source=f"{METRICS}:accuracy (5-step means)")
     if curve is None and run.evals:
         notes.append(f"{EVAL} has no usable rows")
