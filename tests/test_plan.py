@@ -271,3 +271,18 @@ def test_cliff_labels_and_type_counts_with_exact_intervals():
     assert rows["isolated"]["counts"][0] == "2/3 [0.09, 0.99]"
     assert rows["shared"]["counts"][1] == "1/4 [0.01, 0.81]" and rows["shared"]["counts"][3] == "3/4 [0.19, 0.99]"
     assert json.dumps(rows)  # plain data for the template
+
+
+def test_a_plan_added_or_removed_after_registration_changes_every_rule(tmp_path):
+    clock = Clock()
+    no_plan = Design("m.yaml", "cells: []\n", None, None, {}, ("c-s0",))
+    rows = register_start(tmp_path, no_plan, jobs=1, git=GIT, now=clock)
+    assert rows[0]["plan"] is None
+    record_first_cell(tmp_path, "c-s0", now=clock)
+    rows = register_start(tmp_path, design(cells=("c-s0",)), jobs=0, git=GIT, now=clock)
+    assert rows[-2]["plan"]["before"] is None and rows[-2]["plan"]["rule_fields"] == list(RULE_FIELDS)
+    rows = register_start(tmp_path, no_plan, jobs=0, git=GIT, now=clock)
+    assert rows[-2]["plan"]["after"] is None and rows[-2]["plan"]["rule_fields"] == list(RULE_FIELDS)
+    log = read_registration(tmp_path)
+    assert {f for f, _ in log.posthoc(["cliff"])} == {"cliff"} and log.plan() is None
+    assert registration_lines(log)[0].startswith("design (no analysis plan) registered at")

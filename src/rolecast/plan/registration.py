@@ -155,8 +155,8 @@ def _parse_or_none(text: str | None, source: str) -> Plan | None:
 
 def _plan_change(before_text: str | None, after_text: str | None, source: str, change: DesignChange) -> None:
     before, after = _parse_or_none(before_text, source), _parse_or_none(after_text, source)
-    if before is None or after is None:  # a plan added, removed, or one today's schema cannot read
-        change.plan_fields = change.rule_fields = list(RULE_FIELDS) if after is not None else []
+    if before is None or after is None:  # a plan added or removed (or one today's schema cannot read): every rule
+        change.plan_fields = change.rule_fields = list(RULE_FIELDS)
         change.new_amendments = [a.model_dump(mode="json") for a in after.amendments] if after else []
         return
     change.plan_fields = changed_fields(before, after)
@@ -363,7 +363,8 @@ class RegistrationLog:
         if self.late:
             return True
         first = self._first("first_cell")
-        return first is not None and self.rows.index(row) > first[0]
+        index = next((i for i, r in enumerate(self.rows) if r is row), -1)
+        return first is not None and index > first[0]
 
     def plan(self) -> Plan | None:
         """The plan as last registered (None without one, or when its text no longer parses: noted)."""

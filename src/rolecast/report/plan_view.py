@@ -65,10 +65,8 @@ def _commit(row: dict[str, Any]) -> str:
     return f"commit {str(commit)[:10]}" + (", uncommitted changes" if dirty else "")
 
 
-def registration_lines(log: RegistrationLog | None) -> list[str]:
+def registration_lines(log: RegistrationLog) -> list[str]:
     """The header: "plan P registered at T (commit C), first run started at T'", then each amendment."""
-    if log is None:
-        return ["design not registered (a sweep from before registration existed, or not a sweep)"]
     reg = log.registered
     if reg is None:
         return ["registration.jsonl holds no registration"] + log.notes
