@@ -84,6 +84,7 @@ COLS = [
     "final",
     "gain",
     "cliff",
+    "cliff_type",
     "signature",
     "protocol",
     "state",
@@ -214,7 +215,8 @@ def test_text_map_fits_one_screen(tmp_path):
     row = next(ln for ln in lines if ln.startswith("single-shared "))
     assert re.search(r"0\.500\s+0\.700@20\s+0\.700\s+\+ \+0\.200 \[\+0\.12,\+0\.28\]\s+no", row), row
     row = next(ln for ln in lines if ln.startswith("voting-shared "))
-    assert "- -0.200" in row and "yes@15" in row and "length_collapse(9)" in row
+    # a fall from step 15 after a significant gain (0.8 at step 5 against the base 0.5): the study's cliff type
+    assert "- -0.200" in row and "cliff@15" in row and "length_collapse(9)" in row
     # the legend says what each signature shown means
     assert "  length_collapse: a role's completions shrink to half their early length" in lines
     row = next(ln for ln in lines if ln.startswith("single-isolated "))

@@ -15,6 +15,7 @@ import base64
 import json
 import math
 import tempfile
+import textwrap
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -37,6 +38,7 @@ from rolecast.core.rundir import (
     write_atomic,
 )
 from rolecast.diagnostics.curves import (
+    CLIFF_TYPES,
     Z_95,
     CurvePoint,
     CurveSummary,
@@ -47,6 +49,7 @@ from rolecast.diagnostics.curves import (
     summarize_curve,
 )
 from rolecast.diagnostics.warnings import SIGNATURE_MEANINGS
+from rolecast.plan.registration import RegistrationLog, read_registration
 from rolecast.report.analyze import (
     answer_extractor,
     collect_series,
@@ -54,6 +57,15 @@ from rolecast.report.analyze import (
     group_alerts,
     lr_series,
     replay_warnings,
+)
+from rolecast.report.plan_view import (
+    CLIFF_TYPE_HTML_LEGEND,
+    CLIFF_TYPE_LEGEND,
+    CLIFF_TYPE_NAMES,
+    cliff_label,
+    cliff_type_rows,
+    posthoc_note,
+    registration_lines,
 )
 from rolecast.report.plots import plot_accuracy, plot_gain_grid, plot_overlay, plot_panels
 from rolecast.report.runfiles import read_run
@@ -131,6 +143,7 @@ class SweepMap:
     cells: list[CellView]
     matrix: str | None = None
     notes: list[str] = field(default_factory=list)
+    registration: RegistrationLog | None = None  # the sweep's registered design (plan/registration.py)
 
     @property
     def train_cells(self) -> list[CellView]:
@@ -229,7 +242,13 @@ def _protocol(rows: list[dict[str, Any]], config: dict[str, Any]) -> str:
 
 
 def _cell_view(
-    name: str, kind: str, axes: dict[str, Any], d: Path, recorded: dict[str, Any], base_rows: list[dict[str, Any]]
+    name: str,
+    kind: str,
+    axes: dict[str, Any],
+    d: Path,
+    recorded: dict[str, Any],
+    base_rows: list[dict[str, Any]],
+    rule: dict[str, Any] | None = None,
 ) -> CellView:
     state, error = _state(d, recorded)
     cell = CellView(name, kind, axes, d, state, error, recorded.get("base_cell"))
@@ -242,7 +261,8 @@ def _cell_view(
     planned = (config.get("train") or {}).get("steps") if isinstance(config.get("train"), dict) else None
     cell.steps_planned = planned if isinstance(planned, int) else None
     rows = [*base_rows, *run.evals]
-    cell.curve = summarize_curve(eval_points(rows, cell.notes), source=EVAL, notes=cell.notes)
+    # the registered plan's cliff rule (`rule`), else the documented defaults
+    cell.curve = summarize_curve(eval_points(rows, cell.notes), source=EVAL, notes=cell.notes, **(rule or {}))
     cell.protocol = _protocol(rows, config)
     try:
         extract, _ = answer_extractor(run)
@@ -260,6 +280,9 @@ def collect_map(runs_dir: str | Path) -> SweepMap:
     runs_dir = Path(runs_dir)
     notes: list[str] = []
     recorded, matrix = _sweep_rows(runs_dir, notes)
+    registration = read_registration(runs_dir)
+    plan = registration.plan() if registration else None
+    rule = plan.cliff.curve_kwargs() if plan else None
     entries: list[tuple[str, str, dict[str, Any], Path, dict[str, Any]]] = []
     if recorded:
         for r in recorded:
@@ -279,26 +302,29 @@ def collect_map(runs_dir: str | Path) -> SweepMap:
             kind = "base_eval" if d.name.startswith("base-") or steps == 0 else "train"
             entries.append((d.name, kind, _axes_from_config(cfg), d, {}))
 
-    # base rows per (workflow, task, model): from the cell sweep.json names, else from a base cell that matches
+    # base rows: from the base cell sweep.json names, else from a base cell that matches (workflow, task, model,
+    # seed) (one base evaluation per seed), else (workflow, task, model) (sweeps before 2026-12: one for all seeds)
     base_dirs = {name: d for name, kind, _, d, _ in entries if kind == "base_eval"}
-    base_by_key = {
-        tuple(axes[k] for k in ("workflow", "task", "model")): d
-        for _, kind, axes, d, _ in entries
-        if kind == "base_eval"
-    }
+    base_by_key: dict[tuple[Any, ...], Path] = {}
+    for _, kind, axes, d, _ in entries:
+        if kind == "base_eval":
+            base_by_key.setdefault(tuple(axes.get(k) for k in ("workflow", "task", "model", "seed")), d)
+            base_by_key.setdefault(tuple(axes.get(k) for k in ("workflow", "task", "model")), d)
     cells = []
     for name, kind, axes, d, rec in entries:
         base_rows: list[dict[str, Any]] = []
         if kind == "train":
-            bd = base_dirs.get(rec.get("base_cell") or "") or base_by_key.get(
-                tuple(axes[k] for k in ("workflow", "task", "model"))
+            bd = (
+                base_dirs.get(rec.get("base_cell") or "")
+                or base_by_key.get(tuple(axes.get(k) for k in ("workflow", "task", "model", "seed")))
+                or base_by_key.get(tuple(axes.get(k) for k in ("workflow", "task", "model")))
             )
             if bd is not None:
                 base_rows = [r for r in read_jsonl(RunPaths(bd).eval(), skipped=[]) if r.get("tag") == "base"]
-        cells.append(_cell_view(name, kind, axes, d, rec, base_rows))
+        cells.append(_cell_view(name, kind, axes, d, rec, base_rows, rule))
     if not cells:
         notes.append(f"no cells found in {runs_dir} (no sweep.json, and no subdirectory holding a run)")
-    return SweepMap(runs_dir, cells, matrix, notes)
+    return SweepMap(runs_dir, cells, matrix, notes, registration)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -440,7 +466,7 @@ def _row_numbers(c: CellView) -> dict[str, str]:
         out["final"] = f"{cur.final.value:.3f}"
         if cur.gain:
             out["gain"] = f"{cur.gain.value:+.3f} [{cur.gain.low:+.2f},{cur.gain.high:+.2f}]"
-        out["cliff"] = f"yes@{cur.cliff.step}" if cur.cliff else "no"
+        out["cliff"] = cliff_label(cur.cliff_type, cur.cliff.step if cur.cliff else None)
     return out
 
 
@@ -468,6 +494,11 @@ def text_map(smap: SweepMap, width: int = 120) -> str:
     cells = smap.train_cells
     protocols = sorted({c.protocol for c in smap.cells if c.protocol != "-"})
     lines = [f"map of {smap.runs_dir}: {len(cells)} training cells; evaluation: {'; '.join(protocols) or '-'}"]
+    if smap.registration is not None:  # folded, not cut: paths and reasons are long
+        notes = [f"{t}: {note}" for t in ("map", "sharing") if (note := posthoc_note(smap.registration, t))]
+        for line in registration_lines(smap.registration) + notes:
+            indent = " " * (len(line) - len(line.lstrip()) + 4)
+            lines += textwrap.wrap(line, width, subsequent_indent=indent, break_on_hyphens=False) or [""]
     header = ("cell", "base", "peak@step", "final", "gain [95%]", "cliff", "signature", "state")
     rows = []
     errors: list[str] = []
@@ -511,6 +542,8 @@ def text_map(smap: SweepMap, width: int = 120) -> str:
     lines.append(
         "gain = final - base, 95% interval; + significantly above 0, = within noise, - below; (x@s): last so far"
     )
+    if any(c.curve and c.curve.cliff_type for c in cells):
+        lines += [_cut(x, width) for x in CLIFF_TYPE_LEGEND]
     shown = sorted({c.dominant_signature["name"] for c in cells if c.dominant_signature})
     if shown:
         lines.append("signature: the failure signature seen at the most logged steps (how many); docs/analysis.md")
@@ -684,6 +717,7 @@ MAP_HEAD = [
     ("final", ""),
     ("gain final-base [95%]", ""),
     ("cliff", ""),
+    ("cliff type", "l"),
     ("dominant failure signature", "l"),
     ("eval protocol", "l"),
     ("state", "l"),
@@ -697,7 +731,7 @@ def _map_rows(cells: list[CellView]) -> list[dict[str, Any]]:
         cur = c.curve
         trained = c.trained_points
         classes = [f"gain-{c.gain_class()}"] + ([] if c.complete else ["incomplete"])
-        gain = cliff = peak = final = "-"
+        gain = cliff = peak = final = cliff_type = "-"
         cliff_cls = ""
         if cur and trained and not c.complete:
             peak = f"{cur.peak.value:.3f} ({cur.peak.step})"
@@ -709,6 +743,7 @@ def _map_rows(cells: list[CellView]) -> list[dict[str, Any]]:
                 gain = f"{cur.gain.value:+.3f} [{cur.gain.low:+.3f}, {cur.gain.high:+.3f}]"
             cliff = f"yes, from step {cur.cliff.step}" if cur.cliff else "no"
             cliff_cls = "cliff-yes" if cur.cliff else ""
+            cliff_type = CLIFF_TYPE_NAMES.get(cur.cliff_type or "", "-")
         sig = c.dominant_signature
         a = c.axes
         rows.append(
@@ -725,6 +760,7 @@ def _map_rows(cells: list[CellView]) -> list[dict[str, Any]]:
                 "gain": gain,
                 "cliff": cliff,
                 "cliff_class": cliff_cls,
+                "cliff_type": cliff_type,
                 "signature": (
                     f"{sig['name']} [{sig['subject']}], {sig['n_steps']} step(s) from {sig['first_step']}"
                     if sig
@@ -807,7 +843,20 @@ def render_html(smap: SweepMap) -> str:
         cells=views,
         notes=notes,
         text_map=text_map(smap),
+        **_plan_context(smap),
     )
+
+
+def _plan_context(smap: SweepMap) -> dict[str, Any]:
+    """The registration, post hoc marks and cliff-type table for the template (report/plan_view.py)."""
+    done = [c for c in smap.train_cells if c.complete and c.curve and c.trained_points]
+    return {
+        "registration": registration_lines(smap.registration) if smap.registration else [],
+        "posthoc": {t: posthoc_note(smap.registration, t) for t in ("map", "cliff_types", "sharing", "figures")},
+        "cliff_types": cliff_type_rows([(c.axes, c.curve.cliff_type if c.curve else None) for c in done]),
+        "cliff_type_names": [CLIFF_TYPE_NAMES[t] for t in CLIFF_TYPES],
+        "cliff_type_legend": CLIFF_TYPE_HTML_LEGEND,
+    }
 
 
 def write_report(runs_dir: str | Path, out: str | Path | None = None) -> tuple[Path, SweepMap]:
