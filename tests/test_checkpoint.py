@@ -25,7 +25,7 @@ from rolecast.train.checkpoint import (
     restore_rng_state,
     save_checkpoint,
 )
-from rolecast.train.schedule import constant, warmup_cosine
+from rolecast.train.optimizer import constant, warmup_cosine
 
 # ---------------------------------------------------------------------------------------------------------
 # Crash safety: a real writer process, killed at chosen points

@@ -16,9 +16,10 @@ Integrity: the manifest records every file's size and sha256. A checkpoint damag
 (a truncated or deleted file, a disk error) fails that check on load; `load_checkpoint` then warns, naming
 the file, and falls back to the newest intact checkpoint, so a resume never dies in a deserializer.
 
-What a trainer checkpoint holds (policy weights, optimizer and scheduler state per policy, the step and the
-RNG state) is built by `trainer_state` and read back by `restore_trainer_state` / `restore_policies`, here
-only: the trainer and `rolecast eval` use these.
+A trainer checkpoint's own entries (each policy's weights, the step and the RNG state) are built by
+`trainer_state` and read back by `restore_trainer_state` / `restore_policies` (which `rolecast eval` and
+`export` use); the optimizers' and lr schedules' entries are train/optimizer.py's, the session components'
+train/resume.py's.
 
 `.pt` entries are loaded with `torch.load(weights_only=True)`, so state must be built from tensors,
 dict/list/tuple and Python scalars/str/None (as optimizer and scheduler state dicts are); `save_checkpoint`
@@ -49,9 +50,6 @@ from rolecast.core.errors import CheckpointError
 from rolecast.core.rundir import CHECKPOINTS, RunPaths
 
 if TYPE_CHECKING:
-    from torch.optim import Optimizer
-    from torch.optim.lr_scheduler import LRScheduler
-
     from rolecast.policies.models import PolicySet
 
 log = logging.getLogger(__name__)
@@ -404,36 +402,21 @@ def restore_rng_state(state: dict[str, Any]) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# What a trainer checkpoint holds, in one place
+# What a trainer checkpoint holds besides its components' entries: the weights, the step and counters, the RNG
 
 
-def policy_key(pid: str) -> str:
+def weights_entry(pid: str) -> str:
+    """The checkpoint entry of a policy's trainable weights."""
     return f"policy/{pid}"
 
 
-def optimizer_key(pid: str) -> str:
-    return f"optim/{pid}"
-
-
-def scheduler_key(pid: str) -> str:
-    return f"sched/{pid}"
-
-
-def trainer_state(
-    step: int,
-    policies: PolicySet,
-    optimizers: Mapping[str, Optimizer],
-    schedulers: Mapping[str, LRScheduler],
-    **trainer: Any,
-) -> dict[str, Any]:
-    """Everything a resumed run needs to continue bit for bit: every policy's trainable weights, optimizer
-    and lr-scheduler state, the step reached (with any other JSON-able `trainer` counters), and the
-    process's RNG state."""
+def trainer_state(step: int, policies: PolicySet, **trainer: Any) -> dict[str, Any]:
+    """The weights and the run's position: every policy's trainable weights, the step reached (with any other
+    JSON-able `trainer` counters) and the process's RNG state. The optimizers' and lr schedules' entries are
+    train/optimizer.py's, the other components' train/resume.py's."""
     state: dict[str, Any] = {"trainer": {"step": step, **trainer}, "rng": capture_rng_state()}
     for pid in policies.policy_ids:
-        state[policy_key(pid)] = policies.state_dict(pid)
-        state[optimizer_key(pid)] = optimizers[pid].state_dict()
-        state[scheduler_key(pid)] = schedulers[pid].state_dict()
+        state[weights_entry(pid)] = policies.state_dict(pid)
     return state
 
 
@@ -450,24 +433,15 @@ def restore_policies(state: Mapping[str, Any], policies: PolicySet) -> None:
     """Load every policy's weights from a trainer checkpoint (what `rolecast eval --checkpoint` needs)."""
     for pid in policies.policy_ids:
         try:
-            policies.load_state_dict(pid, _entry(state, policy_key(pid)))
+            policies.load_state_dict(pid, _entry(state, weights_entry(pid)))
         except (ValueError, RuntimeError) as e:
             if isinstance(e, CheckpointError):
                 raise
             raise CheckpointError(f"the checkpoint's weights for policy {pid!r} do not fit this model: {e}") from None
 
 
-def restore_trainer_state(
-    state: Mapping[str, Any],
-    policies: PolicySet,
-    optimizers: Mapping[str, Optimizer],
-    schedulers: Mapping[str, LRScheduler],
-) -> dict[str, Any]:
-    """The inverse of `trainer_state`: weights, optimizer and scheduler state, RNG. Returns the trainer
-    entry ({"step": N, ...counters})."""
+def restore_trainer_state(state: Mapping[str, Any], policies: PolicySet) -> dict[str, Any]:
+    """The inverse of `trainer_state`: weights and RNG. Returns the trainer entry ({"step": N, ...counters})."""
     restore_policies(state, policies)
-    for pid in policies.policy_ids:
-        optimizers[pid].load_state_dict(_entry(state, optimizer_key(pid)))
-        schedulers[pid].load_state_dict(_entry(state, scheduler_key(pid)))
     restore_rng_state(_entry(state, "rng"))
     return dict(_entry(state, "trainer"))
