@@ -80,14 +80,14 @@ class LossStep:
         interventions: Interventions | None,
         instance_counts: dict[str, int],
     ):
-        self.pid, self.cfg, self.tc = pid, cfg, cfg.train
+        self.pid, self.cfg, self.train = pid, cfg, cfg.train
         self.policies, self.pad_id, self.old = policies, pad_id, old
         self.temperature = cfg.rollout.temperature
         self.interventions = interventions
         self.instance_counts = instance_counts  # a role's parallel instances on this policy (multiplicity_norm)
 
     def __call__(self, model: torch.nn.Module, micro: list[Turn], mb: MiniBatch) -> bool:
-        tc = self.tc
+        train = self.train
         batch = to_device(collate(micro, self.pad_id), self.policies.device)
         logp, entropy = completion_logprobs(model, batch, self.temperature)
         mask, adv = batch["mask"], batch["advantages"]
@@ -103,17 +103,17 @@ class LossStep:
             old,
             adv,
             mask,
-            tc.clip_low,
-            tc.clip_high,
-            tc.loss_agg,
+            train.clip_low,
+            train.clip_high,
+            train.loss_agg,
             ref_logp=ref_logp,
             kl_coef=kl_coef,
             max_len=to_device(generation_caps(self.cfg, micro), logp.device),
             row_weights=to_device(weights, logp.device),
-            dual_clip=tc.dual_clip,
+            dual_clip=train.dual_clip,
             **mb.norms,
         )
-        if tc.minibatch_scale == "nominal":  # verl: each micro-batch x its rows / mini-batch size
+        if train.minibatch_scale == "nominal":  # verl: each micro-batch x its rows / mini-batch size
             loss = loss * mb.scale
         if not torch.isfinite(loss):
             return False
@@ -127,12 +127,12 @@ class LossStep:
     ) -> tuple[float | torch.Tensor, torch.Tensor | None]:
         """The KL coefficient (per row with interventions.kl_coef_by_role) and the starting model's log-probs,
         when any row has a KL term."""
-        kl_coef: float | torch.Tensor = self.tc.kl_coef
+        kl_coef: float | torch.Tensor = self.train.kl_coef
         row_kl = self.interventions.kl_coefs(roles) if self.interventions is not None else None
         if row_kl is not None:
             kl_coef = row_kl.to(device)
         ref_logp = None
-        if self.tc.kl_coef > 0 or (row_kl is not None and bool((row_kl > 0).any())):
+        if self.train.kl_coef > 0 or (row_kl is not None and bool((row_kl > 0).any())):
             with torch.no_grad(), self.policies.reference_model() as ref:
                 ref_logp, _ = completion_logprobs(ref, batch, self.temperature)
         return kl_coef, ref_logp
@@ -149,13 +149,13 @@ class LossStep:
         ref_logp: torch.Tensor | None,
     ) -> None:
         """Add the micro-batch's per-sequence sums to the tally, each under its turn's role."""
-        tc = self.tc
+        train = self.train
         with torch.no_grad():
             lp = logp.detach()
             per_seq = {
                 "tokens": mask.sum(-1),
                 "entropy": (entropy * mask).sum(-1),
-                "clip_fraction": (clipped_tokens(lp, old, adv, tc.clip_low, tc.clip_high) * mask).sum(-1),
+                "clip_fraction": (clipped_tokens(lp, old, adv, train.clip_low, train.clip_high) * mask).sum(-1),
                 "approx_kl": ((old - lp) * mask).sum(-1),
                 "kl": (
                     (k3_kl(lp, ref_logp) * mask).sum(-1)

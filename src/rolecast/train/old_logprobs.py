@@ -29,9 +29,9 @@ class OldLogprobs:
     """The old log-probs' source for one policy's update (module docstring). `prepare` before the first
     mini-batch; `for_micro` per micro-batch; `gap` at the end."""
 
-    def __init__(self, pid: str, tc: TrainSettings, check: bool):
-        self.pid, self.tc = pid, tc
-        self.check = check and tc.old_logprobs == "sampler"  # the first-step check, until its first micro-batch
+    def __init__(self, pid: str, train: TrainSettings, check: bool):
+        self.pid, self.train = pid, train
+        self.check = check and train.old_logprobs == "sampler"  # the first-step check, until its first micro-batch
         self.on_policy = False  # trainer: the forward's own log-probs serve
         self.recomputed: dict[int, torch.Tensor] | None = None  # trainer: per turn (by id), before the update
         self._gap = [0.0, 0.0]  # |sampler - trainer| summed over tokens, and the tokens
@@ -46,15 +46,15 @@ class OldLogprobs:
     ) -> None:
         """train.old_logprobs trainer: decide whether the forward's own log-probs serve (on-policy), else compute
         the trainer's before the update."""
-        tc = self.tc
-        if tc.old_logprobs != "trainer":
+        train = self.train
+        if train.old_logprobs != "trainer":
             return
         n_all = int(dist.total(len(turns))[0])
-        self.on_policy = tc.epochs == 1 and (tc.update_schedule == "per_step" or n_all <= tc.mini_batch_size)
+        self.on_policy = train.epochs == 1 and (train.update_schedule == "per_step" or n_all <= train.mini_batch_size)
         if self.on_policy:
             return
         with policies.training(self.pid) as model:
-            recomputed = trainer_logprobs(model, turns, pad_id, policies.device, temperature, tc.micro_batch_tokens)
+            recomputed = trainer_logprobs(model, turns, pad_id, policies.device, temperature, train.micro_batch_tokens)
         for t in turns:
             self._gap[0] += float((torch.tensor(t.logprobs) - recomputed[id(t)]).abs().sum())
             self._gap[1] += len(t.completion_ids)
@@ -78,10 +78,10 @@ class OldLogprobs:
         if not self.check:
             return
         gap_ = float(((logp.detach() - old).abs() * mask).sum() / mask.sum().clamp(min=1))
-        if gap_ > self.tc.logprob_check_tol:
+        if gap_ > self.train.logprob_check_tol:
             raise RuntimeError(
                 f"policy {self.pid!r}: trainer log-probs differ from the sampler's by {gap_:.4f} per "
-                f"token (tolerance {self.tc.logprob_check_tol}); generation and training do not "
+                f"token (tolerance {self.train.logprob_check_tol}); generation and training do not "
                 f"compute the same distribution (temperature, padding/position ids, dropout or "
                 f"dtype mismatch)"
             )
@@ -90,7 +90,7 @@ class OldLogprobs:
     def gap(self, dist: Dist) -> float | None:
         """train.old_logprobs trainer: the mean |sampler - trainer| log-prob per token before this update, over
         every process; None with the sampler's."""
-        if self.tc.old_logprobs != "trainer":
+        if self.train.old_logprobs != "trainer":
             return None
         gap_sum, gap_tokens = dist.total(*self._gap)
         return gap_sum / gap_tokens if gap_tokens else float("nan")

@@ -90,8 +90,8 @@ def _entry(state: Mapping[str, Any], key: str) -> Any:
 class PolicyOptimizers:
     """Each policy's optimizer and lr schedule, and the clock that positions the schedules (module docstring)."""
 
-    def __init__(self, policies: PolicySet, tc: TrainSettings):
-        self.role_clock = tc.lr_clock == "role_update"
+    def __init__(self, policies: PolicySet, train: TrainSettings):
+        self.role_clock = train.lr_clock == "role_update"
         # train.lr_clock role_update: policy updates made so far, the position of the one schedule they share;
         # unused under the step clock
         self.clock = 0
@@ -99,10 +99,10 @@ class PolicyOptimizers:
         self.schedules: dict[str, Schedule] = {}
         for pid in policies.policy_ids:
             params = list(policies.parameters(pid))
-            adamw = MasterWeightAdamW if tc.fp32_master_weights and needs_master(params) else torch.optim.AdamW
-            self.optimizers[pid] = adamw(params, lr=tc.lr, betas=tc.betas, weight_decay=tc.weight_decay)
+            adamw = MasterWeightAdamW if train.fp32_master_weights and needs_master(params) else torch.optim.AdamW
+            self.optimizers[pid] = adamw(params, lr=train.lr, betas=train.betas, weight_decay=train.weight_decay)
             self.schedules[pid] = build(
-                self.optimizers[pid], tc.lr_schedule, tc.warmup_steps, max(tc.steps, 1), tc.min_lr_ratio
+                self.optimizers[pid], train.lr_schedule, train.warmup_steps, max(train.steps, 1), train.min_lr_ratio
             )
 
     def optimizer(self, pid: str) -> Optimizer:

@@ -68,15 +68,14 @@ class SessionState:
         warning (reading answers with the task's `extract`), and the gradient diagnostics, interventions and
         rollback (None when off). Built before a checkpoint is loaded, so the monitor's copy of the starting
         weights (for drift) is the initialisation, not the resumed weights."""
-        tc = cfg.train
         trainable = {pid: policies.parameters(pid) for pid in policies.policy_ids}
         return cls(
             policies=policies,
-            optim=PolicyOptimizers(policies, tc),
-            guard=DivergenceGuard(tc, policies.vocab_size),
+            optim=PolicyOptimizers(policies, cfg.train),
+            guard=DivergenceGuard(cfg.train, policies.vocab_size),
             warn=EarlyWarning(extract=extract),
             monitor=GradientMonitor.from_config(cfg.diagnostics.gradients, trainable, seed=cfg.seed),
-            interventions=Interventions.from_config(cfg.interventions, tc.kl_coef),
+            interventions=Interventions.from_config(cfg.interventions, cfg.train.kl_coef),
             rollback=Rollback.from_config(cfg.interventions.rollback),
         )
 

@@ -106,7 +106,7 @@ class _Update:
         interventions: Interventions | None,
         dist: Dist,
     ):
-        self.pid, self.cfg, self.tc = pid, cfg, cfg.train
+        self.pid, self.cfg, self.train = pid, cfg, cfg.train
         self.policies, self.optimizer, self.pad_id = policies, optimizer, pad_id
         self.interventions, self.dist = interventions, dist
         self.params = policies.parameters(pid)
@@ -125,11 +125,11 @@ class _Update:
         loss_step = LossStep(
             self.pid, self.cfg, self.policies, self.pad_id, self.old, self.interventions, instance_counts
         )
-        for epoch in range(self.tc.epochs):
-            if self.tc.update_schedule == "per_step":
+        for epoch in range(self.train.epochs):
+            if self.train.update_schedule == "per_step":
                 minibatches = [turns]
             else:  # one shuffle of the global batch, so several processes take the same mini-batches as one
-                minibatches = self.dist.minibatches(turns, rng, self.tc.mini_batch_size)
+                minibatches = self.dist.minibatches(turns, rng, self.train.mini_batch_size)
             for mb in minibatches:
                 self.minibatch(loss_step, mb, diagnose=self.diagnose and epoch == 0)
         self.finish(turns)
@@ -154,7 +154,7 @@ class _Update:
         with self.policies.training(self.pid) as model:
             # the loss is normalised over the whole mini-batch, so any split into micro-batches is exact
             for segment in segments:
-                for micro in plan_micro_batches(segment, self.tc.micro_batch_tokens):
+                for micro in plan_micro_batches(segment, self.train.micro_batch_tokens):
                     if not loss_step(model, micro, mb):
                         return False
                 if grads is not None:
@@ -175,7 +175,7 @@ class _Update:
                 else None
             )
             grads.write_back(coefs)
-        return torch.nn.utils.clip_grad_norm_(self.params, self.tc.max_grad_norm)
+        return torch.nn.utils.clip_grad_norm_(self.params, self.train.max_grad_norm)
 
     def skip(self) -> None:
         """Never train on a NaN/inf step: drop its gradients, count it, say so."""
