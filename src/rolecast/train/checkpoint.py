@@ -5,6 +5,10 @@ Layout of `run_dir/checkpoints/`:
                                     written last
     step_{N}/<quoted name>.<ext>    one file per entry: .safetensors (flat str -> tensor dicts: weights),
                                     .json (plain JSON that round-trips exactly), .pt (anything else)
+
+A .safetensors entry stores each distinct tensor once: a tensor equal byte for byte to an earlier one of the
+entry (a tied output head and embedding; LoRA B matrices still at their zero init) is written as an alias in the
+file's metadata and read back as its own copy, so the loaded entry equals the saved one.
     latest                          text file holding N of the last checkpoint written
 
 Atomicity: a checkpoint is written into `step_{N}.tmp-<pid>/`, every file fsynced, then the directory is
@@ -43,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import numpy as np
+import safetensors
 import safetensors.torch
 import torch
 
@@ -147,7 +152,8 @@ def _write_entry(directory: Path, name: str, value: Any) -> dict[str, Any]:
     is_weights = isinstance(value, dict) and value and all(isinstance(v, torch.Tensor) for v in value.values())
     if is_weights and all(isinstance(k, str) for k in value):
         path, fmt = directory / f"{stem}.safetensors", "safetensors"
-        safetensors.torch.save_file(_unshared(value), str(path))
+        tensors, aliases = _distinct(value)
+        safetensors.torch.save_file(tensors, str(path), metadata={_ALIASES: json.dumps(aliases)} if aliases else None)
         _fsync_file(path)
     elif _json_roundtrips(value):
         path, fmt = directory / f"{stem}.json", "json"
@@ -172,16 +178,30 @@ def _size_and_sha256(path: Path) -> tuple[int, str]:
     return size, h.hexdigest()
 
 
-def _unshared(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """safetensors refuses tensors sharing storage (tied embeddings): clone every repeat of a storage."""
-    seen: set[int] = set()
-    out = {}
+_ALIASES = "rolecast.aliases"  # safetensors metadata: {name: the earlier name whose bytes it repeats}
+
+
+def _distinct(tensors: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """The tensors to write, each distinct one once (safetensors also refuses tensors sharing storage), and the
+    aliases: {name: earlier name with the same dtype, shape and bytes}. Candidates are found by (dtype, shape, sum)
+    and confirmed on the raw bytes (so -0.0 and 0.0 stay apart)."""
+    out: dict[str, torch.Tensor] = {}
+    aliases: dict[str, str] = {}
+    seen: dict[tuple[Any, ...], list[str]] = {}
     for k, v in tensors.items():
         v = v.detach().to("cpu").contiguous()
-        ptr = v.untyped_storage().data_ptr()
-        out[k] = v.clone() if ptr in seen else v
-        seen.add(ptr)
-    return out
+        key = (v.dtype, tuple(v.shape), float(v.sum(dtype=torch.float64)) if v.is_floating_point() else None)
+        same = next((o for o in seen.get(key, []) if torch.equal(_raw(out[o]), _raw(v))), None)
+        if same is not None:
+            aliases[k] = same
+            continue
+        out[k] = v
+        seen.setdefault(key, []).append(k)
+    return out, aliases
+
+
+def _raw(t: torch.Tensor) -> torch.Tensor:
+    return t.reshape(-1).view(torch.uint8)
 
 
 def _json_roundtrips(value: Any) -> bool:
@@ -365,7 +385,12 @@ def _damage(path: Path, entry: Mapping[str, Any]) -> str | None:
 
 def _read_entry(path: Path, fmt: str) -> Any:
     if fmt == "safetensors":
-        return safetensors.torch.load_file(str(path), device="cpu")
+        with safetensors.safe_open(str(path), framework="pt", device="cpu") as f:
+            tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (safe_open is not a mapping)
+            aliases = json.loads((f.metadata() or {}).get(_ALIASES, "{}"))
+        for k, src in aliases.items():
+            tensors[k] = tensors[src].clone()
+        return tensors
     if fmt == "json":
         return json.loads(path.read_text())
     if fmt == "torch":
