@@ -34,7 +34,7 @@ from rolecast.diagnostics.warnings import GRADIENT_SIGNALS, SIGNALS
 from rolecast.objectives.advantages import ADVANTAGES, SINGLETON_REWARD_ESTIMATORS
 from rolecast.objectives.losses import AGGREGATIONS
 from rolecast.policies.models import PACKAGED_MODELS, offline_hub_problem
-from rolecast.policies.router import build_routing
+from rolecast.policies.router import routing_for
 from rolecast.policies.shipped import MODEL_NAMES
 from rolecast.prompts import PromptBook
 from rolecast.scoring import resolve_attribution
@@ -98,10 +98,7 @@ def _check_workflow(cfg: RunConfig) -> WorkflowSpec:
         raise FieldError("workflow.name", str(e)) from None
     # typed and range-checked from the workflow function's signature; coerced values replace the raw ones
     cfg.workflow.options = spec.check_options(cfg.workflow.options)
-    try:
-        build_routing(spec.roles, cfg.routing.sharing, cfg.routing.map, cfg.routing.policies)
-    except ValueError as e:
-        raise FieldError("routing", str(e)) from None
+    routing_for(spec.roles, cfg.routing)  # as the runtime builds it (FieldError "routing: ...")
     unknown_roles = set(cfg.rollout.max_new_tokens_by_role) - set(spec.roles)
     if unknown_roles:
         raise FieldError(
