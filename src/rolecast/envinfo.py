@@ -17,6 +17,7 @@ import platform
 import shutil
 import subprocess
 import sys
+import textwrap
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -58,6 +59,7 @@ class TaskData:
 
     task: str
     missing: tuple[str, ...]
+    files: int = 1  # how many files it reads
 
 
 @dataclass(frozen=True)
@@ -119,7 +121,7 @@ def task_data(root: Path) -> tuple[TaskData, ...]:
     for name in TASKS.names():
         files = _task_files(TASKS[name])
         if files:
-            out.append(TaskData(name, tuple(f for f in files if not _present(root, f))))
+            out.append(TaskData(name, tuple(f for f in files if not _present(root, f)), len(files)))
     return tuple(out)
 
 
@@ -199,14 +201,23 @@ def missing_features(info: EnvInfo) -> list[str]:
 
 
 def _data_lines(info: EnvInfo) -> list[str]:
+    """The data directory and, per dataset task, whether its files are there: tasks missing some files name them,
+    tasks missing all are only named (their paths are in docs/study_recipe.md and the tasks' errors)."""
     lines = [f"data:     {info.data_dir} ({info.data_dir_source})"]
     if not info.data_dir.is_dir():
         return lines
-    present = [t.task for t in info.task_data if not t.missing]
-    absent = [f"{t.task} ({', '.join(t.missing)})" for t in info.task_data if t.missing]
-    lines.append(f"          tasks with their files: {', '.join(present) or 'none'}")
-    if absent:
-        lines.append(f"          files missing: {'; '.join(absent)}")
+    groups = {
+        "tasks with their files": [t.task for t in info.task_data if not t.missing],
+        "some files missing": [
+            f"{t.task} (no {', '.join(t.missing)})" for t in info.task_data if 0 < len(t.missing) < t.files
+        ],
+        "no files": [t.task for t in info.task_data if t.missing and len(t.missing) == t.files],
+    }
+    for label, items in groups.items():
+        if items:
+            lines += textwrap.wrap(
+                f"{label}: {', '.join(items)}", 110, initial_indent=" " * 10, subsequent_indent=" " * 12
+            )
     return lines
 
 

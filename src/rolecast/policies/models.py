@@ -56,14 +56,16 @@ def resolve_model_path(path: str) -> str:
 
 
 # What a Hugging Face model directory holds (as `save_pretrained` writes it), by the files that show each part.
-CONFIG_PART = "config.json"
-WEIGHTS_PART = "the weights (model.safetensors, or its shards and their index)"
-TOKENIZER_PART = "the tokenizer (tokenizer.json or tokenizer_config.json)"
+CONFIG_PART, WEIGHTS_PART, TOKENIZER_PART = "config.json", "weights", "tokenizer"
 MODEL_DIR_PARTS = {
     CONFIG_PART: ("config.json",),
     WEIGHTS_PART: ("*.safetensors", "*.bin", "*.safetensors.index.json"),
     TOKENIZER_PART: ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json"),
 }
+MODEL_DIR_HOLDS = (
+    "a model directory holds config.json, the weights (model.safetensors, or shards with their index) and the "
+    "tokenizer (tokenizer.json or tokenizer_config.json), as save_pretrained writes them"
+)
 
 
 def model_dir_problem(path: str | Path, parts: tuple[str, ...] = tuple(MODEL_DIR_PARTS)) -> str | None:
@@ -73,12 +75,11 @@ def model_dir_problem(path: str | Path, parts: tuple[str, ...] = tuple(MODEL_DIR
     directory = Path(path).expanduser()
     if not directory.is_dir():
         return None
-    must_hold = "; a model directory holds " + ", ".join(MODEL_DIR_PARTS) + ", as save_pretrained writes them"
     if not any(directory.iterdir()):
-        return f"{str(path)!r} is an empty directory{must_hold}"
+        return f"{str(path)!r} is an empty directory; {MODEL_DIR_HOLDS}"
     missing = [part for part in parts if not any(any(directory.glob(p)) for p in MODEL_DIR_PARTS[part])]
     if missing:
-        return f"{str(path)!r} has no {' and no '.join(missing)}{must_hold}"
+        return f"{str(path)!r} is not a model directory: it has no {' and no '.join(missing)}; {MODEL_DIR_HOLDS}"
     return None
 
 
