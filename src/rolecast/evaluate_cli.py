@@ -29,7 +29,7 @@ def _targets(checkpoint: str | None, every: int) -> list[tuple[int, Path | None]
     if not steps:
         raise CheckpointError(
             f"--checkpoint {run_dir}: no complete checkpoint under {run_dir / 'checkpoints'} (the run stopped "
-            f"before writing one, or checkpoint.every is 0); to evaluate the base model, leave out --checkpoint"
+            f"before writing one); to evaluate the base model, leave out --checkpoint"
         )
     chosen = [s for s in steps if s % every == 0] if every else steps[-1:]
     if not chosen:
