@@ -91,11 +91,11 @@ def dataset_file(rel: str) -> Path:
 
 def _jsonl_instead(path: Path, missing: str) -> Rows | None:
     """For a default Parquet file under the data root: None when it exists (read it as usual), the rows of its
-    .jsonl sibling when only that exists, and FileNotFoundError(`missing`) when neither does."""
+    .jsonl sibling when only that exists, and DatasetFileMissing(`missing`) when neither does."""
     if path.exists():
         return None
     if not path.with_suffix(".jsonl").exists():
-        raise FileNotFoundError(missing)
+        raise DatasetFileMissing(missing)  # a FileNotFoundError, and a UserError: one line, no traceback
     return read_rows(path.with_suffix(".jsonl"))
 
 
