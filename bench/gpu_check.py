@@ -121,7 +121,7 @@ def run_cell(
     res: dict[str, Any] = {"load_s": time.perf_counter() - t0, "device_used_gib_after_load": device_used_gib()}
     progress = Console(enabled=False).progress(2, 0)
     for step in (0, 1):
-        session.step(step, 2, progress)
+        session.train_step(step, 2, progress)
     rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     last = rows[-1]
     episodes = [json.loads(x) for x in (run_dir / "episodes" / "step_2.jsonl").read_text().splitlines()]
@@ -142,7 +142,7 @@ def run_cell(
         }
     )
     # adapters synced: a fresh call after two updates, re-scored by the trainer under each adapter
-    rt = session.rt
+    rt = session.runtime
     reqs = [
         GenRequest(pid, [{"role": "user", "content": f"What is {i} + {i + 3}?"}])
         for i, pid in enumerate(sorted(set(ROUTING.values())) * 2)

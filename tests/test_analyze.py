@@ -138,6 +138,8 @@ def test_analyze_synthetic_run_prints_hand_values_and_writes_plots(tmp_path, cap
     assert "gain   final - base  -0.050 [-0.119, +0.019]" in out
     # 5 points: cliff z = 2.576; 0.5 and 0.45 are > 2.576 SE below 0.75 -> cliff from step 30
     assert "cliff  YES from step 30 (peak at 20; 2 points below the peak by > 2.58 SE)" in out
+    # m = 4 trained points: gain z 2.498; step 10 is +0.20 over the base at SE sqrt(0.025^2 + 0.023^2) = 0.034
+    assert "type   fall after a gain (the study's cliff); first significant gain at step 10; final - base -0.050" in out
     assert "planner_solves [orchestrator] at 1 step(s): 20;" in out
     assert 'e.g. step 20 problem q0 sample 0 orchestrator: "7 + 8 = 15 \\boxed{15}"' in out
     # window of 3 from step 21: (20+5+5)/3 = 10 <= 0.5 * 20 at step 22 and after

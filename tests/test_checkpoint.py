@@ -25,7 +25,7 @@ from rolecast.train.checkpoint import (
     restore_rng_state,
     save_checkpoint,
 )
-from rolecast.train.schedule import constant, warmup_cosine
+from rolecast.train.optimizer import constant, warmup_cosine
 
 # ---------------------------------------------------------------------------------------------------------
 # Crash safety: a real writer process, killed at chosen points
@@ -303,3 +303,39 @@ def test_damaged_checkpoints_fall_back_to_the_newest_intact_one(tmp_path: Path, 
         load_checkpoint(tmp_path)
     with pytest.raises(CheckpointError, match="step_3 is damaged"):
         load_checkpoint(tmp_path, step=3)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Each distinct tensor of a weights entry is written once
+
+
+def test_tied_and_repeated_tensors_are_written_once_and_read_back_bit_for_bit(tmp_path: Path) -> None:
+    g = torch.Generator().manual_seed(0)
+    embed = torch.randn(256, 64, generator=g)
+    zeros, negative_zeros = torch.zeros(64, 8), torch.zeros(64, 8).neg()  # equal as numbers, not as bytes
+    weights = {
+        "model.embed_tokens.weight": embed,
+        "lm_head.weight": embed,  # tied: the same storage
+        "layer.0.lora_B": zeros,
+        "layer.1.lora_B": zeros.clone(),  # equal bytes, another storage
+        "layer.2.lora_B": negative_zeros,
+        "layer.0.lora_A": torch.randn(8, 64, generator=g),
+        "steps": torch.arange(5),
+        "steps_again": torch.arange(5),
+        "half": embed.bfloat16(),  # the embedding's numbers in another dtype: its own tensor
+    }
+    save_checkpoint(tmp_path, 1, {"policy/p": weights, "trainer": {"step": 1}})
+    _, state = load_checkpoint(tmp_path)
+    got = state["policy/p"]
+    assert got.keys() == weights.keys()
+    for k, v in weights.items():
+        assert got[k].dtype == v.dtype and torch.equal(
+            got[k].view(-1).view(torch.uint8), v.view(-1).view(torch.uint8)
+        ), k
+    assert str(got["layer.2.lora_B"][0, 0].item()) == "-0.0"
+    got["lm_head.weight"].add_(1.0)  # each read-back tensor is its own
+    assert torch.equal(got["model.embed_tokens.weight"], embed)
+    # on disk: the embedding, one zero matrix, the negative zeros, lora_A, one arange and the bf16 copy
+    path = tmp_path / "checkpoints" / "step_1" / "policy%2Fp.safetensors"
+    unique_bytes = (256 * 64 + 64 * 8 + 64 * 8 + 8 * 64) * 4 + 5 * 8 + 256 * 64 * 2
+    assert unique_bytes < path.stat().st_size < unique_bytes + 4096

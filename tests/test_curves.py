@@ -13,6 +13,7 @@ from rolecast.config.load import load_config
 from rolecast.core.errors import ConfigError
 from rolecast.diagnostics.curves import (
     CurvePoint,
+    classify_cliff,
     detect_cliff,
     difference,
     eval_points,
@@ -73,6 +74,86 @@ def test_a_significant_but_tiny_drop_is_below_min_drop():
     values = [0.5, 0.8, 0.79, 0.79]
     assert detect_cliff(curve(values, n=100_000)) is None
     assert detect_cliff(curve(values, n=100_000), min_drop=0.005) is not None
+
+
+# --- cliff types: a rise then a terminal fall vs a decline from the base ------------------------------------
+
+
+def pts(values, se, every=10, base_se=None):
+    """Points with hand-chosen SEs (n large enough that the binomial floor stays below them)."""
+    return [
+        CurvePoint(i * every, v, base_se if i == 0 and base_se is not None else se, 10_000)
+        for i, v in enumerate(values)
+    ]
+
+
+def test_a_rise_then_a_terminal_fall_is_the_studys_cliff():
+    points = pts([0.50, 0.60, 0.70, 0.70, 0.50, 0.45, 0.44], se=0.02)
+    cliff = detect_cliff(points)
+    assert cliff is not None and cliff.step == 40
+    c = classify_cliff(points, cliff)
+    # m = 6 trained points: z_rise = Phi^-1(1 - 0.05/12) = 2.638; the SE of a difference with the base is
+    # sqrt(0.02^2 + 0.02^2) = 0.02828, so step 10 (+0.10, z 3.54) is the first point significantly above
+    assert c.rise_z == pytest.approx(2.638257, abs=1e-5)
+    assert c.rise_step == 10 and c.gained
+    assert c.rise.se == pytest.approx(math.hypot(0.02, 0.02))
+    assert c.rise_point_step == 20 and c.rise.value == pytest.approx(0.20)  # the largest z: the peak
+    assert c.decline.value == pytest.approx(-0.06) and c.decline_z == pytest.approx(1.959964, abs=1e-6)
+    assert c.declined  # -0.06 / 0.02828 = -2.12: it also ends below its base, but it rose first
+    assert c.type == "fall_after_gain"
+
+
+def test_a_fall_from_the_untrained_base_is_a_decline_not_the_studys_cliff():
+    # the cliff lab's Voting at lr 3e-4: the peak is the base itself, so the terminal-fall rule fires from it
+    points = pts([0.725, 0.72, 0.60, 0.55, 0.50, 0.45, 0.40], se=0.03)
+    cliff = detect_cliff(points)
+    assert cliff is not None and cliff.peak_step == 0 and cliff.step == 20  # 0.125 / 0.0424 = 2.95 > 2.69
+    c = classify_cliff(points, cliff)
+    assert c.rise_step is None and c.rise.value == pytest.approx(-0.005)  # no point above the base at all
+    assert c.type == "decline_from_base"
+
+
+def test_a_slow_decline_below_the_base_without_the_fall_rule_is_a_decline():
+    points = pts([0.70, 0.70, 0.69, 0.68, 0.66, 0.64, 0.60], se=0.03)
+    assert detect_cliff(points) is None  # 0.10 / 0.0424 = 2.36 < the corrected 2.69
+    c = classify_cliff(points, None)
+    assert c.decline.value == pytest.approx(-0.10) and c.decline.high < 0  # -2.36 < -1.96
+    assert c.type == "decline_from_base"
+
+
+def test_a_fall_from_a_peak_within_noise_of_the_base_is_neither_type():
+    points = pts([0.50, 0.58, 0.60, 0.45, 0.44], se=0.03)
+    cliff = detect_cliff(points)
+    assert cliff is not None and cliff.step == 30
+    c = classify_cliff(points, cliff)
+    # +0.10 over the base is z = 0.10 / 0.0424 = 2.36: past an uncorrected 1.96, short of the best-of-4 z 2.498
+    assert c.rise.value / c.rise.se == pytest.approx(2.357, abs=1e-3)
+    assert c.rise_z == pytest.approx(2.497705, abs=1e-5) and c.rise_step is None
+    assert not c.declined  # -0.06 / 0.0424 = -1.41
+    assert c.type == "fall_without_gain"
+
+
+def test_the_bases_own_noise_decides_whether_a_gain_is_significant():
+    values = [0.50, 0.60, 0.60, 0.60, 0.60, 0.60, 0.60]
+    precise = classify_cliff(pts(values, se=0.02), None)
+    # +0.10 against sqrt(0.02^2 + 0.02^2): z 3.54 > 2.638
+    assert precise.rise_step == 10 and precise.type == "none"
+    noisy = classify_cliff(pts(values, se=0.02, base_se=0.04), None)
+    # the same +0.10 against sqrt(0.04^2 + 0.02^2) = 0.0447: z 2.24 < 2.638
+    assert noisy.rise.se == pytest.approx(math.hypot(0.04, 0.02)) and noisy.rise_step is None
+
+
+def test_no_base_no_type_and_the_summary_carries_the_type():
+    assert classify_cliff(pts([0.5, 0.6], se=0.02)[1:], None) is None  # no step-0 point
+    assert classify_cliff(pts([0.5], se=0.02), None) is None  # nothing after the base
+    s = summarize_curve(pts([0.725, 0.72, 0.60, 0.55, 0.50, 0.45, 0.40], se=0.03))
+    assert s.cliff is not None and s.cliff_type == "decline_from_base"
+    assert (s.rule["gain_alpha"], s.rule["decline_alpha"]) == (0.05, 0.05)
+    assert s.to_dict()["cliff_class"]["type"] == "decline_from_base"
+    # a stricter gain level (a plan's cliff.gain_alpha) moves the same curve's gain below significance
+    rise = pts([0.50, 0.60, 0.70, 0.70, 0.50, 0.45, 0.44], se=0.02)
+    assert summarize_curve(rise).cliff_type == "fall_after_gain"
+    assert summarize_curve(rise, gain_alpha=1e-12, decline_alpha=1e-12).cliff_type == "fall_without_gain"
 
 
 # --- summary numbers against hand values ------------------------------------------------------------------

@@ -10,12 +10,14 @@ import torch
 from test_trainer import tiny_config
 
 from rolecast.config.load import load_config
+from rolecast.config.schema import TrainSettings
 from rolecast.core.devices import resolve_device, resolve_dtype, resolve_mixed_adapters
 from rolecast.core.errors import ConfigError
 from rolecast.policies.models import PolicySet
 from rolecast.runtime import build_runtime
 from rolecast.train.checkpoint import load_checkpoint, restore_trainer_state, save_checkpoint, trainer_state
 from rolecast.train.grpo import train
+from rolecast.train.optimizer import PolicyOptimizers
 
 no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")
 
@@ -89,30 +91,34 @@ def test_bf16_base_trains_on_the_cpu_with_float32_adapters_and_optimizer_state(t
 
 
 def _trained_full_policy(model_dir, dtype):
-    """A full-fine-tuning policy in `dtype` after one AdamW step (so the optimizer has state to save)."""
+    """A full-fine-tuning policy in `dtype` after one AdamW step (so the optimizer has state to save); AdamW on the
+    weights themselves (no float32 masters), so its moments are in `dtype` too."""
     policies = PolicySet(model_dir, ["p"], mode="full", dtype=dtype, seed=0)
-    opt = torch.optim.AdamW(policies.parameters("p"), lr=1e-3)
+    optim = PolicyOptimizers(policies, TrainSettings(lr=1e-3, lr_schedule="constant", fp32_master_weights=False))
     with policies.training("p") as model:
         ids = torch.tensor([[1, 2, 3, 4, 5]])
         model(input_ids=ids, labels=ids).loss.backward()
-    opt.step()
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)
-    return policies, {"p": opt}, {"p": sched}
+    optim.optimizer("p").step()
+    return policies, optim
 
 
 @pytest.mark.parametrize(("saved", "loaded"), [(torch.bfloat16, torch.float32), (torch.float32, torch.bfloat16)])
 def test_a_checkpoint_loads_into_a_run_of_another_dtype(tiny_model_dir, tmp_path, saved, loaded):
-    src, src_opt, src_sched = _trained_full_policy(tiny_model_dir, saved)
-    save_checkpoint(tmp_path, 1, trainer_state(1, src, src_opt, src_sched))
-    dst, dst_opt, dst_sched = _trained_full_policy(tiny_model_dir, loaded)
+    src, src_optim = _trained_full_policy(tiny_model_dir, saved)
+    save_checkpoint(tmp_path, 1, {**trainer_state(1, src), **src_optim.state_dict()})
+    dst, dst_optim = _trained_full_policy(tiny_model_dir, loaded)
     _, state = load_checkpoint(tmp_path)
-    restore_trainer_state(state, dst, dst_opt, dst_sched)
+    restore_trainer_state(state, dst)
+    dst_optim.load_state_dict(state)
     want = src.state_dict("p")
     got = dst.state_dict("p")
     assert {v.dtype for v in got.values() if v.is_floating_point()} == {loaded}
     for k, v in want.items():
         assert torch.equal(got[k], v.to(loaded)), k  # equal after the cast
-    src_state, dst_state = src_opt["p"].state_dict()["state"], dst_opt["p"].state_dict()["state"]
+    src_state, dst_state = (
+        src_optim.optimizer("p").state_dict()["state"],
+        dst_optim.optimizer("p").state_dict()["state"],
+    )
     for i, s in src_state.items():
         for key in ("exp_avg", "exp_avg_sq"):
             assert dst_state[i][key].dtype == loaded

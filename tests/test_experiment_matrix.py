@@ -17,8 +17,9 @@ def test_role_dynamics_matrix_expands_to_the_reported_cells(tmp_path):
         + [f"testbed-orch_workers-testbed-{s}-s0" for s in ("isolated", "shared")]
     )
     assert sorted(c.name for c in m.cells if c.kind == "base_eval") == [
-        "base-testbed-orch_workers-testbed",
-        "base-testbed-voting-testbed",
+        "base-testbed-orch_workers-testbed-s0",
+        "base-testbed-voting-testbed-s0",
+        "base-testbed-voting-testbed-s1",
     ]
     for c in m.train_cells:
         cfg = c.config

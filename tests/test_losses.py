@@ -7,16 +7,9 @@ import math
 import pytest
 import torch
 
-from rolecast.objectives import losses
-from rolecast.objectives.losses import (
-    aggregate,
-    clipped_surrogate,
-    entropy_from_logits,
-    k3_kl,
-    linear_logprobs,
-    normalisers,
-    token_logprobs,
-)
+from rolecast.objectives import head_logprobs
+from rolecast.objectives.head_logprobs import entropy_from_logits, linear_logprobs, token_logprobs
+from rolecast.objectives.losses import aggregate, clipped_surrogate, k3_kl, normalisers
 
 D = torch.float64
 
@@ -187,8 +180,8 @@ def test_entropy_hand_values() -> None:
 def test_linear_logprobs_equal_autograd_through_log_softmax(scale, chunk, bias, tile, block_rows, monkeypatch) -> None:
     """The fused projection + log-prob + entropy (chunked or tiled, logits recomputed in backward) against plain
     autograd over log_softmax(scale * (h W^T + b)), in float64: values and gradients for h, W and b."""
-    monkeypatch.setattr(losses, "BACKWARD_ROWS", block_rows)
-    monkeypatch.setattr(losses, "FORWARD_ROWS", block_rows)
+    monkeypatch.setattr(head_logprobs, "BACKWARD_ROWS", block_rows)
+    monkeypatch.setattr(head_logprobs, "FORWARD_ROWS", block_rows)
     g = torch.Generator().manual_seed(0)
     N, H, V = 11, 6, 23
     h = torch.randn(N, H, dtype=D, generator=g, requires_grad=True)
@@ -220,8 +213,8 @@ def test_linear_logprobs_tiles_rescale_when_a_later_tile_holds_the_max(monkeypat
     """The tiled forward's running max: a row whose first tile's logits are ~300 below a later tile's (exp of the
     difference overflows float32 unless the sums are rescaled to the new max) and a row whose max is in its first
     tile; a vocabulary above FORWARD_MIN_VOCAB takes the tiled path without being asked. float32 against float64."""
-    monkeypatch.setattr(losses, "FORWARD_MIN_VOCAB", 8)
-    monkeypatch.setattr(losses, "FORWARD_TILE", 5)
+    monkeypatch.setattr(head_logprobs, "FORWARD_MIN_VOCAB", 8)
+    monkeypatch.setattr(head_logprobs, "FORWARD_TILE", 5)
     g = torch.Generator().manual_seed(1)
     V = 17  # tiles of 5 + 5 + 5 + 2 ids
     h = torch.tensor([[1.0, 0.0], [0.0, 1.0]], dtype=D)

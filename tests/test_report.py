@@ -178,8 +178,12 @@ def test_html_is_self_contained_with_a_row_per_cell(tmp_path):
     )
     assert r["gain final - base [95%]"] == "+0.200 [+0.117, +0.283]" and r["state"] == "done"
     assert "gain-pos" in page.row_class["testbed-single-testbed-shared-s0"]
+    # the cliff type stands beside the cliff in every map: a gain without a fall is "none"; voting-shared falls
+    # from step 15 after a significant gain (0.8 at step 5 against the base 0.5): the study's cliff
+    assert page.head[page.head.index("cliff") + 1] == "cliff type"
+    assert rows["testbed-single-testbed-shared-s0"]["cliff type"] == "none"
     r = rows["testbed-voting-testbed-shared-s0"]
-    assert r["cliff"] == "yes, from step 15"
+    assert r["cliff"] == "yes, from step 15" and r["cliff type"] == "fall after gain"
     assert r["dominant failure signature"].startswith("length_collapse [generator], 9 step(s)")
     assert "gain-neg" in page.row_class["testbed-voting-testbed-shared-s0"]
     assert "gain-zero" in page.row_class["testbed-voting-testbed-isolated-s0"]
@@ -213,7 +217,8 @@ def test_text_map_fits_one_screen(tmp_path):
     row = next(ln for ln in lines if ln.startswith("single-shared "))
     assert re.search(r"0\.500\s+0\.700@20\s+0\.700\s+\+ \+0\.200 \[\+0\.12,\+0\.28\]\s+no", row), row
     row = next(ln for ln in lines if ln.startswith("voting-shared "))
-    assert "- -0.200" in row and "yes@15" in row and "length_collapse(9)" in row
+    # a fall from step 15 after a significant gain (0.8 at step 5 against the base 0.5): the study's cliff type
+    assert "- -0.200" in row and "cliff@15" in row and "length_collapse(9)" in row
     # the legend says what each signature shown means
     assert "  length_collapse: a role's completions shrink to half their early length" in lines
     row = next(ln for ln in lines if ln.startswith("single-isolated "))
@@ -289,11 +294,12 @@ def test_text_map_folds_a_long_sharing_verdict_and_wraps_rows_instead_of_cutting
     lines = text_map(smap, width=80).splitlines()
     i = lines.index("voting: isolated - shared: final +0.200 [+0.12,+0.28] isolated wins;")
     assert lines[i + 1] == "    peak -0.200 [-0.28,-0.12] shared wins; 1 paired seed, detectable 0.119"
-    # the numbers alone need 88 columns: no row is cut; each name has a line of its own above its numbers
+    # the numbers alone need 90 columns: no row is cut; each name has a line of its own above its numbers (the
+    # cliff column gives the cliff's type: a fall from step 15 after a significant gain, `cliff@15`)
     assert not any("…" in ln for ln in lines)
     i = lines.index("voting-shared")
     assert re.fullmatch(
-        r"\s+0\.500\s+0\.800@5\s+0\.300\s+- -0\.200 \[-0\.28,-0\.12\]\s+yes@15\s+length_collapse\(9\)\s+done",
+        r"\s+0\.500\s+0\.800@5\s+0\.300\s+- -0\.200 \[-0\.28,-0\.12\]\s+cliff@15\s+length_collapse\(9\)\s+done",
         lines[i + 1],
     )
 
@@ -440,6 +446,19 @@ def test_ad_hoc_runs_are_named_by_their_differing_fields_and_paired_only_when_al
         "voting: no paired verdict: the runs differ in more than sharing; isolated steps=20 has no shared run alike"
         in text
     )
+    # cliff types per arm count the figures' arms (sharing and the differing settings), one run per seed: the
+    # 20-step run is an arm of its own, and f (a repeat of b) is not a third isolated run at 10 steps. Every run
+    # gains (the 10-step finals are >= 0.60 against the base 0.50, z >= 3.5 with SE 0.028) or stays within noise
+    # (e: +0.05, z 1.77), and none falls: each counts as "none" (the last of the four types)
+    from rolecast.report.html import _plan_context
+
+    types = {r["arm"]: r for r in _plan_context(smap, smap.design)["cliff_types"]}
+    assert {a: r["n"] for a, r in types.items()} == {
+        "shared steps=10": 2,
+        "isolated steps=10": 2,
+        "isolated steps=20": 1,
+    }
+    assert all(r["counts"][3].startswith(f"{r['n']}/{r['n']} ") for r in types.values())
 
 
 def test_the_report_of_real_ad_hoc_runs(tmp_path_factory, tmp_path, capsys, monkeypatch):

@@ -4,6 +4,7 @@ and the Ray executor. Cells train the embedded testbed for 2-3 tiny steps on one
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import json
 import math
@@ -79,9 +80,12 @@ def test_cartesian_product_names_overrides_and_base_evaluations(tmp_path):
         "testbed-voting-testbed-isolated-s0",
         "testbed-voting-testbed-isolated-s1",
     ]
+    # one base evaluation per (workflow, task, model, seed): each seed's cells get a base evaluated with their seed
     assert [c.name for c in m.cells if c.kind == "base_eval"] == [
-        "base-testbed-single-testbed",
-        "base-testbed-voting-testbed",
+        "base-testbed-single-testbed-s0",
+        "base-testbed-single-testbed-s1",
+        "base-testbed-voting-testbed-s0",
+        "base-testbed-voting-testbed-s1",
     ]
     for c in m.train_cells:
         cfg = c.config
@@ -97,10 +101,18 @@ def test_cartesian_product_names_overrides_and_base_evaluations(tmp_path):
         assert cfg.workflow.options == ({"n": 2} if c.axes["workflow"] == "voting" else {})
         assert cfg.train.lr == (0.001 if c.axes["sharing"] == "isolated" else 1e-4)  # testbed.yaml's lr
         assert cfg.eval.at_start is False and cfg.eval.at_end is True  # the base cell gives the start number
-        assert c.base_cell == f"base-testbed-{c.axes['workflow']}-testbed"
-    base = m.cell("base-testbed-voting-testbed").config
-    assert (base.train.steps, base.eval.at_start, base.eval.at_end) == (0, True, False)
-    assert base.workflow.options == {"n": 2} and base.run_dir == str(tmp_path / "out" / "base-testbed-voting-testbed")
+        assert c.base_cell == f"base-testbed-{c.axes['workflow']}-testbed-s{c.axes['seed']}"
+        assert m.cell(c.base_cell).config.seed == c.config.seed  # so the base is evaluated with the cell's seed
+    base = m.cell("base-testbed-voting-testbed-s1").config
+    assert (base.train.steps, base.eval.at_start, base.eval.at_end, base.seed) == (0, True, False, 1)
+    assert base.workflow.options == {"n": 2}
+    assert base.run_dir == str(tmp_path / "out" / "base-testbed-voting-testbed-s1")
+    assert m.cell("base-testbed-voting-testbed-s1").axes == {
+        "workflow": "voting",
+        "task": "testbed",
+        "model": "testbed",
+        "seed": 1,
+    }
 
 
 def test_explicit_cells_labels_and_no_base_eval(tmp_path):
@@ -391,6 +403,125 @@ def test_a_matrix_gives_each_training_cell_its_base_evaluations_run_dir(tmp_path
     assert {j.base_run_dir for j in seen if j.kind == "train"} == set(bases.values())
 
 
+PLAN = """\
+title: a tiny registered sweep
+arms: [shared]
+cliff: {min_drop: 0.02}
+seeds: {fit: [0], held_out: [1]}
+"""
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def test_a_sweep_registers_its_plan_before_the_first_cell_and_records_its_amendments(tmp_path):
+    """The issue-35 feature end to end on real cells: the registration (hashes, commit, clean tree, time) is
+    written before the first cell starts; a restart after the plan's rule changed is refused until the plan
+    carries an amendment; then the amendment (hashes before and after, the field, the reason) and a seed added
+    to the matrix are recorded, and the report says when the plan was registered and marks what is post hoc.
+    Each seed's training cell gets the base evaluation of its own seed."""
+    from rolecast.core.errors import ConfigError
+    from rolecast.report.html import collect_map, render_html, text_map
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    _git(repo, "config", "user.email", "t@example.com")
+    _git(repo, "config", "user.name", "t")
+    (repo / "plan.yaml").write_text(PLAN)
+    matrix_text = TINY.format(steps=1) + "plan: plan.yaml\naxes: {seed: [0, 1]}\n"
+    matrix = write(repo, matrix_text)
+    _git(repo, "add", "plan.yaml", "matrix.yaml")
+    _git(repo, "commit", "-qm", "the plan, before any run")
+    head = _git(repo, "rev-parse", "HEAD")
+    out = tmp_path / "out"
+
+    run_sweep(load_matrix(matrix, out=out), LocalExecutor(), progress=False)
+    rows = _jsonl(out / "registration.jsonl", ())
+    assert [r["event"] for r in rows] == ["registered", "started", "first_cell"]
+    reg = rows[0]
+    assert (reg["commit"], reg["dirty"], reg["plan"]["committed"], reg["matrix"]["committed"]) == (
+        head,
+        False,
+        True,
+        True,
+    )
+    assert reg["plan"]["sha256"] == hashlib.sha256(PLAN.encode()).hexdigest()
+    assert reg["matrix"]["sha256"] == hashlib.sha256((repo / "matrix.yaml").read_bytes()).hexdigest()
+    assert reg["cells_already_run"] == [] and rows[2]["cell"] == "base-testbed-single-testbed-s0"
+    cells = {c["name"]: c for c in json.loads((out / "sweep.json").read_text())["cells"]}
+    # sweep.json's local times carry no UTC offset: compare the first 19 characters
+    assert reg["time"] <= rows[2]["time"] and rows[2]["time"][:19] <= cells["base-testbed-single-testbed-s0"]["started"]
+    registered = (out / "registration.jsonl").read_bytes()
+
+    # the plan's rule changed after the runs, with no amendment entry: refused before anything runs
+    (repo / "plan.yaml").write_text(PLAN.replace("min_drop: 0.02", "min_drop: 0.05"))
+    with pytest.raises(ConfigError, match=r"cliff\.min_drop.*amendments"):
+        run_sweep(load_matrix(matrix, out=out), LocalExecutor(), progress=False)
+    assert (out / "registration.jsonl").read_bytes() == registered
+
+    # with its amendment, and a third seed in the matrix (uncommitted): both recorded; only the new cells run
+    (repo / "plan.yaml").write_text(
+        PLAN.replace("min_drop: 0.02", "min_drop: 0.05")
+        + "amendments:\n  - {date: 2026-12-06, reason: a drop of 0.02 is within noise here, fields: [cliff.min_drop]}\n"
+    )
+    (repo / "matrix.yaml").write_text(matrix_text.replace("seed: [0, 1]", "seed: [0, 1, 2]"))
+    outcome = run_sweep(load_matrix(matrix, out=out), LocalExecutor(), progress=False)
+    assert sorted(outcome.results) == ["base-testbed-single-testbed-s2", "testbed-single-testbed-shared-s2"]
+    rows = _jsonl(out / "registration.jsonl", ())
+    assert (out / "registration.jsonl").read_bytes().startswith(registered)
+    assert [r["event"] for r in rows] == ["registered", "started", "first_cell", "amended", "started"]
+    amended = rows[3]
+    assert amended["dirty"] is True and amended["commit"] == head
+    assert amended["plan"]["before"] == reg["plan"]["sha256"]
+    assert amended["plan"]["after"] == hashlib.sha256((repo / "plan.yaml").read_bytes()).hexdigest()
+    assert amended["plan"]["rule_fields"] == ["cliff.min_drop"]
+    assert amended["plan"]["amendments"][0]["reason"] == "a drop of 0.02 is within noise here"
+    assert amended["matrix"]["cells_added"] == ["testbed-single-testbed-shared-s2"]
+
+    smap = collect_map(out)
+    text = " ".join(text_map(smap).split())  # the text map folds long lines
+    assert f"registered at {reg['time']} (commit {head[:10]}), first run started at {rows[2]['time']}" in text
+    assert f"amendment 1 at {amended['time']} (commit {head[:10]}, uncommitted changes)" in text
+    assert f"map: post hoc: rests on cliff.min_drop, amended after the first run ({amended['time']})" in text
+    assert "sharing: post hoc: holds cells added after the first run: testbed-single-testbed-shared-s2" in text
+    html = render_html(smap)
+    assert 'class="posthoc"' in html and "a drop of 0.02 is within noise here" in html
+    # the report reads the curves with the registered (amended) plan's rule
+    cells_s1_base = _jsonl(out / "base-testbed-single-testbed-s1" / "eval.jsonl", ())[0]["pass@1"]
+    for c in smap.train_cells:
+        assert c.curve.rule["min_drop"] == 0.05
+        # each seed's cell against the base evaluated with its own seed
+        seed = c.axes["seed"]
+        base = _jsonl(out / f"base-testbed-single-testbed-s{seed}" / "eval.jsonl", ())[0]
+        assert c.curve.base.value == base["pass@1"] and c.curve.base.step == 0
+    cfgs = [load_matrix(matrix, out=out).cell(f"base-testbed-single-testbed-s{s}").config.seed for s in (0, 1, 2)]
+    assert cfgs == [0, 1, 2]
+    # `rolecast analyze` of a cell reads it with the same registered rule
+    from rolecast.report.analyze import analyze
+
+    summary = analyze(out / "testbed-single-testbed-shared-s1", plots=False)
+    assert summary["curve"]["rule"]["min_drop"] == 0.05 and summary["curve"]["base"]["value"] == cells_s1_base
+
+
+def test_a_plan_that_names_what_the_matrix_lacks_is_refused_at_load(tmp_path):
+    (tmp_path / "plan.yaml").write_text(PLAN.replace("held_out: [1]", "held_out: [7]").replace("[shared]", "[kl]"))
+    p = write(tmp_path, TINY.format(steps=1) + "plan: plan.yaml\naxes: {seed: [0, 1]}\n")
+    with pytest.raises(MatrixError, match=r"arms: \['kl'\] not a sharing label of the matrix \(\['shared'\]\)"):
+        load_matrix(p)
+    with pytest.raises(MatrixError, match=r"seeds\.held_out: seed\(s\) \[7\] not in the matrix"):
+        load_matrix(p)
+    (tmp_path / "plan.yaml").write_text(PLAN.replace("min_drop: 0.02", "min_drop: -1"))
+    with pytest.raises(
+        MatrixError, match=r"matrix\.yaml: plan: invalid analysis plan:\n  .*plan\.yaml: cliff\.min_drop"
+    ):
+        load_matrix(p)
+    (tmp_path / "plan.yaml").unlink()
+    with pytest.raises(MatrixError, match=r"analysis plan .*plan\.yaml does not exist"):
+        load_matrix(p)
+
+
 KILLER = """\
 import os, signal, sys
 from pathlib import Path
@@ -415,10 +546,11 @@ run_sweep(load_matrix(matrix, out=out), LocalExecutor(), progress=False)
 
 def test_killed_sweep_resumes_and_ends_as_an_uninterrupted_one(tmp_path):
     p = write(tmp_path, TINY.format(steps=3) + "  eval.every: 2\naxes: {seed: [0, 1]}\n")
-    first, second, base = (
+    first, second, base, base1 = (
         "testbed-single-testbed-shared-s0",
         "testbed-single-testbed-shared-s1",
-        "base-testbed-single-testbed",
+        "base-testbed-single-testbed-s0",
+        "base-testbed-single-testbed-s1",
     )
     killed = tmp_path / "killed"
     env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
@@ -426,27 +558,27 @@ def test_killed_sweep_resumes_and_ends_as_an_uninterrupted_one(tmp_path):
         [sys.executable, "-c", KILLER, str(p), str(killed)], env=env, capture_output=True, text=True, timeout=600
     )
     assert proc.returncode == -9, proc.stderr[-3000:]
-    assert (killed / base / "DONE.json").exists() and (killed / first / "DONE.json").exists()
+    assert all((killed / c / "DONE.json").exists() for c in (base, base1, first))
     assert not (killed / second / "DONE.json").exists() and latest_step(killed / second) == 1
     # the periodic evaluation at step 2 was written before the kill; the resumed run redoes it
     assert [r["step"] for r in _jsonl(killed / second / "eval.jsonl", ())] == [2]
-    before = {c: _files(killed / c) for c in (base, first)}
+    before = {c: _files(killed / c) for c in (base, base1, first)}
     step1 = (killed / second / "metrics.jsonl").read_text().splitlines()[0]  # with its wall times
 
     m = load_matrix(p, out=killed)
     outcome = run_sweep(m, LocalExecutor(), progress=False)
-    assert outcome.skipped == [base, first] and outcome.resumed == {second: 1}
+    assert outcome.skipped == [base, base1, first] and outcome.resumed == {second: 1}
     assert list(outcome.results) == [second] and outcome.results[second].resumed_from == 1
-    assert {c: _files(killed / c) for c in (base, first)} == before  # finished cells untouched
+    assert {c: _files(killed / c) for c in (base, base1, first)} == before  # finished cells untouched
     assert "resume from step 1" in (killed / ".logs" / f"{second}.log").read_text()
     assert (killed / second / "metrics.jsonl").read_text().splitlines()[0] == step1  # step 1 was not redone
 
     clean = load_matrix(p, out=tmp_path / "clean")
     run_sweep(clean, LocalExecutor(), progress=False)
-    for cell in (base, first, second):
+    for cell in (base, base1, first, second):
         # the map's numbers (evaluations) exactly; every logged statistic to float rounding (see below)
         assert _jsonl(killed / cell / "eval.jsonl", ("run",)) == _jsonl(clean.out / cell / "eval.jsonl", ("run",))
-        if cell != base:
+        if cell not in (base, base1):
             got, want = (
                 _jsonl(killed / cell / "metrics.jsonl", ("time/",)),
                 _jsonl(clean.out / cell / "metrics.jsonl", ("time/",)),
@@ -505,11 +637,28 @@ def test_shipped_testbed_matrix_is_every_workflow_and_sharing_mode():
     assert [c.name for c in m.train_cells] == [
         f"testbed-{w}-testbed-{s}-s0" for w in workflows for s in ("shared", "isolated")
     ]
-    assert [c.name for c in m.cells if c.kind == "base_eval"] == [f"base-testbed-{w}-testbed" for w in workflows]
+    assert [c.name for c in m.cells if c.kind == "base_eval"] == [f"base-testbed-{w}-testbed-s0" for w in workflows]
     cfg = m.train_cells[0].config
     assert cfg.eval.every > 0 and cfg.eval.every < cfg.train.steps  # periodic evaluations: peaks are visible
     for c in m.cells:  # sampled as the study does, so Voting's voters can disagree (greedy: identical votes)
         assert (c.config.eval.protocol, c.config.eval.temperature) == ("study", 0.7) and c.config.eval.n_samples >= 2
+
+
+def test_make_runs_matrix_evaluates_the_same_base_as_before_per_seed_bases():
+    """`make run` has one seed (0): its per-seed base cells run exactly the evaluation the one base cell per
+    (workflow, task, model) ran before 2026-12 (the settings of the group's first training cell, seed 0, no
+    training, only the start evaluation); only the directory name gained "-s0"."""
+    from rolecast.config import CONFIG_DIR
+
+    m = load_matrix(CONFIG_DIR / "testbed_matrix.yaml")
+    bases = [c for c in m.cells if c.kind == "base_eval"]
+    assert len(bases) == 4
+    for base in bases:
+        first = next(c for c in m.train_cells if c.base_cell == base.name)
+        assert first.axes["sharing"] == "shared" and first.config.seed == base.config.seed == 0
+        old_rule = first.config.model_copy(deep=True)
+        old_rule.train.steps, old_rule.eval.at_start, old_rule.eval.at_end = 0, True, False
+        assert base.config.model_dump(exclude={"run_dir"}) == old_rule.model_dump(exclude={"run_dir"}), base.name
 
 
 def test_shipped_scale_matrix_adds_the_large_testbed_and_nothing_else():

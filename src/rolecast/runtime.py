@@ -5,17 +5,17 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 
 from rolecast.config import RunConfig
 from rolecast.core.allocator import keep_freed_memory
 from rolecast.core.devices import resolve_device, resolve_dtype, resolve_mixed_adapters
-from rolecast.core.errors import DatasetError, SandboxUnavailable, UserError
+from rolecast.core.errors import ConfigError, DatasetError, SandboxUnavailable, UserError
 from rolecast.evaluation import EvalPlan, EvalResult, evaluate
 from rolecast.policies.models import PolicySet, load_tokenizer
-from rolecast.policies.router import Routing, build_routing
+from rolecast.policies.router import Routing, routing_for
 from rolecast.prompts import PromptBook
 from rolecast.rollout.engine import Backend
 from rolecast.rollout.hf import HFBackend
@@ -61,20 +61,37 @@ class Runtime:
         )
 
 
+class _Sampling(TypedDict):
+    """What every backend takes from the config: its generation caps, sampling defaults and seed."""
+
+    max_new_tokens: int
+    max_new_tokens_by_role: dict[str, int]
+    temperature: float
+    top_p: float
+    seed: int
+
+
 def make_backend(cfg: RunConfig, policies: PolicySet, tokenizer: Any) -> Backend:
-    if cfg.rollout.backend == "vllm":
-        return VLLMBackend.from_config(cfg, policies, tokenizer)
+    """The rollout backend `rollout.backend` names, built from the config."""
+    r = cfg.rollout
+    sampling = _Sampling(
+        max_new_tokens=r.max_new_tokens,
+        max_new_tokens_by_role=r.max_new_tokens_by_role,
+        temperature=r.temperature,
+        top_p=r.top_p,
+        seed=cfg.seed,
+    )
+    if r.backend == "vllm":
+        if r.seed_per_prompt:
+            raise ConfigError("rollout.seed_per_prompt is an hf-backend option; vLLM seeds every request itself")
+        return VLLMBackend(policies, tokenizer, model_path=cfg.model.path, **sampling)
     return HFBackend(
         policies,
         tokenizer,
-        max_new_tokens=cfg.rollout.max_new_tokens,
-        temperature=cfg.rollout.temperature,
-        top_p=cfg.rollout.top_p,
-        max_batch=cfg.rollout.max_batch,
-        seed=cfg.seed,
-        decode_threads=cfg.rollout.decode_threads,
-        max_new_tokens_by_role=cfg.rollout.max_new_tokens_by_role,
-        seed_per_prompt=cfg.rollout.seed_per_prompt,
+        max_batch=r.max_batch,
+        decode_threads=r.decode_threads,
+        seed_per_prompt=r.seed_per_prompt,
+        **sampling,
     )
 
 
@@ -105,7 +122,7 @@ def build_runtime(cfg: RunConfig, data_splits: Sequence[str] | None = None) -> R
         torch.set_num_threads(cfg.threads)
     keep_freed_memory()  # malloc reuses freed tensors' memory instead of faulting fresh pages in (core/allocator.py)
     spec = get_workflow(cfg.workflow.name)
-    routing = build_routing(spec.roles, cfg.routing.sharing, cfg.routing.map, cfg.routing.policies)
+    routing = routing_for(spec.roles, cfg.routing)
     task = make_task(cfg.task.name, **cfg.task.options)
     prompts = PromptBook(task.family, cfg.task.prompts)
     check_code_isolation(cfg, task)  # before the model loads: minutes earlier than the first scoring

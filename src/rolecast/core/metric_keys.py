@@ -13,6 +13,9 @@ The families (docs/training.md lists what each stat means):
     update/<pid>/<role>/<stat>            per role: optimizer_steps
     intervention/<pid>/<role>/<kind>      gradient interventions: damping, balance
     wf/<name>, time/<phase>, rollout/<stat>, warn/<signal>, rollback/<field>     one name after the family
+    precursor/<name>, precursor/<pid>/<name>, precursor/<pid>/<role>/<name>
+                                          early-warning precursors of a run, a policy, a role on a policy
+                                          (diagnostics/precursors.py)
     eval/pass@1, eval/<set>/pass@1        periodic evaluation (and eval/<tag>/pass@1, eval/<set>/<tag>/pass@1,
                                           sent to TensorBoard / W&B only)
 
@@ -46,6 +49,7 @@ ROLLOUT = "rollout"
 WARN = "warn"
 ROLLBACK = "rollback"
 EVAL = "eval"
+PRECURSOR = "precursor"
 
 PolicyFamily = Literal["policy", "grad", "update"]
 PolicyRoleFamily = Literal["grad", "update", "intervention"]
@@ -129,6 +133,14 @@ def rollback_key(field: str) -> str:
     return f"{ROLLBACK}/{field}"
 
 
+def precursor_key(name: str, pid: str | None = None, role: str | None = None) -> str:
+    """precursor/<name> (of the run), precursor/<pid>/<name> (a policy), precursor/<pid>/<role>/<name> (a role
+    on a policy)."""
+    if role is not None and pid is None:
+        raise ValueError("precursor_key: a role's precursor needs its policy id")
+    return "/".join([PRECURSOR, *(x for x in (pid, role) if x is not None), name])
+
+
 def eval_pass_key(set_name: str | None = None, tag: str | None = None) -> str:
     """eval/pass@1 (the main eval set), eval/<set>/pass@1 (an extra set); with a tag, eval/<tag>/pass@1 and
     eval/<set>/<tag>/pass@1."""
@@ -195,6 +207,24 @@ class RolePairKey:
     @property
     def key(self) -> str:
         return grad_cos_key(self.pid, self.role_a, self.role_b)
+
+
+@dataclass(frozen=True)
+class PrecursorKey:
+    """precursor/<name>, precursor/<pid>/<name>, precursor/<pid>/<role>/<name>"""
+
+    name: str
+    pid: str | None = None
+    role: str | None = None
+
+    @property
+    def subject(self) -> str:
+        """ "run", "<pid>" or "<pid>/<role>": what the value is of."""
+        return "/".join(x for x in (self.pid, self.role) if x is not None) or "run"
+
+    @property
+    def key(self) -> str:
+        return precursor_key(self.name, self.pid, self.role)
 
 
 @dataclass(frozen=True)
@@ -272,6 +302,18 @@ def parse_named_key(key: str, family: NamedFamily) -> str | None:
     warn/<signal>, rollback/<field>); None when `key` is not of that family or the name is empty."""
     name = key.removeprefix(family + "/")
     return name if name != key and name else None
+
+
+def parse_precursor_key(key: str) -> PrecursorKey | None:
+    """precursor/<name>, precursor/<pid>/<name>, precursor/<pid>/<role>/<name> -> PrecursorKey; else None."""
+    parts = key.split("/")
+    if not 2 <= len(parts) <= 4 or not all(parts) or parts[0] != PRECURSOR:
+        return None
+    if len(parts) == 2:
+        return PrecursorKey(parts[1])
+    if len(parts) == 3:
+        return PrecursorKey(parts[2], parts[1])
+    return PrecursorKey(parts[3], parts[1], parts[2])
 
 
 def parse_eval_key(key: str, tags: tuple[str, ...] = ("base", "periodic", "final")) -> EvalPassKey | None:

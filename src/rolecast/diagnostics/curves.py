@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from statistics import NormalDist
-from typing import Any
+from typing import Any, Literal
 
 from rolecast.core.rundir import EVAL
 
@@ -162,6 +162,41 @@ class Cliff:
     z: float
 
 
+# The cliff types (docs/analysis.md, "Cliff types"). The study's cliff is a rise then a terminal fall.
+FALL_AFTER_GAIN = "fall_after_gain"  # some evaluation significantly above the base, then the terminal-fall rule
+DECLINE_FROM_BASE = "decline_from_base"  # no evaluation significantly above the base; the end significantly below it
+FALL_WITHOUT_GAIN = "fall_without_gain"  # the terminal-fall rule, but neither a significant gain nor a decline
+NO_CLIFF = "none"
+CliffType = Literal["fall_after_gain", "decline_from_base", "fall_without_gain", "none"]
+CLIFF_TYPES: tuple[CliffType, ...] = ("fall_after_gain", "decline_from_base", "fall_without_gain", "none")
+
+
+@dataclass
+class CliffClass:
+    """Which kind of fall a curve shows, and the two tests against the base that decide it.
+
+    `rise` is the trained point with the largest z = (point - base) / SE against the base, at the Bonferroni
+    z for the m trained points (`rise_z`); `rise_step` the first trained point significantly above the base
+    (None: no significant gain anywhere). `decline` is final - base at the uncorrected z (`decline_z`): the
+    final is fixed in advance, not chosen."""
+
+    type: CliffType
+    rise: Difference
+    rise_point_step: int  # the step of the point `rise` compares with the base
+    rise_step: int | None
+    rise_z: float
+    decline: Difference
+    decline_z: float
+
+    @property
+    def gained(self) -> bool:
+        return self.rise_step is not None
+
+    @property
+    def declined(self) -> bool:
+        return self.decline.high < 0
+
+
 @dataclass
 class CurveSummary:
     source: str  # "eval.jsonl" or "metrics.jsonl:accuracy"
@@ -175,6 +210,12 @@ class CurveSummary:
     cliff: Cliff | None
     rule: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    cliff_class: CliffClass | None = None  # None without a base point or a trained point
+
+    @property
+    def cliff_type(self) -> CliffType | None:
+        """The cliff's type (`classify_cliff`), or None when the curve has no base or nothing after it."""
+        return self.cliff_class.type if self.cliff_class else None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -311,6 +352,47 @@ def detect_cliff(
     return Cliff(points[start].step, peak.step, difference(peak, points[-1], z), len(points) - start, z)
 
 
+def classify_cliff(
+    points: Sequence[CurvePoint],
+    cliff: Cliff | None,
+    *,
+    gain_alpha: float = 0.05,
+    decline_alpha: float = 0.05,
+) -> CliffClass | None:
+    """Tell the study's cliff (a rise, then a terminal fall) from a decline from the base.
+
+    `points` in step order, the first the base (step 0); `cliff` what `detect_cliff` found on the same points.
+    Every comparison with the base is a `difference` (unpaired SE sqrt(se_base^2 + se_point^2), or paired
+    per-problem), so the base's own sampling noise is in each test.
+    - gain: some trained point (one after the base) is above the base by more than z_rise SEs of the
+      difference, z_rise = `cliff_z(m, gain_alpha)` with m the number of trained points (the best of m noisy
+      points is selected, as the peak is for the cliff rule): 2.64 for 6 trained points at 0.05;
+    - decline: final - base below 0 by more than z = Phi^-1(1 - decline_alpha / 2) SEs (1.96 at 0.05).
+    Type: `fall_after_gain` when there is a gain and a cliff; else `decline_from_base` when there is no gain and
+    a decline (with or without the cliff rule); else `fall_without_gain` when there is a cliff; else `none`.
+    None when the curve has no base at step 0 or no point after it."""
+    points = sorted(points, key=lambda p: p.step)
+    if len(points) < 2 or points[0].step != 0:
+        return None
+    base, trained = points[0], points[1:]
+    z_rise = cliff_z(len(trained), gain_alpha)
+    diffs = [difference(base, p, z_rise) for p in trained]
+    best = max(range(len(trained)), key=lambda i: (diffs[i].value / diffs[i].se if diffs[i].se > 0 else 0.0, -i))
+    rise_step = next((p.step for p, d in zip(trained, diffs, strict=True) if d.low > 0), None)
+    z_decline = NormalDist().inv_cdf(1 - decline_alpha / 2)
+    decline = difference(base, trained[-1], z_decline)
+    gained, declined = rise_step is not None, decline.high < 0
+    if gained and cliff is not None:
+        kind: CliffType = "fall_after_gain"
+    elif not gained and declined:
+        kind = "decline_from_base"
+    elif cliff is not None:
+        kind = "fall_without_gain"
+    else:
+        kind = "none"
+    return CliffClass(kind, diffs[best], trained[best].step, rise_step, z_rise, decline, z_decline)
+
+
 def summarize_curve(
     points: Sequence[CurvePoint],
     *,
@@ -319,17 +401,22 @@ def summarize_curve(
     alpha: float = 0.05,
     min_drop: float = 0.02,
     z: float = Z_95,
+    gain_alpha: float = 0.05,
+    decline_alpha: float = 0.05,
     notes: list[str] | None = None,
 ) -> CurveSummary | None:
     """Base (the step-0 point, if evaluated), peak (highest, earliest on ties), final (last point), gain = final -
-    base and peak gain = peak - base with z-intervals (95% by default), and the cliff per `detect_cliff` (its own
-    corrected z from alpha). None for an empty curve."""
+    base and peak gain = peak - base with z-intervals (95% by default), the cliff per `detect_cliff` (its own
+    corrected z from alpha) and its type per `classify_cliff` (gain_alpha, decline_alpha). None for an empty
+    curve."""
     if not points:
         return None
     points = sorted(points, key=lambda p: p.step)
     base = points[0] if points[0].step == 0 else None
     peak = max(points, key=lambda p: (p.value, -p.step))
     final = points[-1]
+    cliff = detect_cliff(points, min_points=min_points, alpha=alpha, min_drop=min_drop)
+    cliff_class = classify_cliff(points, cliff, gain_alpha=gain_alpha, decline_alpha=decline_alpha)
     return CurveSummary(
         source=source,
         points=list(points),
@@ -339,13 +426,16 @@ def summarize_curve(
         gain=difference(base, final, z) if base is not None and final is not base else None,
         peak_gain=difference(base, peak, z) if base is not None and peak is not base else None,
         final_vs_peak=difference(peak, final, z),
-        cliff=detect_cliff(points, min_points=min_points, alpha=alpha, min_drop=min_drop),
+        cliff=cliff,
         rule={
             "min_points": min_points,
             "alpha": alpha,
             "cliff_z": cliff_z(len(points), alpha),
             "min_drop": min_drop,
             "interval_z": z,
+            "gain_alpha": gain_alpha,
+            "decline_alpha": decline_alpha,
         },
         notes=list(notes or []),
+        cliff_class=cliff_class,
     )

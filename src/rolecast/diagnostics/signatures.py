@@ -1,8 +1,9 @@
 """Failure signatures: named detectors over a step's episodes and over the per-step metric stream.
 
 Every detector has a name, a documented rule with a threshold (the fields of `SignatureThresholds`) and
-returns `Finding`s carrying the example turns that triggered it (step, problem id, sample, role, text excerpt),
-so a reader can check the call. docs/analysis.md lists them all.
+returns `Alert`s (kind "signature"; the early warning's gradient signals are the same record, warnings.py)
+carrying the example turns that triggered it (step, problem id, sample, role, text excerpt), so a reader can check
+the call. docs/analysis.md lists them all.
 
 Two kinds:
 - episode detectors look at one step's episodes (role leakage, aggregator position bias / blind majority,
@@ -23,7 +24,7 @@ import dataclasses
 import difflib
 import re
 from collections import Counter, defaultdict, deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,9 +79,16 @@ class Example:
     excerpt: str
 
 
+SIGNATURE, GRADIENT = "signature", "gradient"  # an Alert's kinds
+
+
 @dataclass
-class Finding:
-    name: str
+class Alert:
+    """A signal that fired at a step: a failure signature (kind "signature", this module's detectors) or a gradient
+    signal of the early warning (kind "gradient", warnings.py), with its value against its threshold."""
+
+    name: str  # signature or signal name, e.g. "rubber_stamping", "amplification"
+    kind: str  # "signature" | "gradient"
     step: int
     subject: str  # the role (or "pid/role", or policy) it concerns
     value: float
@@ -92,22 +100,31 @@ class Finding:
         return dataclasses.asdict(self)
 
 
-def _share_finding(
+Flagged = Sequence[tuple["EpisodeView", "TurnView", bool]]  # a role's turns, each with whether it shows the sign
+
+
+def _role_shares(
     name: str,
     step: int,
-    role: str,
-    hits: Sequence[tuple[EpisodeView, TurnView]],
-    total: int,
+    by_role: Mapping[str, Flagged],
     threshold: float,
     message: str,
     n_examples: int,
-) -> list[Finding]:
-    """[the finding] when the share of `hits` among `total` turns reaches `threshold`, else []; its examples
-    are the first hits."""
-    rate = len(hits) / total
-    if rate < threshold:
-        return []
-    return [Finding(name, step, role, rate, threshold, message, [_example(step, ep, t) for ep, t in hits[:n_examples]])]
+    min_turns: int = 1,
+) -> list[Alert]:
+    """Per role with at least `min_turns` turns: an alert when the share of its flagged turns reaches `threshold`,
+    its examples the first flagged turns. `message` is formatted with the role and the counts ({hits}/{total})."""
+    out = []
+    for role, rows in by_role.items():
+        if len(rows) < max(min_turns, 1):
+            continue
+        hits = [(ep, t) for ep, t, flagged in rows if flagged]
+        rate = len(hits) / len(rows)
+        if rate >= threshold:
+            text = message.format(role=role, hits=len(hits), total=len(rows))
+            examples = [_example(step, ep, t) for ep, t in hits[:n_examples]]
+            out.append(Alert(name, SIGNATURE, step, role, rate, threshold, text, examples))
+    return out
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -191,34 +208,28 @@ def _example(step: int, ep: EpisodeView, t: TurnView) -> Example:
 # Episode detectors: each returns the findings that fired at this step (empty when healthy or no evidence)
 
 
-def planner_solves(step: int, episodes: Sequence[EpisodeView], th: SignatureThresholds) -> list[Finding]:
+def planner_solves(step: int, episodes: Sequence[EpisodeView], th: SignatureThresholds) -> list[Alert]:
     """Role leakage, planner: an orchestrator that solves instead of planning. A planner turn 'solves' when it
     states a \\boxed{} answer or has no parseable 'STRATEGY i:' line. Fires when the share of such turns among
     the step's planner turns is >= planner_solves_rate."""
-    out = []
-    for role in th.planner_roles:
-        turns = [(ep, t) for ep in episodes for t in ep.turns if t.role == role]
-        if not turns:
-            continue
-        bad = [(ep, t) for ep, t in turns if last_boxed(t.text) is not None or not parse_strategies(t.text, 99)]
-        out += _share_finding(
-            "planner_solves",
-            step,
-            role,
-            bad,
-            len(turns),
-            th.planner_solves_rate,
-            f"{len(bad)}/{len(turns)} {role} turns answer (\\boxed{{}}) or plan no STRATEGY",
-            th.examples,
-        )
-    return out
+    by_role = {
+        role: [
+            (ep, t, last_boxed(t.text) is not None or not parse_strategies(t.text, 99))
+            for ep in episodes
+            for t in ep.turns
+            if t.role == role
+        ]
+        for role in th.planner_roles
+    }
+    message = "{hits}/{total} {role} turns answer (\\boxed{{}}) or plan no STRATEGY"
+    return _role_shares("planner_solves", step, by_role, th.planner_solves_rate, message, th.examples)
 
 
 def _norm(text: str) -> str:
     return " ".join(text.lower().split())
 
 
-def parallel_echo(step: int, episodes: Sequence[EpisodeView], th: SignatureThresholds) -> list[Finding]:
+def parallel_echo(step: int, episodes: Sequence[EpisodeView], th: SignatureThresholds) -> list[Alert]:
     """Role leakage, parallel instances: workers (or voters) that echo each other. For every role with >= 2
     instances in an episode whose texts are all >= echo_min_chars long, the episode 'echoes' when every pair of
     instance texts has a difflib similarity >= echo_similarity. Fires when the share of echoing episodes among
@@ -246,8 +257,9 @@ def parallel_echo(step: int, episodes: Sequence[EpisodeView], th: SignatureThres
         rate = len(echoes[role]) / 2 / n
         if rate >= th.echo_rate:
             out.append(
-                Finding(
+                Alert(
                     "parallel_echo",
+                    SIGNATURE,
                     step,
                     role,
                     rate,
@@ -264,7 +276,7 @@ def _reviewed_text(claim: dict[str, Any]) -> str:
     return r if isinstance(r, str) else ""
 
 
-def evaluator_rewrites(step: int, episodes: Sequence[EpisodeView], th: SignatureThresholds) -> list[Finding]:
+def evaluator_rewrites(step: int, episodes: Sequence[EpisodeView], th: SignatureThresholds) -> list[Alert]:
     """Role leakage, evaluator: a verdict turn that rewrites the solution instead of judging it: it contains a
     code fence, or its last \\boxed{} is neither Correct nor Incorrect (an answer), or it is at least
     evaluator_rewrite_chars long and evaluator_rewrite_ratio times the reviewed solution. Fires when the share
@@ -280,20 +292,8 @@ def evaluator_rewrites(step: int, episodes: Sequence[EpisodeView], th: Signature
                 _reviewed_text(t.claim)
             )
             by_role[t.role].append((ep, t, "```" in t.text or answer_box or long))
-    out = []
-    for role, rows in by_role.items():
-        bad = [(ep, t) for ep, t, b in rows if b]
-        out += _share_finding(
-            "evaluator_rewrites",
-            step,
-            role,
-            bad,
-            len(rows),
-            th.evaluator_rewrite_rate,
-            f"{len(bad)}/{len(rows)} {role} verdicts contain code, an answer box or a rewrite",
-            th.examples,
-        )
-    return out
+    message = "{hits}/{total} {role} verdicts contain code, an answer box or a rewrite"
+    return _role_shares("evaluator_rewrites", step, by_role, th.evaluator_rewrite_rate, message, th.examples)
 
 
 def _picks(episodes: Sequence[EpisodeView]) -> dict[str, list[tuple[EpisodeView, TurnView]]]:
@@ -315,28 +315,19 @@ def _box_index(text: str, n: int) -> int | None:
     return int(m.group(1)) - 1 if m and 1 <= int(m.group(1)) <= n else None
 
 
-def aggregator_answers(step: int, episodes: Sequence[EpisodeView], th: SignatureThresholds) -> list[Finding]:
+def aggregator_answers(step: int, episodes: Sequence[EpisodeView], th: SignatureThresholds) -> list[Alert]:
     """Role leakage, aggregator: a pick turn that answers instead of choosing: its last \\boxed{} is not a
     candidate index 1..n (e.g. \\boxed{42} with 3 candidates, or a worked answer). Fires when the share of such
     pick turns is >= aggregator_answers_rate. (A pick with no box at all is a format failure.)"""
-    out = []
-    for role, rows in _picks(episodes).items():
-        bad = [
-            (ep, t)
+    by_role = {
+        role: [
+            (ep, t, last_boxed(t.text) is not None and _box_index(t.text, len(_claim(t)["candidates"])) is None)
             for ep, t in rows
-            if last_boxed(t.text) is not None and _box_index(t.text, len(_claim(t)["candidates"])) is None
         ]
-        out += _share_finding(
-            "aggregator_answers",
-            step,
-            role,
-            bad,
-            len(rows),
-            th.aggregator_answers_rate,
-            f"{len(bad)}/{len(rows)} {role} turns box something other than a candidate index",
-            th.examples,
-        )
-    return out
+        for role, rows in _picks(episodes).items()
+    }
+    message = "{hits}/{total} {role} turns box something other than a candidate index"
+    return _role_shares("aggregator_answers", step, by_role, th.aggregator_answers_rate, message, th.examples)
 
 
 def _claim(t: Any) -> dict[str, Any]:
@@ -355,7 +346,7 @@ def _contested(claim: dict[str, Any], extract: AnswerExtractor) -> bool:
 
 def position_bias(
     step: int, episodes: Sequence[EpisodeView], th: SignatureThresholds, extract: AnswerExtractor = last_boxed
-) -> list[Finding]:
+) -> list[Alert]:
     """Aggregator position bias: among contested picks (candidates differ in correctness, or in answers when
     unscored), the share going to the most-picked index. Fires when that share is >= position_bias_rate with at
     least position_bias_min contested picks (chance is 1/n)."""
@@ -373,8 +364,9 @@ def position_bias(
             n = max(len(_claim(t)["candidates"]) for _, t in rows)
             ex = [(ep, t) for ep, t in rows if _claim(t)["picked"] == index]
             out.append(
-                Finding(
+                Alert(
                     "position_bias",
+                    SIGNATURE,
                     step,
                     role,
                     rate,
@@ -388,13 +380,13 @@ def position_bias(
 
 def blind_majority(
     step: int, episodes: Sequence[EpisodeView], th: SignatureThresholds, extract: AnswerExtractor = last_boxed
-) -> list[Finding]:
+) -> list[Alert]:
     """Aggregator blind majority: picks where a strict majority of candidates share a wrong answer and some
     other candidate is correct (needs scored claims: candidates_correct). Fires when the share of such picks
     that went to the majority is >= blind_majority_rate, with at least blind_majority_min such picks."""
-    out = []
+    by_role: dict[str, list[tuple[EpisodeView, TurnView, bool]]] = {}
     for role, rows in _picks(episodes).items():
-        cases = []
+        cases = by_role.setdefault(role, [])  # (pick, whether it followed the majority)
         for ep, t in rows:
             c = t.claim or {}
             flags, picked = c.get("candidates_correct"), c.get("picked")
@@ -408,25 +400,15 @@ def blind_majority(
             members = [i for i, a in enumerate(answers) if a == major]
             if votes * 2 > len(answers) and not any(flags[i] for i in members):
                 cases.append((ep, t, picked in members))
-        if len(cases) < th.blind_majority_min:
-            continue
-        followed = [(ep, t) for ep, t, m in cases if m]
-        out += _share_finding(
-            "blind_majority",
-            step,
-            role,
-            followed,
-            len(cases),
-            th.blind_majority_rate,
-            f"{len(followed)}/{len(cases)} picks followed a wrong majority over a correct minority",
-            th.examples,
-        )
-    return out
+    message = "{hits}/{total} picks followed a wrong majority over a correct minority"
+    return _role_shares(
+        "blind_majority", step, by_role, th.blind_majority_rate, message, th.examples, th.blind_majority_min
+    )
 
 
 def format_failure(
     step: int, episodes: Sequence[EpisodeView], th: SignatureThresholds, extract: AnswerExtractor = last_boxed
-) -> list[Finding]:
+) -> list[Alert]:
     """Format failure: claiming turns with no parseable answer or decision: an answer claim whose text has no
     extractable answer (the task's extractor; \\boxed{} by default), a verdict with no \\boxed{} at all, a pick
     with neither a \\boxed{} nor a digit 1..n. Per role; fires when the share is >= format_failure_rate over at
@@ -446,27 +428,13 @@ def format_failure(
                 n = len(c.get("candidates") or [])
                 bad = last_boxed(t.text) is None and not any(1 <= int(d) <= n for d in re.findall(r"\d", t.text))
             rows[t.role].append((ep, t, bad))
-    out = []
-    for role, rs in rows.items():
-        if len(rs) < th.format_min_turns:
-            continue
-        failed = [(ep, t) for ep, t, b in rs if b]
-        out += _share_finding(
-            "format_failure",
-            step,
-            role,
-            failed,
-            len(rs),
-            th.format_failure_rate,
-            f"{len(failed)}/{len(rs)} {role} turns have no parseable answer or decision",
-            th.examples,
-        )
-    return out
+    message = "{hits}/{total} {role} turns have no parseable answer or decision"
+    return _role_shares("format_failure", step, rows, th.format_failure_rate, message, th.examples, th.format_min_turns)
 
 
 def episode_findings(
     step: int, episodes: Iterable[Any], th: SignatureThresholds | None = None, extract: AnswerExtractor = last_boxed
-) -> list[Finding]:
+) -> list[Alert]:
     """Every episode detector on one step's episodes (objects or dicts)."""
     th = th or SignatureThresholds()
     views = view_episodes(episodes)
@@ -547,7 +515,7 @@ class SeriesSignatures:
         tr.add(value)
         return tr
 
-    def update(self, step: int, metrics: dict[str, Any], episodes: Iterable[Any] = ()) -> list[Finding]:
+    def update(self, step: int, metrics: dict[str, Any], episodes: Iterable[Any] = ()) -> list[Alert]:
         th = self.th
         views: list[EpisodeView] | None = None
 
@@ -563,7 +531,7 @@ class SeriesSignatures:
         def of_role(role: str, truncated: bool = False) -> Callable[[TurnView], bool]:
             return lambda t: t.role == role and (not truncated or t.finish_reason == "length")
 
-        out: list[Finding] = []
+        out: list[Alert] = []
         for k in sorted(metrics):
             rk = parse_role_key(k)
             x = _finite(metrics[k])
@@ -576,8 +544,9 @@ class SeriesSignatures:
             base, cur = tr.baseline, tr.current
             if stat == "length" and base > 0 and cur <= th.length_collapse_ratio * base:
                 out.append(
-                    Finding(
+                    Alert(
                         "length_collapse",
+                        SIGNATURE,
                         step,
                         role,
                         cur / base,
@@ -588,8 +557,9 @@ class SeriesSignatures:
                 )
             elif stat == "length" and base > 0 and cur >= th.length_blowup_ratio * base:
                 out.append(
-                    Finding(
+                    Alert(
                         "length_blowup",
+                        SIGNATURE,
                         step,
                         role,
                         cur / base,
@@ -600,8 +570,9 @@ class SeriesSignatures:
                 )
             elif stat == "entropy" and base > 0 and cur <= th.entropy_collapse_ratio * base:
                 out.append(
-                    Finding(
+                    Alert(
                         "entropy_collapse",
+                        SIGNATURE,
                         step,
                         role,
                         cur / base,
@@ -612,8 +583,9 @@ class SeriesSignatures:
                 )
             elif stat == "truncated" and cur >= th.truncation_surge_min and cur - base >= th.truncation_surge_delta:
                 out.append(
-                    Finding(
+                    Alert(
                         "truncation_surge",
+                        SIGNATURE,
                         step,
                         role,
                         cur,
@@ -632,8 +604,9 @@ class SeriesSignatures:
                 and tp.current <= tp.baseline - th.rubber_stamp_precision_drop
             ):
                 out.append(
-                    Finding(
+                    Alert(
                         "rubber_stamping",
+                        SIGNATURE,
                         step,
                         "evaluator",
                         ta.current,

@@ -31,7 +31,6 @@ Signals (thresholds are the fields of `WarningConfig`; docs/analysis.md explains
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import statistics
 from collections.abc import Iterable
@@ -52,9 +51,9 @@ from rolecast.core.metric_keys import (
 )
 from rolecast.core.text import last_boxed
 from rolecast.diagnostics.signatures import (
+    GRADIENT,
+    Alert,
     AnswerExtractor,
-    Example,
-    Finding,
     SeriesSignatures,
     SignatureThresholds,
     episode_findings,
@@ -107,21 +106,6 @@ class WarningConfig:
     spike_history: int = 50
 
 
-@dataclass
-class Alert:
-    name: str  # signature or signal name, e.g. "rubber_stamping", "amplification"
-    kind: str  # "signature" | "gradient"
-    step: int
-    subject: str  # role, "pid/role" or policy id
-    value: float
-    threshold: float
-    message: str
-    examples: list[Example] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-
 def metric_entries(alerts: Iterable[Alert]) -> dict[str, float]:
     """The metrics to log for a step's alerts: "warn/<name>" = 1.0 for each signal that fired (absent otherwise)."""
     return {warn_key(a.name): 1.0 for a in alerts}
@@ -168,13 +152,10 @@ class EarlyWarning:
 
     def check(self, step: int, metrics: dict[str, Any], episodes: Iterable[Any] = ()) -> list[Alert]:
         episodes = list(episodes)
-        findings: list[Finding] = []
+        alerts: list[Alert] = []
         if episodes:
-            findings += episode_findings(step, episodes, self.cfg.signatures, self.extract)
-        findings += self.series.update(step, metrics, episodes)
-        alerts = [
-            Alert(f.name, "signature", f.step, f.subject, f.value, f.threshold, f.message, f.examples) for f in findings
-        ]
+            alerts += episode_findings(step, episodes, self.cfg.signatures, self.extract)
+        alerts += self.series.update(step, metrics, episodes)
         alerts += self._gradient_alerts(step, metrics)
         return alerts
 
@@ -207,7 +188,7 @@ class EarlyWarning:
             return None
         return Alert(
             "amplification",
-            "gradient",
+            GRADIENT,
             step,
             rk.subject,
             x,
@@ -226,7 +207,7 @@ class EarlyWarning:
             return None
         return Alert(
             "persistence",
-            "gradient",
+            GRADIENT,
             step,
             rk.subject,
             mean,
@@ -240,7 +221,7 @@ class EarlyWarning:
         holder = metrics.get(grad_key(pid, "capture_role"))
         return Alert(
             "capture",
-            "gradient",
+            GRADIENT,
             step,
             f"{pid}/{holder}",
             x,
@@ -258,7 +239,7 @@ class EarlyWarning:
             if med > 0 and x > c.spike_ratio * med:
                 alert = Alert(
                     signal,
-                    "gradient",
+                    GRADIENT,
                     step,
                     subject,
                     x / med,

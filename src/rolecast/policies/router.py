@@ -5,8 +5,14 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from torch import nn
+
+from rolecast.core.errors import FieldError
+
+if TYPE_CHECKING:
+    from rolecast.config.schema import RoutingSettings
 
 _POLICY_ID = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")  # also a valid PEFT adapter name (no dots or slashes)
 SHARED_POLICY = "shared"
@@ -78,3 +84,12 @@ def build_routing(
     if missing:
         raise ValueError(f"routing.map: role(s) {missing} have no role-level policy; add them or a '*' default")
     return Routing(dict(mapping))
+
+
+def routing_for(roles: list[str], settings: RoutingSettings) -> Routing:
+    """The routing a run's `routing` settings describe over its workflow's `roles`, or FieldError("routing", ...)
+    naming what is wrong. Config validation builds it to check it and the runtime to use it: one call."""
+    try:
+        return build_routing(roles, settings.sharing, settings.map, settings.policies)
+    except ValueError as e:
+        raise FieldError("routing", str(e)) from None

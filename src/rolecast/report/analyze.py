@@ -25,6 +25,7 @@ from rolecast.core.text import last_boxed
 from rolecast.diagnostics.curves import Z_95, CurvePoint, CurveSummary, eval_points, summarize_curve, training_points
 from rolecast.diagnostics.signatures import AnswerExtractor
 from rolecast.diagnostics.warnings import Alert, EarlyWarning, WarningConfig
+from rolecast.plan.registration import read_registration
 from rolecast.report import style
 from rolecast.report.plots import (
     AccuracyPanel,
@@ -202,7 +203,13 @@ def analyze(run_dir: str | Path, *, plots: bool = True, cfg: WarningConfig | Non
             "(conservative for evaluations on the same problems)"
         )
     train_pts = training_points(run.metrics)
-    curve: CurveSummary | None = summarize_curve(points, source=EVAL, notes=curve_notes)
+    # a cell of a sweep with a registered plan is read with the plan's cliff rule, as the report reads it
+    registration = read_registration(run.run_dir.parent)
+    plan = registration.plan() if registration else None
+    rule = plan.cliff.curve_kwargs() if plan else {}
+    if plan:
+        curve_notes.append(f"cliff rule from the sweep's registered plan ({plan.title}): {rule}")
+    curve: CurveSummary | None = summarize_curve(points, source=EVAL, notes=curve_notes, **rule)
     train_curve = summarize_curve(train_pts, source=f"{METRICS}:accuracy (5-step means)")
     if curve is None and run.evals:
         notes.append(f"{EVAL} has no usable rows")
@@ -356,6 +363,26 @@ def _confidence(z: float) -> str:
     return f"{100 * math.erf(z / math.sqrt(2)):.0f}%"
 
 
+CLIFF_TYPE_WORDS = {
+    "fall_after_gain": "fall after a gain (the study's cliff)",
+    "decline_from_base": "decline from the base (no significant gain)",
+    "fall_without_gain": "a terminal fall, but neither a significant gain nor an end below the base",
+    "none": "no fall",
+}
+
+
+def cliff_type_line(k: dict[str, Any]) -> str:
+    """The cliff type with the two tests against the base that decide it (docs/analysis.md, "Cliff types")."""
+    rise = k["rise"]
+    gain = (
+        f"first significant gain at step {k['rise_step']}"
+        if k["rise_step"] is not None
+        else f"no significant gain (best: step {k['rise_point_step']} {rise['value']:+.3f}"
+        f", z {rise['value'] / rise['se']:.2f} <= {k['rise_z']:.2f})"
+    )
+    return f"{CLIFF_TYPE_WORDS.get(k['type'], k['type'])}; {gain}; final - base {_diff(k['decline'])}"
+
+
 def format_summary(s: dict[str, Any]) -> str:
     lines = [f"run: {s['run_dir']}"]
     r, st = s["run"], s["status"]
@@ -399,6 +426,8 @@ def format_summary(s: dict[str, Any]) -> str:
                 f"  cliff  none (rule: the last >= {rule['min_points']} points all below the peak by > "
                 f"{rule['cliff_z']:.2f} SE and >= {rule['min_drop']}, without recovery)"
             )
+        if c.get("cliff_class"):
+            lines.append(f"  type   {cliff_type_line(c['cliff_class'])}")
         lines += [f"  note: {n}" for n in c["notes"]]
     for title, key in (("failure signatures", "signatures"), ("early warnings (gradient signals)", "warnings")):
         groups = s[key]

@@ -39,6 +39,7 @@ from rolecast.core.rundir import (
     write_atomic,
 )
 from rolecast.diagnostics.curves import (
+    CLIFF_TYPES,
     Z_95,
     CurvePoint,
     CurveSummary,
@@ -49,6 +50,7 @@ from rolecast.diagnostics.curves import (
     summarize_curve,
 )
 from rolecast.diagnostics.warnings import SIGNATURE_MEANINGS
+from rolecast.plan.registration import RegistrationLog, read_registration
 from rolecast.report import style
 from rolecast.report.analyze import (
     answer_extractor,
@@ -73,6 +75,15 @@ from rolecast.report.design import (
     differences,
     fmt,
     label,
+)
+from rolecast.report.plan_view import (
+    CLIFF_TYPE_HTML_LEGEND,
+    CLIFF_TYPE_LEGEND,
+    CLIFF_TYPE_NAMES,
+    cliff_label,
+    cliff_type_rows,
+    posthoc_note,
+    registration_lines,
 )
 from rolecast.report.plots import (
     AccuracyPanel,
@@ -174,6 +185,7 @@ class SweepMap:
     matrix: str | None = None
     notes: list[str] = field(default_factory=list)
     adhoc: bool = False  # a directory of runs, not a sweep: runs are told apart by their configs
+    registration: RegistrationLog | None = None  # the sweep's registered design (plan/registration.py)
 
     @property
     def train_cells(self) -> list[CellView]:
@@ -288,6 +300,7 @@ def _cell_view(
     base_rows: list[dict[str, Any]],
     *,
     adhoc: bool,
+    rule: dict[str, Any] | None = None,
 ) -> CellView:
     state, error = _state(d, recorded)
     cell = CellView(name, kind, axes, d, state, error, recorded.get("base_cell"))
@@ -304,7 +317,8 @@ def _cell_view(
     cell.fields = {**cell.axes, **(config_fields(config) if adhoc else {STEPS: cell.steps_planned})}
     cell.grad_every = gradients_every(config)
     rows = [*base_rows, *run.evals]
-    cell.curve = summarize_curve(eval_points(rows, cell.notes), source=EVAL, notes=cell.notes)
+    # the registered plan's cliff rule (`rule`), else the documented defaults
+    cell.curve = summarize_curve(eval_points(rows, cell.notes), source=EVAL, notes=cell.notes, **(rule or {}))
     cell.protocol = _protocol(rows, config)
     try:
         extract, _ = answer_extractor(run)
@@ -322,6 +336,9 @@ def collect_map(runs_dir: str | Path) -> SweepMap:
     runs_dir = Path(runs_dir)
     notes: list[str] = []
     recorded, matrix = _sweep_rows(runs_dir, notes)
+    registration = read_registration(runs_dir)
+    plan = registration.plan() if registration else None
+    rule = plan.cliff.curve_kwargs() if plan else None
     entries: list[tuple[str, str, dict[str, Any], Path, dict[str, Any]]] = []
     if recorded:
         for r in recorded:
@@ -341,26 +358,29 @@ def collect_map(runs_dir: str | Path) -> SweepMap:
             kind = "base_eval" if d.name.startswith("base-") or steps == 0 else "train"
             entries.append((d.name, kind, _axes_from_config(cfg), d, {}))
 
-    # base rows per (workflow, task, model): from the cell sweep.json names, else from a base cell that matches
+    # base rows: from the base cell sweep.json names, else from a base cell that matches (workflow, task, model,
+    # seed) (one base evaluation per seed), else (workflow, task, model) (sweeps before 2026-12: one for all seeds)
     base_dirs = {name: d for name, kind, _, d, _ in entries if kind == "base_eval"}
-    base_by_key = {
-        tuple(axes[k] for k in ("workflow", "task", "model")): d
-        for _, kind, axes, d, _ in entries
-        if kind == "base_eval"
-    }
+    base_by_key: dict[tuple[Any, ...], Path] = {}
+    for _, kind, axes, d, _ in entries:
+        if kind == "base_eval":
+            base_by_key.setdefault(tuple(axes.get(k) for k in ("workflow", "task", "model", "seed")), d)
+            base_by_key.setdefault(tuple(axes.get(k) for k in ("workflow", "task", "model")), d)
     cells = []
     for name, kind, axes, d, rec in entries:
         base_rows: list[dict[str, Any]] = []
         if kind == "train":
-            bd = base_dirs.get(rec.get("base_cell") or "") or base_by_key.get(
-                tuple(axes[k] for k in ("workflow", "task", "model"))
+            bd = (
+                base_dirs.get(rec.get("base_cell") or "")
+                or base_by_key.get(tuple(axes.get(k) for k in ("workflow", "task", "model", "seed")))
+                or base_by_key.get(tuple(axes.get(k) for k in ("workflow", "task", "model")))
             )
             if bd is not None:
                 base_rows = [r for r in read_jsonl(RunPaths(bd).eval(), skipped=[]) if r.get("tag") == "base"]
-        cells.append(_cell_view(name, kind, axes, d, rec, base_rows, adhoc=not recorded))
+        cells.append(_cell_view(name, kind, axes, d, rec, base_rows, adhoc=not recorded, rule=rule))
     if not cells:
         notes.append(f"no cells found in {runs_dir} (no sweep.json, and no subdirectory holding a run)")
-    return SweepMap(runs_dir, cells, matrix, notes, adhoc=not recorded)
+    return SweepMap(runs_dir, cells, matrix, notes, adhoc=not recorded, registration=registration)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -587,7 +607,7 @@ def _row_numbers(c: CellView) -> dict[str, str]:
         out["final"] = f"{cur.final.value:.3f}"
         if cur.gain:
             out["gain"] = f"{cur.gain.value:+.3f} [{cur.gain.low:+.2f},{cur.gain.high:+.2f}]"
-        out["cliff"] = f"yes@{cur.cliff.step}" if cur.cliff else "no"
+        out["cliff"] = cliff_label(cur.cliff_type, cur.cliff.step if cur.cliff else None)
     return out
 
 
@@ -658,6 +678,11 @@ def text_map(smap: SweepMap, width: int = 120) -> str:
             + ", ".join(f"{d.short[f]} ({f})" if d.short[f] != f else f for f in d.config_varying),
             width,
         )
+    if smap.registration is not None:  # folded, not cut: paths and reasons are long
+        notes = [f"{t}: {note}" for t in ("map", "sharing") if (note := posthoc_note(smap.registration, t))]
+        for line in registration_lines(smap.registration) + notes:
+            indent = " " * (len(line) - len(line.lstrip()) + 4)
+            lines += textwrap.wrap(line, width, subsequent_indent=indent, break_on_hyphens=False) or [""]
     header = ("cell", "base", "peak@step", "final", "gain [95%]", "cliff", "signature", "state")
     rows = []
     errors: list[str] = []
@@ -685,6 +710,11 @@ def text_map(smap: SweepMap, width: int = 120) -> str:
     lines.append(
         "gain = final - base, 95% interval; + significantly above 0, = within noise, - below; (x@s): last so far"
     )
+    if any(c.curve and c.curve.cliff_type for c in cells):
+        legend = list(CLIFF_TYPE_LEGEND)
+        if any(len(x) > width for x in legend):  # refolded as one paragraph at the screen's width
+            legend = _wrap(" ".join(x.strip() for x in legend), width, indent="  ")
+        lines += legend
     shown = sorted({c.dominant_signature["name"] for c in cells if c.dominant_signature})
     if shown:
         lines.append("signature: the failure signature seen at the most logged steps (how many); docs/analysis.md")
@@ -850,6 +880,7 @@ def _map_head(d: Design, protocols: list[str]) -> list[tuple[str, str]]:
         ("final", ""),
         ("gain final - base [95%]", ""),
         ("cliff", ""),
+        ("cliff type", "l"),  # always shown beside the cliff, as the cliff is: both are the plan's cliff rule
         ("dominant failure signature", "l"),
         *([("eval protocol", "l")] if len(protocols) > 1 else []),
         ("state", "l"),
@@ -858,7 +889,7 @@ def _map_head(d: Design, protocols: list[str]) -> list[tuple[str, str]]:
 
 def _numbers(c: CellView) -> dict[str, str]:
     cur = c.curve
-    out = {"gain": "-", "cliff": "-", "peak": "-", "final": "-", "cliff_class": ""}
+    out = {"gain": "-", "cliff": "-", "peak": "-", "final": "-", "cliff_class": "", "cliff_type": "-"}
     if cur and c.trained_points and not c.complete:
         out["peak"] = f"{cur.peak.value:.3f} ({cur.peak.step})"
         out["final"] = f"({cur.final.value:.3f} at step {cur.final.step}, so far)"
@@ -869,6 +900,7 @@ def _numbers(c: CellView) -> dict[str, str]:
             out["gain"] = f"{cur.gain.value:+.3f} [{cur.gain.low:+.3f}, {cur.gain.high:+.3f}]"
         out["cliff"] = f"yes, from step {cur.cliff.step}" if cur.cliff else "no"
         out["cliff_class"] = "cliff-yes" if cur.cliff else ""
+        out["cliff_type"] = CLIFF_TYPE_NAMES.get(cur.cliff_type or "", "-")
     return out
 
 
@@ -895,6 +927,7 @@ def _map_rows(cells: list[CellView], d: Design, protocols: list[str]) -> list[di
                 "gain": n["gain"],
                 "cliff": n["cliff"],
                 "cliff_class": n["cliff_class"],
+                "cliff_type": n["cliff_type"],
                 "signature": (
                     f"{sig['name']} [{sig['subject']}], {sig['n_steps']} step(s) from {sig['first_step']}"
                     if sig
@@ -993,7 +1026,28 @@ def render_html(smap: SweepMap) -> str:
         cells=views,
         notes=notes,
         text_map=text_map(smap),
+        **_plan_context(smap, d),
     )
+
+
+def _plan_context(smap: SweepMap, d: Design) -> dict[str, Any]:
+    """The registration, post hoc marks and cliff-type table for the template (report/plan_view.py). The table's
+    arms are the figures' and the verdicts' (design.arm: the sharing mode and the settings that differ), one run
+    per seed: runs of different settings are not counted together, and a repeat is not another seed."""
+    runs: dict[tuple[Any, ...], tuple[dict[str, Any], str | None]] = {}
+    for c in smap.train_cells:
+        if c.complete and c.curve and c.trained_points:
+            a = arm(c.fields, d)
+            runs.setdefault(
+                (*_group_key(c), a, fmt(c.fields.get("seed"))), ({**c.fields, "sharing": a}, c.curve.cliff_type)
+            )
+    return {
+        "registration": registration_lines(smap.registration) if smap.registration else [],
+        "posthoc": {t: posthoc_note(smap.registration, t) for t in ("map", "cliff_types", "sharing", "figures")},
+        "cliff_types": cliff_type_rows(list(runs.values())),
+        "cliff_type_names": [CLIFF_TYPE_NAMES[t] for t in CLIFF_TYPES],
+        "cliff_type_legend": CLIFF_TYPE_HTML_LEGEND,
+    }
 
 
 def write_report(runs_dir: str | Path, out: str | Path | None = None) -> tuple[Path, SweepMap]:

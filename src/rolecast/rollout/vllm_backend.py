@@ -29,7 +29,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rolecast.config.schema import RunConfig
 from rolecast.core.errors import ConfigError, require
 from rolecast.policies.models import PolicySet, resolve_model_path
 from rolecast.rollout.engine import Generation, GenRequest, Sampling
@@ -101,21 +100,6 @@ class VLLMBackend:
         self._served: dict[str, tuple[tuple[int, ...], Any]] = {}  # pid -> (param versions, LoRARequest)
         self._next_id = 1
         self.syncs = 0  # adapter exports so far (tests and the GPU check read it)
-
-    @classmethod
-    def from_config(cls, cfg: RunConfig, policies: PolicySet, tokenizer: Any) -> VLLMBackend:
-        if cfg.rollout.seed_per_prompt:
-            raise ConfigError("rollout.seed_per_prompt is an hf-backend option; vLLM seeds every request itself")
-        return cls(
-            policies,
-            tokenizer,
-            model_path=cfg.model.path,
-            max_new_tokens=cfg.rollout.max_new_tokens,
-            temperature=cfg.rollout.temperature,
-            top_p=cfg.rollout.top_p,
-            seed=cfg.seed,
-            max_new_tokens_by_role=cfg.rollout.max_new_tokens_by_role,
-        )
 
     # --- the Backend protocol ---------------------------------------------------------------------------
 

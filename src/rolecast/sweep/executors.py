@@ -98,7 +98,7 @@ def next_job(pending: Sequence[CellJob], base_seconds: Callable[[CellJob], float
     """The index in `pending` of the cell a free worker starts next: longest first, estimated by the base evaluation.
 
     Base evaluations go first, in matrix order: they are short, and the time each one takes ranks the training
-    cells of its (workflow, task, model), whose rollouts, updates and evaluations grow with the same generation
+    cells of its (workflow, task, model, seed), whose rollouts, updates and evaluations grow with the same generation
     work (`make run`: base evaluations of 2.0 / 6.7 / 7.5 / 10.8 s for Single / Voting / Eval-Opt / Orch-Workers,
     their training cells 14 / 81-84 / 108-126 / 130-137 s). Then the training cell whose `base_seconds` is largest
     (longest processing time first, so that the longest cells do not start last and finish alone with the other

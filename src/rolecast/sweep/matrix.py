@@ -1,7 +1,8 @@
 """A sweep matrix: YAML -> typed `MatrixConfig` -> validated cells, each with its own `RunConfig`.
 
 A cell is one training run (one point of workflow x task x model x sharing x seed) or one base-model
-evaluation (one per (workflow, task, model)). Every cell's `RunConfig` is built and checked here as far as
+evaluation (one per (workflow, task, model, seed): evaluated with the seed of the cells it serves, so their
+"final - base" carries the base evaluation's own sampling noise, and every sharing arm of a seed shares it). Every cell's `RunConfig` is built and checked here as far as
 any machine can check it (workflow, task, prompts, routing, registries), so a bad axis value or override fails
 at load, naming the matrix file, the axis or override and the value, before anything runs. What a machine must
 provide (the device, the model path, optional packages) is checked where a cell runs: a matrix of `cuda` cells
@@ -28,6 +29,7 @@ from rolecast.config.load import load_config
 from rolecast.config.schema import CONFIG_DIR, DEFAULT_CONFIG, RunConfig
 from rolecast.config.validate import check_environment
 from rolecast.core.errors import ConfigError, MatrixError
+from rolecast.plan.schema import PlanFile, check_against_matrix, load_plan
 from rolecast.tasks import TASKS
 from rolecast.workflows import get_workflow
 
@@ -88,8 +90,10 @@ class MatrixConfig(_Strict):
     # per axis value: {axis: {value: {dotted.field: value, ...}}}; the key `config` names another base file
     overrides: dict[AxisName, dict[str | int, dict[str, Any]]] = {}
     set: dict[str, Any] = {}  # overrides for every cell
-    base_eval: bool = True  # one base-model evaluation per (workflow, task, model)
+    base_eval: bool = True  # one base-model evaluation per (workflow, task, model, seed)
     resources: Resources = Resources()
+    # the analysis plan (relative to the matrix file): registered with the matrix before the first cell runs
+    plan: str | None = None
     # cells of the product to leave out, each a partial assignment of axis labels ({workflow: single, sharing: shared})
     exclude: list[dict[AxisName, str | int]] = []
 
@@ -100,7 +104,7 @@ class Cell:
     kind: Literal["train", "base_eval"]
     axes: dict[str, Any]  # axis -> label (the value as written in the matrix)
     config: RunConfig
-    base_cell: str | None = None  # the base evaluation of this cell's (workflow, task, model)
+    base_cell: str | None = None  # the base evaluation of this cell's (workflow, task, model, seed)
     sources: tuple[str, ...] = field(default=())  # where its overrides came from (for error messages)
 
     @property
@@ -115,6 +119,9 @@ class Matrix:
     out: Path
     settings: MatrixConfig
     cells: list[Cell]
+    text: str = ""  # the matrix file as read (its sha256 is registered)
+    plan: PlanFile | None = None
+    extra_set: dict[str, Any] = field(default_factory=dict)  # --set, on top of the file's `set`
 
     @property
     def train_cells(self) -> list[Cell]:
@@ -137,7 +144,8 @@ def cell_name(axes: dict[str, Any]) -> str:
 
 
 def base_cell_name(axes: dict[str, Any]) -> str:
-    return f"{BASE_EVAL_PREFIX}{label(axes['task'])}-{label(axes['workflow'])}-{label(axes['model'])}"
+    """base-{task}-{workflow}-{model}-s{seed}: one base evaluation per (workflow, task, model, seed)."""
+    return f"{BASE_EVAL_PREFIX}{label(axes['task'])}-{label(axes['workflow'])}-{label(axes['model'])}-s{axes['seed']}"
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -150,8 +158,9 @@ def load_matrix(path: str | Path, *, out: str | Path | None = None, extra_set: d
     source = Path(path)
     if not source.is_file():
         raise MatrixError(f"matrix file {source} does not exist")
+    text = source.read_text(encoding="utf-8")
     try:
-        data = yaml.safe_load(source.read_text()) or {}
+        data = yaml.safe_load(text) or {}
     except yaml.YAMLError as e:
         raise MatrixError(f"{source}: not valid YAML: {e}") from e
     if not isinstance(data, dict):
@@ -172,7 +181,27 @@ def load_matrix(path: str | Path, *, out: str | Path | None = None, extra_set: d
         settings.set = {**settings.set, **extra_set}
     out_dir = Path(out) if out is not None else Path(settings.out) if settings.out else Path("runs") / source.stem
     cells = expand(settings, source, out_dir)
-    return Matrix(source, out_dir, settings, cells)
+    plan = _load_plan(settings, source, cells)
+    return Matrix(source, out_dir, settings, cells, text, plan, dict(extra_set or {}))
+
+
+def _load_plan(settings: MatrixConfig, source: Path, cells: list[Cell]) -> PlanFile | None:
+    """The matrix's analysis plan, validated, and checked against the arms (sharing labels) and seeds it has."""
+    if settings.plan is None:
+        return None
+    path = Path(settings.plan)
+    path = path if path.is_absolute() else source.parent / path
+    try:
+        plan = load_plan(path)
+    except ConfigError as e:
+        raise MatrixError(f"{source}: plan: {e}") from None
+    train = [c for c in cells if c.kind == "train"]
+    problems = check_against_matrix(
+        plan.plan, {str(c.axes["sharing"]) for c in train}, {int(c.axes["seed"]) for c in train}
+    )
+    if problems:
+        raise MatrixError(f"{source}: plan {path}: " + "; ".join(problems))
+    return plan
 
 
 def _resolve_config_file(name: str, matrix_path: Path, where: str) -> Path:
@@ -388,7 +417,9 @@ Group = tuple[dict[str, Any], dict[str, Any], tuple[str, ...], Path]  # a base e
 def _train_cells(
     settings: MatrixConfig, source: Path, out_dir: Path, points: list[Point], base_file: Path
 ) -> tuple[list[Cell], dict[str, Group]]:
-    """The training cells, and the base evaluation each (workflow, task, model) group gets (by name)."""
+    """The training cells, and the base evaluation each (workflow, task, model, seed) group gets (by name): the
+    settings of the group's first training cell, so it runs exactly the start evaluation that cell would have
+    run (the evaluation's sampling seed comes from the run seed and step 0)."""
     per_value = _PerValue(settings)
     _check_axis_values(points, per_value, source)
     cells: list[Cell] = []
@@ -415,7 +446,7 @@ def _train_cells(
 
 
 def _base_cells(groups: dict[str, Group], source: Path, out_dir: Path) -> list[Cell]:
-    """One base-model evaluation per (workflow, task, model): no training, only the start evaluation."""
+    """One base-model evaluation per (workflow, task, model, seed): no training, only the start evaluation."""
     cells = []
     for base_name, (group_axes, group_overrides, group_sources, group_file) in groups.items():
         ov = {
@@ -426,7 +457,7 @@ def _base_cells(groups: dict[str, Group], source: Path, out_dir: Path) -> list[C
             "eval.at_end": False,
         }
         cfg = _validated(group_file, ov, source, base_name, group_axes, group_sources)
-        axes = {a: group_axes[a] for a in ("workflow", "task", "model")}
+        axes = {a: group_axes[a] for a in ("workflow", "task", "model", "seed")}
         cells.append(Cell(base_name, "base_eval", axes, cfg, None, group_sources))
     return cells
 

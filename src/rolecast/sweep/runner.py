@@ -20,6 +20,7 @@ from rich.table import Table
 
 from rolecast.config import RunConfig
 from rolecast.core.rundir import CONFIG, DONE, ERROR, EVAL, SWEEP_STATUS, read_jsonl, write_atomic
+from rolecast.plan.registration import Design, record_first_cell, register_start
 from rolecast.sweep.cell import CellJob, CellResult, cell_state, checkpoint_step
 from rolecast.sweep.executors import Executor, LocalExecutor
 from rolecast.sweep.matrix import Cell, Matrix, MatrixError
@@ -118,6 +119,18 @@ class _Status:
         write_atomic(self.path, json.dumps(self.data, indent=1))
 
 
+def design(matrix: Matrix) -> Design:
+    """What the sweep registers of this matrix (plan/registration.py)."""
+    return Design(
+        str(matrix.path),
+        matrix.text,
+        str(matrix.plan.path) if matrix.plan else None,
+        matrix.plan.text if matrix.plan else None,
+        dict(matrix.extra_set),
+        tuple(c.name for c in matrix.train_cells),
+    )
+
+
 class _Display:
     """Cells done, running, failed and left: a live bar on a terminal, plain lines elsewhere."""
 
@@ -192,6 +205,14 @@ def run_sweep(
 
 def _run_locked(matrix: Matrix, executor: Executor, progress: bool, console: Console) -> SweepOutcome:
     check_existing(matrix)
+    # before any cell starts (and before sweep.json is touched): the design (matrix, plan, --set) on the first
+    # start, an amendment when it changed since; a plan whose rules changed without an amendment entry stops here
+    register_start(
+        matrix.out,
+        design(matrix),
+        jobs=sum(cell_state(c.run_dir) != "finished" for c in matrix.cells),
+        cells_run=[c.name for c in matrix.cells if c.run_dir.exists()],
+    )
     status = _Status(matrix, executor.name)
     outcome = SweepOutcome()
     jobs: list[CellJob] = []
@@ -224,9 +245,13 @@ def _run_locked(matrix: Matrix, executor: Executor, progress: bool, console: Con
         soft_wrap=True,  # one line in a log too (rich wraps at 80 columns when the output is not a terminal)
     )
 
+    first = [True]
     with _Display(len(jobs), progress, console) as display:
 
         def on_start(name: str) -> None:
+            if first[0]:  # the first cell of this session; the registration keeps only the sweep's first ever
+                first[0] = False
+                record_first_cell(matrix.out, name)
             row = status.by_name[name]
             status.set(
                 name,

@@ -91,11 +91,11 @@ def dataset_file(rel: str) -> Path:
 
 def _jsonl_instead(path: Path, missing: str) -> Rows | None:
     """For a default Parquet file under the data root: None when it exists (read it as usual), the rows of its
-    .jsonl sibling when only that exists, and FileNotFoundError(`missing`) when neither does."""
+    .jsonl sibling when only that exists, and DatasetFileMissing(`missing`) when neither does."""
     if path.exists():
         return None
     if not path.with_suffix(".jsonl").exists():
-        raise FileNotFoundError(missing)
+        raise DatasetFileMissing(missing)  # a FileNotFoundError, and a UserError: one line, no traceback
     return read_rows(path.with_suffix(".jsonl"))
 
 
@@ -309,6 +309,39 @@ def _require(row: Mapping[str, Any], key: str, what: str) -> Any:
     return v
 
 
+def _one_of(task: str, option: str, value: Any, choices: Sequence[str]) -> None:
+    """A task option that takes one of `choices`, or ValueError naming the task, the option and the choices."""
+    if value not in choices:
+        raise ValueError(f"{task}: {option} must be one of {', '.join(choices)}; got {value!r}")
+
+
+class _UserFile(DatasetTask):
+    """A task over the user's own file (math_jsonl, code_jsonl): `path` is required; `name` names the task (its
+    problem ids and messages)."""
+
+    def __init__(self, path: Any = None, *, name: str | None = None, **kw: Any):
+        if path is None:
+            raise ValueError(f"{self.name} needs path= (a file, a directory of <split>.jsonl, or {{split: file}})")
+        super().__init__(path, **kw)
+        if name:
+            self.name = name
+
+
+def _seeded_split(
+    rows: Sequence[tuple[int, dict[str, Any]]], seed: int, n_test: int, n_train: int | None = None
+) -> dict[str, list[tuple[int, dict[str, Any], str]]]:
+    """The study's held-out split of one source's (index, row)s, as Hugging Face's `train_test_split(seed=...)` /
+    `shuffle(seed)` makes it: in the order of `hf_permutation(len(rows), seed)`, the first `n_test` are "test" and
+    the next `n_train` (default: all the rest) "train"; each as (source index, row, source split "train")."""
+    perm = hf_permutation(len(rows), seed)
+    end = len(rows) if n_train is None else n_test + n_train
+
+    def picked(order: list[int]) -> list[tuple[int, dict[str, Any], str]]:
+        return [(rows[j][0], rows[j][1], "train") for j in order]
+
+    return {"test": picked(perm[:n_test]), "train": picked(perm[n_test:end])}
+
+
 # ----------------------------------------------------------------------------------------------------------
 # math
 
@@ -462,10 +495,8 @@ class DAPOMath(MathTask):
         super().__init__(*args, val_fraction=val_fraction, **kwargs)
         if not 0.0 < test_size < 1.0:
             raise ValueError(f"dapo_math: test_size must be in (0, 1), got {test_size}")
-        if language not in ("en", "cn", "all"):
-            raise ValueError(f"dapo_math: language must be en, cn or all, got {language!r}")
-        if instruction not in ("strip", "keep"):
-            raise ValueError(f"dapo_math: instruction must be 'strip' or 'keep', got {instruction!r}")
+        _one_of("dapo_math", "language", language, ("en", "cn", "all"))
+        _one_of("dapo_math", "instruction", instruction, ("strip", "keep"))
         self.test_size, self.split_seed, self.language, self.instruction = test_size, split_seed, language, instruction
 
     def _source_rows(self, split: str) -> list[dict[str, Any]]:
@@ -524,22 +555,20 @@ class DAPOMath(MathTask):
         n = len(rows)
         if n < 2:
             raise ValueError(f"dapo_math: {n} usable row(s) after deduplication; the held-out split needs at least 2")
-        perm = hf_permutation(n, self.split_seed)
-        n_test = math.ceil(self.test_size * n)
-        n_train = math.floor((1 - self.test_size) * n)
+        parts = _seeded_split(
+            rows, self.split_seed, math.ceil(self.test_size * n), math.floor((1 - self.test_size) * n)
+        )
         if split == "test":
-            picked = perm[:n_test]
-        elif split in ("train", "validation"):
-            train = perm[n_test : n_test + n_train]
-            if self.val_fraction > 0:
-                tr, va = _partition(len(train), self.seed, self.val_fraction)
-                train = [train[j] for j in (tr if split == "train" else va)]
-            elif split == "validation":
-                raise ValueError("dapo_math has no validation split; pass val_fraction > 0 to carve one out of train")
-            picked = train
-        else:
+            return parts["test"]
+        if split not in ("train", "validation"):
             raise ValueError(f"dapo_math has no {split!r} split")
-        return [(rows[j][0], rows[j][1], "train") for j in picked]
+        train = parts["train"]
+        if self.val_fraction > 0:
+            tr, va = _partition(len(train), self.seed, self.val_fraction)
+            return [train[j] for j in (tr if split == "train" else va)]
+        if split == "validation":
+            raise ValueError("dapo_math has no validation split; pass val_fraction > 0 to carve one out of train")
+        return train
 
     def make_problem(self, row, index, split):
         text = self._prompt_text(row, index).strip()
@@ -561,7 +590,7 @@ class DAPOMath(MathTask):
 
 
 @register_task("math_jsonl")
-class MathJSONL(MathTask):
+class MathJSONL(_UserFile, MathTask):
     """Any math file: ``problem_key`` holds the statement, ``answer_key`` the gold answer (or, with
     ``answer_from="boxed"`` / ``"gsm8k"``, a solution to take it from)."""
 
@@ -574,17 +603,11 @@ class MathJSONL(MathTask):
         problem_key: str = "problem",
         answer_key: str = "answer",
         answer_from: str = "answer",
-        name: str | None = None,
         **kw: Any,
     ):
-        if path is None:
-            raise ValueError("math_jsonl needs path= (a file, a directory of <split>.jsonl, or {split: file})")
-        if answer_from not in ("answer", "boxed", "gsm8k"):
-            raise ValueError(f"math_jsonl: answer_from must be answer, boxed or gsm8k, got {answer_from!r}")
         super().__init__(path, **kw)
+        _one_of(self.name, "answer_from", answer_from, ("answer", "boxed", "gsm8k"))
         self.problem_key, self.answer_key, self.answer_from = problem_key, answer_key, answer_from
-        if name:
-            self.name = name
 
     def make_problem(self, row, index, split):
         text = _require(row, self.problem_key, "the problem (problem_key)")
@@ -883,14 +906,10 @@ class DeepCoder(CodeTask):
         function_call_tests: str = "call",
         **kwargs: Any,
     ):
-        if function_call_tests not in ("call", "stdin"):
-            raise ValueError(f"deepcoder: function_call_tests must be 'call' or 'stdin', got {function_call_tests!r}")
-        self.function_call_tests = function_call_tests
-        if subset not in self.SUBSETS:
-            raise ValueError(f"deepcoder: subset must be one of {sorted(self.SUBSETS)}, got {subset!r}")
-        if problem_format not in ("rolecast", "livecodebench"):
-            raise ValueError(f"deepcoder: problem_format must be 'rolecast' or 'livecodebench', got {problem_format!r}")
-        self.problem_format = problem_format
+        _one_of("deepcoder", "function_call_tests", function_call_tests, ("call", "stdin"))
+        _one_of("deepcoder", "subset", subset, sorted(self.SUBSETS))
+        _one_of("deepcoder", "problem_format", problem_format, ("rolecast", "livecodebench"))
+        self.function_call_tests, self.problem_format = function_call_tests, problem_format
         self.subset, self.test_size, self.split_seed = subset, test_size, split_seed
         self.per_test_timeout_s, self.runtime_results = per_test_timeout_s, runtime_results
         self.files = self.SUBSETS[subset]
@@ -955,17 +974,12 @@ class DeepCoder(CodeTask):
             raise ValueError(
                 f"deepcoder: test_size={self.test_size} leaves no training problems among {len(rows)} rows"
             )
-        perm = hf_permutation(len(rows), self.split_seed)
-        if split == "test":
-            picked = perm[: self.test_size]
-        elif split == "train":
-            picked = perm[self.test_size :]
-        else:
+        if split not in ("train", "test"):
             raise ValueError(
                 f"deepcoder ({self.subset}) has splits 'train' and 'test' (the seeded held-out "
                 f"{self.test_size}), not {split!r}"
             )
-        return [(rows[j][0], rows[j][1], "train") for j in picked]
+        return _seeded_split(rows, self.split_seed, self.test_size)[split]
 
     def make_problem(self, row, index, split):
         statement = _require(row, "problem", "the problem statement")
@@ -981,16 +995,16 @@ class DeepCoder(CodeTask):
         )
         if self.problem_format == "livecodebench":
             text = livecodebench_prompt(statement, row.get("starter_code") or None)
-            return Problem(f"deepcoder/{self.subset}/{index}", text, tests, {"split": split, "index": index})
-        text = statement.strip()
-        starter = (row.get("starter_code") or "").strip()
-        if starter:
-            text += f"\n\nStart from this code:\n```python\n{starter}\n```"
+        else:
+            text = statement.strip()
+            starter = (row.get("starter_code") or "").strip()
+            if starter:
+                text += f"\n\nStart from this code:\n```python\n{starter}\n```"
         return Problem(f"deepcoder/{self.subset}/{index}", text, tests, {"split": split, "index": index})
 
 
 @register_task("code_jsonl")
-class CodeJSONL(CodeTask):
+class CodeJSONL(_UserFile, CodeTask):
     """Any code file: ``problem_key`` holds the statement, ``tests_key`` the tests in ``test_format``:
     "asserts" (a list of assert statements), "livecodebench" (list or JSON string of input/output/testtype;
     ``fn_name_key`` names the function column for functional tests) or "humaneval" (``tests_key`` holds
@@ -1007,20 +1021,12 @@ class CodeJSONL(CodeTask):
         test_format: str = "livecodebench",
         fn_name_key: str | None = None,
         entry_point_key: str = "entry_point",
-        name: str | None = None,
         **kw: Any,
     ):
-        if path is None:
-            raise ValueError("code_jsonl needs path= (a file, a directory of <split>.jsonl, or {split: file})")
-        if test_format not in ("asserts", "livecodebench", "humaneval"):
-            raise ValueError(
-                f"code_jsonl: test_format must be asserts, livecodebench or humaneval, got {test_format!r}"
-            )
         super().__init__(path, **kw)
+        _one_of(self.name, "test_format", test_format, ("asserts", "livecodebench", "humaneval"))
         self.problem_key, self.tests_key, self.test_format = problem_key, tests_key, test_format
         self.fn_name_key, self.entry_point_key = fn_name_key, entry_point_key
-        if name:
-            self.name = name
 
     def make_problem(self, row, index, split):
         text = _require(row, self.problem_key, "the problem (problem_key)")

@@ -5,6 +5,10 @@ Layout of `run_dir/checkpoints/`:
                                     written last
     step_{N}/<quoted name>.<ext>    one file per entry: .safetensors (flat str -> tensor dicts: weights),
                                     .json (plain JSON that round-trips exactly), .pt (anything else)
+
+A .safetensors entry stores each distinct tensor once: a tensor equal byte for byte to an earlier one of the
+entry (a tied output head and embedding; LoRA B matrices still at their zero init) is written as an alias in the
+file's metadata and read back as its own copy, so the loaded entry equals the saved one.
     latest                          text file holding N of the last checkpoint written
 
 Atomicity: a checkpoint is written into `step_{N}.tmp-<pid>/`, every file fsynced, then the directory is
@@ -16,9 +20,10 @@ Integrity: the manifest records every file's size and sha256. A checkpoint damag
 (a truncated or deleted file, a disk error) fails that check on load; `load_checkpoint` then warns, naming
 the file, and falls back to the newest intact checkpoint, so a resume never dies in a deserializer.
 
-What a trainer checkpoint holds (policy weights, optimizer and scheduler state per policy, the step and the
-RNG state) is built by `trainer_state` and read back by `restore_trainer_state` / `restore_policies`, here
-only: the trainer and `rolecast eval` use these.
+A trainer checkpoint's own entries (each policy's weights, the step and the RNG state) are built by
+`trainer_state` and read back by `restore_trainer_state` / `restore_policies` (which `rolecast eval` and
+`export` use); the optimizers' and lr schedules' entries are train/optimizer.py's, the session components'
+train/resume.py's.
 
 `.pt` entries are loaded with `torch.load(weights_only=True)`, so state must be built from tensors,
 dict/list/tuple and Python scalars/str/None (as optimizer and scheduler state dicts are); `save_checkpoint`
@@ -42,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import numpy as np
+import safetensors
 import safetensors.torch
 import torch
 
@@ -49,9 +55,6 @@ from rolecast.core.errors import CheckpointError
 from rolecast.core.rundir import CHECKPOINTS, RunPaths
 
 if TYPE_CHECKING:
-    from torch.optim import Optimizer
-    from torch.optim.lr_scheduler import LRScheduler
-
     from rolecast.policies.models import PolicySet
 
 log = logging.getLogger(__name__)
@@ -149,7 +152,8 @@ def _write_entry(directory: Path, name: str, value: Any) -> dict[str, Any]:
     is_weights = isinstance(value, dict) and value and all(isinstance(v, torch.Tensor) for v in value.values())
     if is_weights and all(isinstance(k, str) for k in value):
         path, fmt = directory / f"{stem}.safetensors", "safetensors"
-        safetensors.torch.save_file(_unshared(value), str(path))
+        tensors, aliases = _distinct(value)
+        safetensors.torch.save_file(tensors, str(path), metadata={_ALIASES: json.dumps(aliases)} if aliases else None)
         _fsync_file(path)
     elif _json_roundtrips(value):
         path, fmt = directory / f"{stem}.json", "json"
@@ -174,16 +178,30 @@ def _size_and_sha256(path: Path) -> tuple[int, str]:
     return size, h.hexdigest()
 
 
-def _unshared(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """safetensors refuses tensors sharing storage (tied embeddings): clone every repeat of a storage."""
-    seen: set[int] = set()
-    out = {}
+_ALIASES = "rolecast.aliases"  # safetensors metadata: {name: the earlier name whose bytes it repeats}
+
+
+def _distinct(tensors: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """The tensors to write, each distinct one once (safetensors also refuses tensors sharing storage), and the
+    aliases: {name: earlier name with the same dtype, shape and bytes}. Candidates are found by (dtype, shape, sum)
+    and confirmed on the raw bytes (so -0.0 and 0.0 stay apart)."""
+    out: dict[str, torch.Tensor] = {}
+    aliases: dict[str, str] = {}
+    seen: dict[tuple[Any, ...], list[str]] = {}
     for k, v in tensors.items():
         v = v.detach().to("cpu").contiguous()
-        ptr = v.untyped_storage().data_ptr()
-        out[k] = v.clone() if ptr in seen else v
-        seen.add(ptr)
-    return out
+        key = (v.dtype, tuple(v.shape), float(v.sum(dtype=torch.float64)) if v.is_floating_point() else None)
+        same = next((o for o in seen.get(key, []) if torch.equal(_raw(out[o]), _raw(v))), None)
+        if same is not None:
+            aliases[k] = same
+            continue
+        out[k] = v
+        seen.setdefault(key, []).append(k)
+    return out, aliases
+
+
+def _raw(t: torch.Tensor) -> torch.Tensor:
+    return t.reshape(-1).view(torch.uint8)
 
 
 def _json_roundtrips(value: Any) -> bool:
@@ -367,7 +385,12 @@ def _damage(path: Path, entry: Mapping[str, Any]) -> str | None:
 
 def _read_entry(path: Path, fmt: str) -> Any:
     if fmt == "safetensors":
-        return safetensors.torch.load_file(str(path), device="cpu")
+        with safetensors.safe_open(str(path), framework="pt", device="cpu") as f:
+            tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (safe_open is not a mapping)
+            aliases = json.loads((f.metadata() or {}).get(_ALIASES, "{}"))
+        for k, src in aliases.items():
+            tensors[k] = tensors[src].clone()
+        return tensors
     if fmt == "json":
         return json.loads(path.read_text())
     if fmt == "torch":
@@ -404,36 +427,21 @@ def restore_rng_state(state: dict[str, Any]) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# What a trainer checkpoint holds, in one place
+# What a trainer checkpoint holds besides its components' entries: the weights, the step and counters, the RNG
 
 
-def policy_key(pid: str) -> str:
+def weights_entry(pid: str) -> str:
+    """The checkpoint entry of a policy's trainable weights."""
     return f"policy/{pid}"
 
 
-def optimizer_key(pid: str) -> str:
-    return f"optim/{pid}"
-
-
-def scheduler_key(pid: str) -> str:
-    return f"sched/{pid}"
-
-
-def trainer_state(
-    step: int,
-    policies: PolicySet,
-    optimizers: Mapping[str, Optimizer],
-    schedulers: Mapping[str, LRScheduler],
-    **trainer: Any,
-) -> dict[str, Any]:
-    """Everything a resumed run needs to continue bit for bit: every policy's trainable weights, optimizer
-    and lr-scheduler state, the step reached (with any other JSON-able `trainer` counters), and the
-    process's RNG state."""
+def trainer_state(step: int, policies: PolicySet, **trainer: Any) -> dict[str, Any]:
+    """The weights and the run's position: every policy's trainable weights, the step reached (with any other
+    JSON-able `trainer` counters) and the process's RNG state. The optimizers' and lr schedules' entries are
+    train/optimizer.py's, the other components' train/resume.py's."""
     state: dict[str, Any] = {"trainer": {"step": step, **trainer}, "rng": capture_rng_state()}
     for pid in policies.policy_ids:
-        state[policy_key(pid)] = policies.state_dict(pid)
-        state[optimizer_key(pid)] = optimizers[pid].state_dict()
-        state[scheduler_key(pid)] = schedulers[pid].state_dict()
+        state[weights_entry(pid)] = policies.state_dict(pid)
     return state
 
 
@@ -450,24 +458,15 @@ def restore_policies(state: Mapping[str, Any], policies: PolicySet) -> None:
     """Load every policy's weights from a trainer checkpoint (what `rolecast eval --checkpoint` needs)."""
     for pid in policies.policy_ids:
         try:
-            policies.load_state_dict(pid, _entry(state, policy_key(pid)))
+            policies.load_state_dict(pid, _entry(state, weights_entry(pid)))
         except (ValueError, RuntimeError) as e:
             if isinstance(e, CheckpointError):
                 raise
             raise CheckpointError(f"the checkpoint's weights for policy {pid!r} do not fit this model: {e}") from None
 
 
-def restore_trainer_state(
-    state: Mapping[str, Any],
-    policies: PolicySet,
-    optimizers: Mapping[str, Optimizer],
-    schedulers: Mapping[str, LRScheduler],
-) -> dict[str, Any]:
-    """The inverse of `trainer_state`: weights, optimizer and scheduler state, RNG. Returns the trainer
-    entry ({"step": N, ...counters})."""
+def restore_trainer_state(state: Mapping[str, Any], policies: PolicySet) -> dict[str, Any]:
+    """The inverse of `trainer_state`: weights and RNG. Returns the trainer entry ({"step": N, ...counters})."""
     restore_policies(state, policies)
-    for pid in policies.policy_ids:
-        optimizers[pid].load_state_dict(_entry(state, optimizer_key(pid)))
-        schedulers[pid].load_state_dict(_entry(state, scheduler_key(pid)))
     restore_rng_state(_entry(state, "rng"))
     return dict(_entry(state, "trainer"))

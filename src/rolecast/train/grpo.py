@@ -10,9 +10,10 @@ One training step:
   6. log metrics / episodes, evaluate, checkpoint atomically.
 The loop never branches on which workflow ran: it only sees episodes, turns, roles and policy ids.
 
-What it calls: train/update.py (one policy's update; batching.py, logprobs.py and role_batches.py below it),
-guard.py (divergence), schedule.py (lr), resume.py (what a checkpoint holds, resume and rollback), sinks.py
-(console, metrics.jsonl, TensorBoard / W&B) and step_metrics.py (the names of the loop's metrics).
+What it calls: train/update.py (one policy's update, in parts: docs/architecture.md), optimizer.py (every policy's
+optimizer, lr schedule and lr clock), guard.py (divergence), resume.py (what a checkpoint holds, resume and
+rollback), sinks.py (console, metrics.jsonl, TensorBoard / W&B) and step_metrics.py (the names of the loop's
+metrics).
 """
 
 from __future__ import annotations
@@ -25,16 +26,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from rolecast.config.schema import RunConfig, dump_config, resume_changes
 from rolecast.core.devices import resolve_device
 from rolecast.core.episode import Episode, Turn, group_turns, turns_by_policy
 from rolecast.core.errors import ConfigError, TrainingDiverged
 from rolecast.core.rundir import CONFIG, EPISODES, EVAL, METRICS, RunPaths, read_jsonl
-from rolecast.diagnostics.gradients import GradientMonitor
 from rolecast.diagnostics.metrics import episode_metrics
-from rolecast.diagnostics.warnings import EarlyWarning, metric_entries
+from rolecast.diagnostics.warnings import Alert, metric_entries
 from rolecast.evaluation import append_eval_row, eval_key, eval_plan
 from rolecast.objectives.advantages import episode_turn_advantages
 from rolecast.rollout.engine import RolloutStats, run_episodes, step_seed
@@ -45,19 +43,15 @@ from rolecast.tasks.base import Problem, Task
 from rolecast.train import distributed
 from rolecast.train.checkpoint import latest_step, save_checkpoint
 from rolecast.train.distributed import Dist
-from rolecast.train.guard import DivergenceGuard, NonFiniteUpdate, weight_norm
+from rolecast.train.guard import NonFiniteUpdate, weight_norm
 from rolecast.train.interrupt import StopRequest, TrainingInterrupted
-from rolecast.train.interventions import Interventions
-from rolecast.train.master_weights import MasterWeightAdamW, needs_master
+from rolecast.train.loss_step import Tally, merge_tallies
 from rolecast.train.resume import SessionState, record_resume, rewind_logs
-from rolecast.train.rollback import Rollback
 from rolecast.train.run_dir import check_resume_dir, discard_new_run, prepare_new_run_dir
 from rolecast.train.sampling import step_problems
-from rolecast.train.schedule import Schedule
-from rolecast.train.schedule import build as build_schedule
-from rolecast.train.sinks import Console, MetricLoggers, ProgressBar, append_metrics, write_episodes
+from rolecast.train.sinks import Console, MetricLoggers, ProgressBar, accuracy_text, append_metrics, write_episodes
 from rolecast.train.step_metrics import eval_metrics, policy_metrics, role_metrics, rollout_metrics, time_metrics
-from rolecast.train.update import PolicyUpdate, Tally, merge_tallies, update_policy
+from rolecast.train.update import PolicyUpdate, update_policy
 
 log = logging.getLogger("rolecast.train")
 
@@ -127,39 +121,6 @@ def train(
         dist.close()
 
 
-def _session_state(cfg: RunConfig, rt: Runtime) -> SessionState:
-    """The session's stateful parts, fresh: one optimizer and lr schedule per policy (an update of one policy never
-    touches another's parameters), the divergence guard, the early warning, and the gradient diagnostics,
-    interventions and rollback (None when off). Built before a checkpoint is loaded, so the monitor's copy of the
-    starting weights (for drift) is the initialisation, not the resumed weights."""
-    tc = cfg.train
-    optimizers: dict[str, torch.optim.Optimizer] = {}
-    schedulers: dict[str, Schedule] = {}
-    for pid in rt.routing.policy_ids:
-        params = list(rt.policies.parameters(pid))
-        adamw = MasterWeightAdamW if tc.fp32_master_weights and needs_master(params) else torch.optim.AdamW
-        optimizers[pid] = adamw(params, lr=tc.lr, betas=tc.betas, weight_decay=tc.weight_decay)
-        schedulers[pid] = build_schedule(
-            optimizers[pid], tc.lr_schedule, tc.warmup_steps, max(tc.steps, 1), tc.min_lr_ratio
-        )
-    trainable = {pid: rt.policies.parameters(pid) for pid in rt.routing.policy_ids}
-    monitor = GradientMonitor.from_config(cfg.diagnostics.gradients, trainable, seed=cfg.seed)
-    interventions = Interventions.from_config(cfg.interventions, tc.kl_coef)
-    warn = EarlyWarning(extract=rt.task.extract_answer)
-    rollback = Rollback.from_config(cfg.interventions.rollback)
-    return SessionState(
-        policies=rt.policies,
-        optimizers=optimizers,
-        schedulers=schedulers,
-        guard=DivergenceGuard(tc, rt.policies.vocab_size),
-        warn=warn,
-        monitor=monitor,
-        interventions=interventions,
-        rollback=rollback,
-        role_clock=tc.lr_clock == "role_update",
-    )
-
-
 def _extra_eval_sets(cfg: RunConfig) -> tuple[tuple[str, Task, list[Problem]], ...]:
     """eval.extra_sets as (name, task, its first `size` problems of the split)."""
     out = []
@@ -176,7 +137,7 @@ class _Session:
 
     cfg: RunConfig
     run_dir: Path
-    rt: Runtime
+    runtime: Runtime
     train_pool: list[Problem]
     eval_set: list[Problem]
     state: SessionState  # what a checkpoint holds (train/resume.py)
@@ -201,13 +162,13 @@ class _Session:
         dist: Dist | None = None,
     ) -> _Session:
         # --- what to run and what to train (all checked at config load) ---
-        rt = build_runtime(cfg)
-        train_pool = list(rt.task.problems(cfg.task.train_split))
-        eval_set = list(rt.task.problems(cfg.task.eval_split))[: cfg.eval.size]
+        runtime = build_runtime(cfg)
+        train_pool = list(runtime.task.problems(cfg.task.train_split))
+        eval_set = list(runtime.task.problems(cfg.task.eval_split))[: cfg.eval.size]
         extra_evals = _extra_eval_sets(cfg)
         if not train_pool:
             raise ConfigError(f"task {cfg.task.name!r} has no problems in split {cfg.task.train_split!r}")
-        state = _session_state(cfg, rt)
+        state = SessionState.fresh(cfg, runtime.policies, runtime.task.extract_answer)
         start, damaged = state.resume(run_dir, cfg, changes) if resume else (0, [])
 
         # --- from here on the run directory is written (by rank 0 alone) ---
@@ -223,7 +184,7 @@ class _Session:
         return cls(
             cfg=cfg,
             run_dir=run_dir,
-            rt=rt,
+            runtime=runtime,
             train_pool=train_pool,
             eval_set=eval_set,
             state=state,
@@ -253,7 +214,7 @@ class _Session:
                         summary["base_accuracy"] = self.announce_eval(0, "base", "base accuracy")
                     if start < end:
                         with training():
-                            self.step(start, end, progress)
+                            self.train_step(start, end, progress)
                             self.stop_if_requested(stop, start)
                 except BaseException:
                     # a new run that failed before logging its first step leaves nothing; one that stopped after
@@ -265,7 +226,7 @@ class _Session:
                     raise
                 with training():
                     for step in range(start + 1, end):
-                        self.step(step, end, progress)
+                        self.train_step(step, end, progress)
                         self.stop_if_requested(stop, step)
             finally:
                 progress.close()
@@ -278,7 +239,7 @@ class _Session:
                 summary["final_accuracy"] = self.announce_eval(total_steps, "final", "final accuracy")
         finally:
             self.loggers.close()
-        summary["policies"] = self.rt.routing.policy_ids
+        summary["policies"] = self.runtime.routing.policy_ids
         summary["eval_protocol"] = cfg.eval.describe()
         return summary
 
@@ -296,7 +257,9 @@ class _Session:
 
     # --- one step ---
 
-    def step(self, step: int, end: int, progress: ProgressBar) -> None:
+    def train_step(self, step: int, end: int, progress: ProgressBar) -> None:
+        """Training step `step` (0-based; its metrics, checkpoint and logs say step + 1) of a session ending at
+        `end`."""
         cfg, dist = self.cfg, self.dist
         t0 = time.perf_counter()
         # 1. problems for this step: a pure function of (seed, step), so resuming needs no data cursor
@@ -314,16 +277,16 @@ class _Session:
             group_turns(episodes, cfg.train.group_by), cfg.train.advantage, singleton=cfg.train.singleton_advantage
         )
         # 5. one update per policy, each touching only its own parameters
-        by_policy = turns_by_policy(episodes, self.rt.routing.policy_ids)
-        norms_before = {pid: weight_norm(self.rt.policies.parameters(pid)) for pid in by_policy}
-        updates, role_tally = self.update(step, by_policy)
+        by_policy = turns_by_policy(episodes, self.runtime.routing.policy_ids)
+        norms_before = {pid: weight_norm(self.runtime.policies.parameters(pid)) for pid in by_policy}
+        updates, role_tally = self.update_policies(step, by_policy)
         t_update = time.perf_counter()
 
         # 6. metrics, samples, evaluation, checkpoint (over every process's episodes; rank 0 writes)
         if dist.active:
             episodes = dist.concat(episodes)
-            by_policy = turns_by_policy(episodes, self.rt.routing.policy_ids)
-        self.watch(updates, by_policy, norms_before)
+            by_policy = turns_by_policy(episodes, self.runtime.routing.policy_ids)
+        self.count_divergence(updates, by_policy, norms_before)
         metrics: dict[str, Any] = {"step": step + 1, **episode_metrics(episodes)}
         for pid, u in updates.items():
             metrics.update(policy_metrics(pid, u.stats))
@@ -332,8 +295,12 @@ class _Session:
         metrics.update(time_metrics(t0, t_rollout, t_reward, t_update))
         metrics.update(rollout_metrics(rstats, episodes, cfg.rollout.max_prompt_tokens))
         self.warn_no_eos(step, episodes)
-        stop = self.react(step, metrics, episodes)
-        self.write(step, metrics, episodes, progress)
+        alerts = self.early_warning(step, metrics, episodes)
+        stop = self.state.guard.reason(step + 1)  # why the run must stop, or None
+        if not stop:
+            self.roll_back_if_due(step, alerts, metrics)
+            self.periodic_eval(step, metrics)
+        self.log_step(step, metrics, episodes, progress)
         if stop:
             raise self.diverged(step + 1, stop)
         # A policy on a streak towards a stop is suspect: its weights are not checkpointed, except at the end of
@@ -345,18 +312,18 @@ class _Session:
         self.reached = step + 1
 
     def rollouts(self, step: int, problems: list[Problem]) -> tuple[list[Episode], RolloutStats]:
-        cfg, rt, dist = self.cfg, self.rt, self.dist
+        cfg, runtime, dist = self.cfg, self.runtime, self.dist
         # each process samples its share from its own stream, unless every prompt seeds its own samples
-        rt.backend.reseed(step_seed(cfg.seed + (0 if cfg.rollout.seed_per_prompt else 7919 * dist.rank), step, 1))
+        runtime.backend.reseed(step_seed(cfg.seed + (0 if cfg.rollout.seed_per_prompt else 7919 * dist.rank), step, 1))
         rstats = RolloutStats()
         episodes = run_episodes(
-            rt.spec,
+            runtime.spec,
             dist.shard(problems),
             cfg.train.group_size,
-            task=rt.task,
-            prompts=rt.prompts,
-            router=rt.routing,
-            backend=rt.backend,
+            task=runtime.task,
+            prompts=runtime.prompts,
+            router=runtime.routing,
+            backend=runtime.backend,
             options=cfg.workflow.options,
             stats=rstats,
             max_prompt_tokens=cfg.rollout.max_prompt_tokens,
@@ -364,52 +331,47 @@ class _Session:
         return episodes, rstats
 
     def rewards(self, episodes: list[Episode], problems: list[Problem]) -> None:
-        cfg, task = self.cfg, self.rt.task
+        cfg, task = self.cfg, self.runtime.task
         score_episodes(episodes, {p.id: p for p in problems}, task)
         attribute(episodes, cfg.train.attribution)
         if cfg.rollout.max_prompt_tokens and cfg.rollout.ended_reward == "study":
             study_ended_rewards(episodes, task.family)
 
-    def update(self, step: int, by_policy: dict[str, list[Turn]]) -> tuple[dict[str, PolicyUpdate], Tally]:
+    def update_policies(self, step: int, by_policy: dict[str, list[Turn]]) -> tuple[dict[str, PolicyUpdate], Tally]:
         """Each policy's update (with the lr it trained with in its stats), and the per-role token tallies merged
         over policies."""
-        cfg, state, monitor = self.cfg, self.state, self.state.monitor
+        cfg, optim, monitor = self.cfg, self.state.optim, self.state.monitor
         update_rng = random.Random(step_seed(cfg.seed, step, 3))
         updates: dict[str, PolicyUpdate] = {}
         role_tally: Tally = {}
         for pid, turns in by_policy.items():
-            if state.role_clock and turns:  # as the study's trainer, which skips a role with no samples
-                state.schedulers[pid].seek(state.lr_clock)
-            lr = float(state.schedulers[pid].get_last_lr()[0])  # the lr this step trains with
+            lr = optim.lr(pid, trains=bool(turns))  # the lr this step trains with
             try:
                 updates[pid] = update_policy(
                     pid,
                     turns,
                     cfg=cfg,
-                    policies=self.rt.policies,
-                    optimizer=state.optimizers[pid],
-                    pad_id=self.rt.tokenizer.pad_token_id,
+                    policies=self.runtime.policies,
+                    optimizer=optim.optimizer(pid),
+                    pad_id=self.runtime.tokenizer.pad_token_id,
                     rng=update_rng,
                     check_logprobs=(step == self.start),
                     monitor=monitor if monitor and monitor.due(step) else None,
-                    interventions=state.interventions,
+                    interventions=self.state.interventions,
                     dist=self.dist,
                 )
             except NonFiniteUpdate as e:
                 raise self.diverged(step + 1, str(e)) from None
             updates[pid].stats["lr"] = lr
             merge_tallies(role_tally, updates[pid].tally)
-            if not state.role_clock:
-                state.schedulers[pid].step()
-            elif turns:
-                state.lr_clock += 1
+            optim.advance(pid, trains=bool(turns))
         return updates, role_tally
 
-    def watch(
+    def count_divergence(
         self, updates: dict[str, PolicyUpdate], by_policy: dict[str, list[Turn]], norms_before: dict[str, float]
     ) -> None:
         """Count the step's signs of divergence per policy (the divergence guard)."""
-        policies = self.rt.policies
+        policies = self.runtime.policies
         for pid, u in updates.items():
             # a cheap forward on one of the step's prompts catches weights blown up to huge finite values
             probe = next((t.prompt_ids[:32] for t in by_policy[pid] if t.prompt_ids), None)
@@ -440,36 +402,44 @@ class _Session:
                 self.cfg.rollout.max_new_tokens,
             )
 
-    def react(self, step: int, metrics: dict[str, Any], episodes: list[Episode]) -> str | None:
-        """After a step's metrics: the early warning, a rollback, a periodic evaluation (their metrics go into
-        `metrics`); returns why the run must stop, or None."""
-        cfg, state = self.cfg, self.state
-        # early warning: the failure signatures and gradient signals that crossed their thresholds this step
-        alerts = state.warn.check(step + 1, metrics, episodes)
+    def early_warning(self, step: int, metrics: dict[str, Any], episodes: list[Episode]) -> list[Alert]:
+        """The failure signatures and gradient signals that crossed their thresholds this step (each also a
+        `warn/<name>` metric)."""
+        alerts = self.state.warn.check(step + 1, metrics, episodes)
         metrics.update(metric_entries(alerts))
         for a in alerts:
             log.info("step %d: early warning %s (%s)", step + 1, a.name, a.subject)
-        stop = state.guard.reason(step + 1)
-        if state.rollback is not None and not stop:
-            event = state.rollback.decide(step + 1, alerts, self.run_dir)
-            if event is not None:
-                state.roll_back(self.run_dir, event, cfg.train.lr)
-                metrics.update(event.metrics())
-                log.warning("%s", event.message(state.rollback.max_rollbacks))
-                self.console.print(event.message(state.rollback.max_rollbacks))
+        return alerts
+
+    def roll_back_if_due(self, step: int, alerts: list[Alert], metrics: dict[str, Any]) -> None:
+        """interventions.rollback: go back to the best checkpoint when its signals fired (its metrics go into
+        `metrics`)."""
+        rollback = self.state.rollback
+        if rollback is None:
+            return
+        event = rollback.decide(step + 1, alerts, self.run_dir)
+        if event is not None:
+            self.state.roll_back(self.run_dir, event, self.cfg.train.lr)
+            metrics.update(event.metrics())
+            log.warning("%s", event.message(rollback.max_rollbacks))
+            self.console.print(event.message(rollback.max_rollbacks))
+
+    def periodic_eval(self, step: int, metrics: dict[str, Any]) -> None:
+        """The held-out evaluation every eval.every steps (its pass@1 go into `metrics`)."""
+        cfg = self.cfg
         due_eval = cfg.eval.every and (step + 1) % cfg.eval.every == 0 and step + 1 < cfg.train.steps
-        if not stop and due_eval and self.dist.is_main:
-            row = self.run_eval(step + 1, "periodic")
+        if due_eval and self.dist.is_main:
+            with self.console.evaluating(f"at step {step + 1}"):
+                row = self.run_eval(step + 1, "periodic")
             metrics.update(eval_metrics(row["pass@1"]))
             for name, v in self.extra_pass.items():
                 metrics.update(eval_metrics(v, name))
             self.console.print(
                 f"eval at step {step + 1} ({len(self.eval_set)} problems; {cfg.eval.describe()}): "
-                f"{row['pass@1']:.3f} ± {row['stderr']:.3f}"
+                f"{accuracy_text(row['pass@1'], row['stderr'])}"
             )
-        return stop
 
-    def write(self, step: int, metrics: dict[str, Any], episodes: list[Episode], progress: ProgressBar) -> None:
+    def log_step(self, step: int, metrics: dict[str, Any], episodes: list[Episode], progress: ProgressBar) -> None:
         """The step's metrics (metrics.jsonl, TensorBoard / W&B, the console) and sampled episodes."""
         cfg, run_dir = self.cfg, self.run_dir
         if self.dist.is_main:
@@ -484,22 +454,23 @@ class _Session:
     def announce_eval(self, step: int, tag: str, what: str) -> float:
         """The base or final evaluation, said on the console; returns its pass@1."""
         cfg = self.cfg
-        row = self.run_eval(step, tag)
+        with self.console.evaluating(f"the {tag} model" if tag == "base" else f"at step {step}"):
+            row = self.run_eval(step, tag)
         self.console.print(
             f"{what} ({cfg.task.eval_split}, {len(self.eval_set)} problems; "
-            f"{cfg.eval.describe()}): {row['pass@1']:.3f} ± {row['stderr']:.3f}"
+            f"{cfg.eval.describe()}): {accuracy_text(row['pass@1'], row['stderr'])}"
         )
         return row["pass@1"]
 
     def run_eval(self, step: int, tag: str) -> dict[str, Any]:
-        cfg, rt = self.cfg, self.rt
+        cfg, runtime = self.cfg, self.runtime
         plan = eval_plan(cfg, step)  # eval.n_samples, eval.temperature, eval.top_p; seed step_seed(cfg.seed, step, 2)
-        res = rt.evaluate(self.eval_set, plan, options=cfg.workflow.options)
+        res = runtime.evaluate(self.eval_set, plan, options=cfg.workflow.options)
         extra = [  # each further set from the same seed as the first
-            (name, task, rt.evaluate(problems, plan, options=cfg.workflow.options, task=task))
+            (name, task, runtime.evaluate(problems, plan, options=cfg.workflow.options, task=task))
             for name, task, problems in self.extra_evals
         ]
-        key = eval_key(cfg, run=str(self.run_dir), step=step, tag=tag, workflow=rt.spec.name)
+        key = eval_key(cfg, run=str(self.run_dir), step=step, tag=tag, workflow=runtime.spec.name)
         self.extra_pass = {}
         for name, task, extra_res in extra:
             extra_key = {
@@ -512,7 +483,7 @@ class _Session:
             if tag != "periodic":  # periodic ones go with the step's metrics
                 self.loggers.log(eval_metrics(row["pass@1"], name, tag), step)
             self.console.print(
-                f"{name} accuracy ({row['n_problems']} problems, step {step}): {row['pass@1']:.3f} ± {row['stderr']:.3f}"
+                f"{name} accuracy ({row['n_problems']} problems, step {step}): {accuracy_text(row['pass@1'], row['stderr'])}"
             )
         row = append_eval_row(self.run_dir / EVAL, key, res)
         if tag != "periodic":  # TensorBoard / W&B: the base (step 0) and final points of the eval/pass@1 curve

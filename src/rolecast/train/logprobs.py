@@ -1,7 +1,7 @@
 """Log-probs of completion tokens under a policy: the forward of the update and of the trainer's own old log-probs.
 
 Rows that repeat a prompt run it through the decoder once (its key/value cache indexed per row), and the
-`[B, L, V]` logits never exist at once: the head runs per chunk of positions (objectives/losses.py).
+`[B, L, V]` logits never exist at once: the head runs per chunk of positions (objectives/head_logprobs.py).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import torch.utils.checkpoint
 from transformers import DynamicCache
 
 from rolecast.core.episode import Turn
-from rolecast.objectives.losses import linear_logprobs, token_entropy, token_logprobs
+from rolecast.objectives.head_logprobs import linear_logprobs, token_entropy, token_logprobs
 from rolecast.policies.models import cache_keyword
 from rolecast.train.batching import Batch, collate, plan_micro_batches, to_device
 
@@ -67,7 +67,7 @@ def completion_logprobs(
     per-token entropy (detached), both `[B, L]`.
 
     The `[B, L, V]` logits never exist at once (1.9 GB in fp32 for 16 x 193 positions of Qwen3's 151,936-token
-    vocabulary): a plain linear head goes through `losses.linear_logprobs` (projection, log-prob and entropy
+    vocabulary): a plain linear head goes through `head_logprobs.linear_logprobs` (projection, log-prob and entropy
     in one pass per chunk of positions, logits recomputed in backward); any other head module runs per chunk
     under activation checkpointing (`fused_head=False` forces that path, for tests and debugging)."""
     L = int(batch["L"])

@@ -1,10 +1,11 @@
 """What a session's checkpoint holds and how a resume or a rollback restores it, in one place.
 
-A checkpoint holds every policy's weights, optimizer and lr-schedule state, the RNG state and the trainer's
-counters (train/checkpoint.py's `trainer_state`), plus one entry per stateful component of the session: the early
-warning's history, the gradient diagnostics' and the interventions' EMAs, the rollback's bookkeeping and the
-role-update lr clock. `SessionState` holds those components; its `checkpoint` builds the state and `restore`
-reads it back, so each entry is named once. A resume also rewinds the run's logs to the step it continues from.
+A checkpoint holds every policy's weights, the RNG state and the trainer's counters (train/checkpoint.py's
+`trainer_state`), the optimizers' and lr schedules' state with the role-update lr clock (train/optimizer.py), plus
+one entry per other stateful component of the session: the early warning's history, the gradient diagnostics' and
+the interventions' EMAs, the rollback's bookkeeping. `SessionState` holds those components; its `checkpoint` builds
+the state and `restore` reads it back, so each entry is named once. A resume also rewinds the run's logs to the
+step it continues from.
 """
 
 from __future__ import annotations
@@ -15,12 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from rolecast.config.schema import RunConfig
 from rolecast.core.errors import ConfigError
 from rolecast.core.rundir import EVAL, METRICS, RESUMES, append_jsonl, cut_back_jsonl, eval_set_file
 from rolecast.diagnostics.gradients import GradientMonitor
+from rolecast.diagnostics.signatures import AnswerExtractor
 from rolecast.diagnostics.warnings import EarlyWarning
 from rolecast.policies.models import PolicySet
 from rolecast.train.checkpoint import (
@@ -34,15 +34,14 @@ from rolecast.train.checkpoint import (
 )
 from rolecast.train.guard import DivergenceGuard
 from rolecast.train.interventions import Interventions
+from rolecast.train.optimizer import PolicyOptimizers
 from rolecast.train.rollback import Rollback, RollbackEvent
-from rolecast.train.schedule import Schedule, rebase
 
-# the checkpoint entries of the session's components (besides trainer_state's)
+# the checkpoint entries of the session's components (besides trainer_state's and the optimizers')
 EARLY_WARNING = "early_warning"
 GRADIENTS = "diagnostics/gradients"
 INTERVENTIONS = "interventions"
 ROLLBACK = "rollback"
-LR_CLOCK = "lr_clock"
 
 # the eval.jsonl rows the trainer writes (`rolecast eval` writes "checkpoint" rows, which a resume keeps)
 TRAINER_EVAL_TAGS = ("base", "periodic", "final")
@@ -56,21 +55,34 @@ class SessionState:
     streams go on (every step reseeds its own streams from (seed, step))."""
 
     policies: PolicySet
-    optimizers: dict[str, torch.optim.Optimizer]
-    schedulers: dict[str, Schedule]
+    optim: PolicyOptimizers  # every policy's optimizer and lr schedule, and the lr clock
     guard: DivergenceGuard
     warn: EarlyWarning
     monitor: GradientMonitor | None  # per-role gradient diagnostics (None when off)
     interventions: Interventions | None  # None when all are off
     rollback: Rollback | None  # rollback on early warning (None when off)
-    role_clock: bool  # train.lr_clock role_update: the policies' schedules share `lr_clock`
-    # train.lr_clock role_update: policy updates made so far, the position of the one schedule they share
-    # (a rollback keeps it: the run goes on from the updates it reached); unused under the step clock
-    lr_clock: int = 0
+
+    @classmethod
+    def fresh(cls, cfg: RunConfig, policies: PolicySet, extract: AnswerExtractor) -> SessionState:
+        """The session's stateful parts, new: the optimizers and lr schedules, the divergence guard, the early
+        warning (reading answers with the task's `extract`), and the gradient diagnostics, interventions and
+        rollback (None when off). Built before a checkpoint is loaded, so the monitor's copy of the starting
+        weights (for drift) is the initialisation, not the resumed weights."""
+        trainable = {pid: policies.parameters(pid) for pid in policies.policy_ids}
+        return cls(
+            policies=policies,
+            optim=PolicyOptimizers(policies, cfg.train),
+            guard=DivergenceGuard(cfg.train, policies.vocab_size),
+            warn=EarlyWarning(extract=extract),
+            monitor=GradientMonitor.from_config(cfg.diagnostics.gradients, trainable, seed=cfg.seed),
+            interventions=Interventions.from_config(cfg.interventions, cfg.train.kl_coef),
+            rollback=Rollback.from_config(cfg.interventions.rollback),
+        )
 
     def checkpoint(self, step: int) -> dict[str, Any]:
         """Everything a resume needs to continue after `step` (1-based) bit for bit."""
-        state = trainer_state(step, self.policies, self.optimizers, self.schedulers, guard=self.guard.counts)
+        state = trainer_state(step, self.policies, guard=self.guard.counts)
+        state.update(self.optim.state_dict())
         state[EARLY_WARNING] = self.warn.state_dict()
         if self.monitor is not None and self.monitor.state_dict():
             state[GRADIENTS] = self.monitor.state_dict()
@@ -78,16 +90,13 @@ class SessionState:
             state[INTERVENTIONS] = self.interventions.state_dict()
         if self.rollback is not None:
             state[ROLLBACK] = self.rollback.state_dict()
-        if self.role_clock:
-            state[LR_CLOCK] = self.lr_clock
         return state
 
     def restore(self, state: Mapping[str, Any], *, rollback: bool = False) -> None:
         """Load a checkpoint's state: all of it on a resume, a rollback's part with `rollback` (see the class)."""
         rng = capture_rng_state() if rollback else None
-        self.guard.counts = restore_trainer_state(state, self.policies, self.optimizers, self.schedulers).get(
-            "guard", {}
-        )
+        self.guard.counts = restore_trainer_state(state, self.policies).get("guard", {})
+        self.optim.load_state_dict(state, keep_clock=rollback)
         if rng is not None:
             restore_rng_state(rng)
         if self.monitor is not None:
@@ -100,7 +109,6 @@ class SessionState:
             self.warn.load_state_dict(state[EARLY_WARNING])
         if self.rollback is not None:
             self.rollback.load_state_dict(state.get(ROLLBACK))
-        self.lr_clock = int(state.get(LR_CLOCK, 0))
 
     def resume(self, run_dir: Path, cfg: RunConfig, changes: Mapping[str, tuple[Any, Any]]) -> tuple[int, list[str]]:
         """Restore the newest intact checkpoint of `run_dir` (if any): (its step, or 0, and one line per damaged
@@ -113,7 +121,7 @@ class SessionState:
         self.restore(state)
         if "train.lr" in changes or "train.steps" in changes:
             scale = self.rollback.lr_scale if self.rollback else 1.0
-            rebase(self.schedulers.values(), cfg.train.lr * scale)
+            self.optim.rebase(cfg.train.lr * scale)
         return start, damaged
 
     def roll_back(self, run_dir: Path, event: RollbackEvent, lr: float) -> None:
@@ -122,7 +130,7 @@ class SessionState:
         (train.lr)."""
         _, state = load_checkpoint(run_dir, event.to_step)
         self.restore(state, rollback=True)
-        rebase(self.schedulers.values(), lr * event.lr_scale, position=event.step)
+        self.optim.rebase(lr * event.lr_scale, position=event.step)
 
 
 def rewind_logs(run_dir: Path, start: int, extra_sets: Iterable[str]) -> None:

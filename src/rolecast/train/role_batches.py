@@ -1,5 +1,5 @@
-"""How a policy's update batches its rows by agent instance, when per-role gradients are needed (gradient
-diagnostics, or an intervention that rescales roles).
+"""The gradient capture of a policy's update: how it batches its rows by agent instance when per-role gradients are
+needed (gradient diagnostics, or an intervention that rescales roles), and what it reports to the diagnostics.
 
 A policy's loss is a sum over its rows with mini-batch-wide normalisers, so it splits exactly into one part per
 agent instance. `instance_segments` groups a mini-batch's rows by (role, instance); the update micro-batches each
@@ -7,7 +7,8 @@ segment on its own and, after the segment's backwards, `InstanceGradients.captur
 into that instance's flat vector. `write_back` puts their (optionally rescaled) sum back into `.grad` for clipping
 and the optimizer. Grouping rows by instance changes the summation order of the accumulated gradient (equal to
 float tolerance, not bit for bit), so without a monitor and without a rescaling intervention the update batches
-its rows as they come. The statistics of the vectors are diagnostics/gradients.py's.
+its rows as they come. The statistics of the vectors are diagnostics/gradients.py's; `GradientCapture` is what the
+update calls.
 """
 
 from __future__ import annotations
@@ -17,7 +18,15 @@ from collections.abc import Iterable, Sequence
 import torch
 
 from rolecast.core.episode import Turn
-from rolecast.diagnostics.gradients import CountSketch, Vector, flat_dtype, flat_grad
+from rolecast.diagnostics.gradients import (
+    CountSketch,
+    GradientMonitor,
+    Vector,
+    flat_dtype,
+    flat_grad,
+    flat_params,
+    norm64,
+)
 from rolecast.train.distributed import Dist
 
 
@@ -126,3 +135,48 @@ def instance_segments(turns: Sequence[Turn]) -> list[list[Turn]]:
     for t in turns:
         groups.setdefault((t.role, t.instance), []).append(t)
     return [groups[k] for k in sorted(groups)]
+
+
+class GradientCapture:
+    """When one policy's update takes per-instance gradients, and what it tells the gradient diagnostics.
+
+    A pass over the data needs them when the diagnostics run on it (`monitor`, given on diagnosed steps; the first
+    pass) or on every pass when an intervention rescales roles (`rescale`): then `start` gives the
+    `InstanceGradients` that the mini-batch's instances are captured into, else None and the rows are batched as
+    they come. The monitor gets the raw per-instance gradients of the global batch before any intervention
+    (`report`), the size of every optimizer step (`weights_before_step`, `after_step`) and the policy's turns at
+    the end (`finish`)."""
+
+    def __init__(
+        self, pid: str, params: Sequence[torch.nn.Parameter], monitor: GradientMonitor | None, rescale: bool, dist: Dist
+    ):
+        self.pid, self.params, self.monitor, self.rescale, self.dist = pid, list(params), monitor, rescale, dist
+
+    def start(self, diagnose: bool) -> InstanceGradients | None:
+        """Per-instance gradients for a mini-batch, when diagnostics run on this pass or an intervention rescales
+        roles; None for a plain accumulation."""
+        if not (diagnose or self.rescale):
+            return None
+        sketch = self.monitor.sketch if diagnose and self.monitor is not None else None
+        return InstanceGradients(self.params, sketch=sketch, keep_roles=self.rescale)
+
+    def report(self, grads: InstanceGradients, diagnose: bool) -> None:
+        """The mini-batch's per-instance gradients (summed over processes), to the diagnostics on a diagnosed pass."""
+        if diagnose and self.monitor is not None:
+            self.monitor.add_gradients(self.pid, grads.vectors, grads.role_of)
+
+    def weights_before_step(self) -> Vector | None:
+        """A flat copy of the weights before an optimizer step, when the diagnostics measure its size."""
+        return flat_params(self.params) if self.monitor is not None else None
+
+    def after_step(self, before: Vector | None, turns: Sequence[Turn]) -> None:
+        """The optimizer step's size, with the roles (over every process) whose rows were in its mini-batch."""
+        if self.monitor is not None and before is not None:
+            roles = self.dist.concat(sorted({t.role for t in turns}))
+            self.monitor.add_update(self.pid, norm64(flat_params(self.params) - before), roles)
+
+    def finish(self, turns: Sequence[Turn], gather: bool = True) -> None:
+        """The end of the policy's update: the diagnostics compute its metrics, with every process's turns
+        (`gather`; not needed when no process had any)."""
+        if self.monitor is not None:
+            self.monitor.finish_policy(self.pid, self.dist.concat(turns) if gather else turns, self.params)

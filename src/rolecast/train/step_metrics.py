@@ -10,7 +10,7 @@ from typing import Any
 from rolecast.core.episode import Episode
 from rolecast.core.metric_keys import eval_pass_key, policy_key, role_key, rollout_key, time_key
 from rolecast.rollout.engine import RolloutStats
-from rolecast.train.update import Tally, tally_means
+from rolecast.train.loss_step import Tally, tally_means
 
 
 def policy_metrics(pid: str, stats: Mapping[str, float]) -> dict[str, float]:

@@ -24,15 +24,17 @@ import textwrap
 import typing
 from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from rolecast.core.episode import Turn
 from rolecast.core.errors import ConfigError, FieldError, WorkflowError
 from rolecast.core.registry import Registry, load_callable
-from rolecast.prompts import PromptBook
-from rolecast.tasks.base import Problem, Task
+
+if TYPE_CHECKING:  # a Context is handed these; the workflows import only core (pyproject.toml's contracts)
+    from rolecast.prompts import PromptBook
+    from rolecast.tasks.base import Problem, Task
 
 Messages = list[dict[str, str]]
 
