@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# the longest completion a verifier reads (128 Ki characters, ~25 a token at the recipes' 5,120-token cap): a
+# longer one scores 0 with reason "too_long", unread, so the trainer's work per completion stays bounded
+MAX_TEXT_CHARS = 1 << 17
+
 
 @dataclass(frozen=True)
 class Score:
