@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rolecast.rewards import code_study, compare
-from rolecast.rewards.score import Score
+from rolecast.rewards.score import MAX_TEXT_CHARS, Score, grader_error
 from rolecast.sandbox import CaseResult, Job, JobResult, Limits, SandboxPool, default_pool, parse_quietly
 
 KINDS = ("asserts", "humaneval", "stdio", "functional")
@@ -486,25 +486,50 @@ def score_code_many(
     reliability_guard: bool = False,
 ) -> list[Score]:
     """Score many completions in parallel through the (module-level by default) sandbox pool. `grader`:
-    "rolecast" or "study" (the reference study's rules, stdio/functional tests only)."""
+    "rolecast" or "study" (the reference study's rules, stdio/functional tests only).
+
+    One completion cannot fail the others: a text longer than MAX_TEXT_CHARS scores 0 unread ("too_long"), and an
+    unexpected exception while extracting, planning, running or judging one completion scores it 0 with reason
+    "grader_error" and the exception (rolecast.scoring logs it and stops the run when most of a batch fails so).
+    Bad arguments (an unknown grader, tests the grader cannot run) still raise."""
     if len(texts) != len(tests_list):
         raise ValueError(f"score_code_many: {len(texts)} texts but {len(tests_list)} test sets")
     _check_grader(grader)
-    programs = [extract_for(t, grader) if extract else t for t in texts]
-    todo = [i for i, p in enumerate(programs) if p and p.strip()]
-    jobs = [
-        build_job(
-            programs[i] or "",
-            tests_list[i],
-            partial=partial,
-            timeout_s=timeout_s,
-            grader=grader,
-            reliability_guard=reliability_guard,
-        )
-        for i in todo
-    ]
-    results = (pool or default_pool()).run_many(jobs) if jobs else []
-    scores: list[Score] = [Score(0.0, None, "no_code")] * len(texts)
-    for i, res in zip(todo, results, strict=True):
-        scores[i] = judge(res, tests_list[i], partial=partial, program=programs[i], grader=grader)
-    return scores
+    for tests in tests_list:
+        _check_grader(grader, tests)
+    scores: list[Score | None] = [None] * len(texts)
+    programs: list[str | None] = [None] * len(texts)
+    for i, text in enumerate(texts):
+        if not extract:
+            programs[i] = text
+        elif text is not None and len(text) > MAX_TEXT_CHARS:
+            scores[i] = Score(0.0, None, "too_long")
+        else:
+            try:
+                programs[i] = extract_for(text, grader)
+            except Exception as e:  # noqa: BLE001 - the belt: one completion's text never fails the batch
+                scores[i] = grader_error(e)
+    jobs: dict[int, Job] = {}
+    for i, program in enumerate(programs):
+        if scores[i] is not None or not (program and program.strip()):
+            continue
+        try:
+            jobs[i] = build_job(
+                program,
+                tests_list[i],
+                partial=partial,
+                timeout_s=timeout_s,
+                grader=grader,
+                reliability_guard=reliability_guard,
+            )
+        except Exception as e:  # noqa: BLE001 - as above (planning parses the program)
+            scores[i] = grader_error(e, program)
+    results = (pool or default_pool()).run_many(list(jobs.values()), return_exceptions=True) if jobs else []
+    for i, res in zip(jobs, results, strict=True):
+        try:
+            if isinstance(res, BaseException):
+                raise res
+            scores[i] = judge(res, tests_list[i], partial=partial, program=programs[i], grader=grader)
+        except Exception as e:  # noqa: BLE001 - as above (running and judging read what the program wrote)
+            scores[i] = grader_error(e, programs[i])
+    return [s if s is not None else Score(0.0, None, "no_code") for s in scores]
