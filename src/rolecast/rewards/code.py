@@ -115,8 +115,9 @@ def _is_python(tag: str) -> bool:
 
 def extract_program(text: str | None) -> str | None:
     """The program a completion contains (see module docstring for the order), or None. Linear in the text but
-    for the bare-code fallback, which parses at most `_MAX_PARSES` prefixes of it."""
-    if not text:
+    for the bare-code fallback, which parses at most `_MAX_PARSES` prefixes of it; a text longer than
+    MAX_TEXT_CHARS holds none (the workflows read programs from every turn with this too)."""
+    if not text or len(text) > MAX_TEXT_CHARS:
         return None
     blocks = _fenced_blocks(text)
     closed = [(tag, body) for tag, body, done in blocks if done]

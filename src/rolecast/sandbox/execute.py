@@ -342,16 +342,22 @@ def _end(proc: subprocess.Popen, plan: _Plan) -> None:
     of its pid namespace and the init's exit waits until they are reaped, and bubblewrap exits after its init. So
     once bubblewrap is reaped nothing of the run is left. (Killing bubblewrap first let its init die later, from
     --die-with-parent: a program that had filled its /tmp with files was still exiting seconds after the run
-    had returned.) In the fallback, the harness's process group; as root, then everything of the run's uids
-    (`_clean_up_fallback`). Where the run had a memory cgroup, its slot is also waited on until it is empty."""
+    had returned.) In the fallback, the process groups of the harness's children (a case's) and the harness's own;
+    as root, then everything of the run's uids (`_clean_up_fallback`). Where the run had a memory cgroup, its slot
+    is also waited on until it is empty."""
     if proc.poll() is None:
         if plan.mode == "bwrap":
-            for pid in _children(proc.pid):
+            inits = _children(proc.pid)  # none yet: bubblewrap was still setting up, and goes with its group
+            for pid in inits:
                 _signal(pid, signal.SIGKILL)
             try:
-                proc.wait(timeout=_END_WAIT_S)
+                if inits:
+                    proc.wait(timeout=_END_WAIT_S)
             except subprocess.TimeoutExpired:
                 log.error("sandbox: bubblewrap %d did not exit after its container's init was killed", proc.pid)
+        else:  # the fallback's harness: its per-case children run in process groups of their own
+            for pid in _children(proc.pid):
+                _signal(-pid, signal.SIGKILL)
         _signal(-proc.pid, signal.SIGKILL)  # its process group
     try:
         proc.wait(timeout=_END_WAIT_S)
