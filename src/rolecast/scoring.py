@@ -44,16 +44,8 @@ def score_episodes(episodes: Sequence[Episode], problems: dict[str, Problem], ta
         keys.setdefault((pid, text), len(keys))
 
     for ep in episodes:
-        need(ep.problem_id, ep.final_text)
-        for t in ep.turns:
-            c = t.claim
-            if isinstance(c, AnswerClaim):
-                need(ep.problem_id, c.text)
-            elif isinstance(c, VerdictClaim):
-                need(ep.problem_id, c.reviewed)
-            elif isinstance(c, PickClaim):
-                for cand in c.candidates:
-                    need(ep.problem_id, cand)
+        for text in _scored_texts(ep):
+            need(ep.problem_id, text)
     order = sorted(keys, key=keys.__getitem__)
     scores = score_batch(task, [problems[pid] for pid, _ in order], [text for _, text in order])
     result = dict(zip(order, scores, strict=True))
@@ -66,7 +58,8 @@ def score_episodes(episodes: Sequence[Episode], problems: dict[str, Problem], ta
         ep.reward, ep.final_answer = final.reward, final.answer
         if final.reason:
             ep.metadata["score_reason"] = final.reason
-        _note_faults(ep, [s.fault for s in _episode_scores(ep, result) if s.fault is not None])
+        faults = [result[(ep.problem_id, text)].fault for text in _scored_texts(ep)]
+        _note_faults(ep, [f for f in faults if f is not None])
         for t in ep.turns:
             c = t.claim
             if isinstance(c, AnswerClaim):
@@ -113,8 +106,9 @@ def _score_one(task: Task, problem: Problem, text: str | None) -> Score:
         return grader_error(e)
 
 
-def _episode_scores(ep: Episode, result: dict[tuple[str, str | None], Score]) -> list[Score]:
-    """The scores of every text of `ep` that was scored: its final text, then its claims'."""
+def _scored_texts(ep: Episode) -> list[str | None]:
+    """Every text of `ep` that is scored, in order: its final text, then its claims' (an answer; the answer a verdict
+    reviewed; a pick's candidates)."""
     texts: list[str | None] = [ep.final_text]
     for t in ep.turns:
         c = t.claim
@@ -124,7 +118,7 @@ def _episode_scores(ep: Episode, result: dict[tuple[str, str | None], Score]) ->
             texts.append(c.reviewed)
         elif isinstance(c, PickClaim):
             texts.extend(c.candidates)
-    return [result[(ep.problem_id, text)] for text in texts]
+    return texts
 
 
 def _note_faults(ep: Episode, faults: list[GraderFault]) -> None:
