@@ -39,7 +39,7 @@ from rolecast.core.errors import DatasetError, DatasetFileMissing, require
 from rolecast.core.text import last_boxed
 from rolecast.rewards.code import CodeTests, extract_for, score_code_many
 from rolecast.rewards.math import default_verifier, extract_answer, gsm8k_gold, score_math
-from rolecast.rewards.math_study import study_equivalent, study_extract
+from rolecast.rewards.math_study import study_extract
 from rolecast.tasks.base import Problem, Score, Task, register_task
 
 log = logging.getLogger(__name__)
@@ -366,20 +366,14 @@ class MathTask(DatasetTask):
         return study_extract(text) if self.grader == "study" else extract_answer(text, last_number=self.last_number)
 
     def score(self, problem: Problem, text: str | None) -> Score:
-        if self.grader == "study":
-            pred = study_extract(text)
-            if pred is None:
-                return Score(0.0, None, "no_answer")
-            return Score(1.0 if study_equivalent(str(problem.answer), pred) else 0.0, pred, None)
-        return score_math(text, problem.answer, last_number=self.last_number)
+        # both graders compare in the verifier's worker processes (the study's sympy step evaluates the answer)
+        return score_math(text, str(problem.answer), last_number=self.last_number, grader=self.grader)
 
     def score_many(self, problems: Sequence[Problem], texts: Sequence[str | None]) -> list[Score]:
-        if self.grader == "study":
-            return [self.score(p, t) for p, t in zip(problems, texts, strict=True)]
         v = default_verifier()
-        if v.last_number != self.last_number:
+        if self.grader == "rolecast" and v.last_number != self.last_number:
             return [self.score(p, t) for p, t in zip(problems, texts, strict=True)]
-        return v.score_many([p.answer for p in problems], texts)
+        return v.score_many([str(p.answer) for p in problems], texts, self.grader)
 
 
 @register_task("gsm8k")
