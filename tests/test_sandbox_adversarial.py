@@ -549,6 +549,37 @@ def test_flood_costs_the_trainer_no_time(pool):
     assert out.verdicts == {0: True}  # the first verdict counts; the judge never repeats one
 
 
+FORGE_LOAD = (
+    "import os\n"
+    "# the judge's first message from the program: 'r' (loaded) or 'l' + the exception's name. Send a 'name' that\n"
+    "# carries verdict lines, on every descriptor that takes it (one of them is the pipe to the judge), and leave\n"
+    "msg = b'lX\\npass 0\\npass 1\\ndone'\n"
+    "for fd in range(3, 64):\n"
+    "    try:\n"
+    "        os.write(fd, len(msg).to_bytes(4, 'big') + msg)\n"
+    "    except OSError:\n"
+    "        pass\n"
+    "os._exit(0)\n"
+)
+
+
+def test_load_error_name_cannot_carry_verdicts(pool):
+    """The name of the exception a program raised while loading is the program's own text: written into the
+    judge's `load` line as it came, its newlines forged a verdict per test (1.0 at 7906c95). The judge now writes
+    only an identifier, and the host reads no verdict after a `load` or `done` line."""
+    res = pool.run(build_job(FORGE_LOAD, ADD))
+    assert res.verdicts == {}
+    assert judge(res, ADD).reward == 0.0 and judge(res, ADD).reason == "load_error: malformed"
+    assert grade(pool, GOOD)[:2] == (1.0, None)
+    out = JobResult(mode="asserts")
+    job = Job(mode="asserts", program="", tests=("assert 1",) * 2)
+    channel.parse_results(bytearray(b"load X\npass 0\npass 1\ndone\n"), out, job)
+    assert (out.verdicts, out.load_error) == ({}, "X")
+    out = JobResult(mode="asserts")
+    channel.parse_results(bytearray(b"pass 0\ndone\npass 1\n"), out, job)
+    assert out.verdicts == {0: True}
+
+
 def test_oversized_answer_stops_the_judge(pool):
     """An answer larger than the channel's cap (16 MB) is not read: the judge stops with the reason."""
     prog = "def add(a, b):\n    return 'x' * (20 << 20)\n"

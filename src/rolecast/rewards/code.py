@@ -403,7 +403,8 @@ def judge(
     """Turn a sandbox result into a Score."""
     n = tests.n_tests if tests.kind != "humaneval" else max(1, len(_split_check(tests.test)[1]))
     if tests.kind in ("asserts", "humaneval"):
-        passed = sum(1 for i in range(n) if result.verdicts.get(i))
+        # a load error means no test ran: no verdict counts (the judge writes none after one)
+        passed = 0 if result.load_error else sum(1 for i in range(n) if result.verdicts.get(i))
         if result.load_error:
             reason = f"load_error: {result.load_error}"
         elif result.reason:

@@ -88,6 +88,8 @@ def _parse_verdicts(buf: bytearray, out: JobResult, job: Job) -> bool:
 
 
 def _verdict_line(words: list[str], out: JobResult, job: Job) -> None:
+    if out.done:
+        return  # the judge writes nothing after `load` or `done`: what follows is not its verdicts
     if words[0] in ("pass", "fail") and len(words) in (2, 3) and words[1].isdigit():
         i = int(words[1])
         if i not in out.verdicts and i < len(job.tests):

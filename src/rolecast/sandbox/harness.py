@@ -990,7 +990,7 @@ def _judge(job: "dict[str, Any]", req_fd: int, rep_fd: int, res_fd: int) -> None
     try:
         pins = _pins(job["prelude"], job["pinned"], job["provided"])
     except BaseException as e:
-        rep("load " + type(e).__name__)
+        rep(_load_line(type(e).__name__))
         return
     modules = {n: sys.modules[n] for n in job["tracked"] if n in sys.modules}
     ask, answer = _connect(req_fd, rep_fd, _by_name(modules, bdict))
@@ -1001,7 +1001,7 @@ def _judge(job: "dict[str, Any]", req_fd: int, rep_fd: int, res_fd: int) -> None
     except (EOFError, OSError, ValueLimit):
         return  # the program's process is gone before any test ran: no verdicts
     if ready[:1] == b"l":
-        rep("load " + ready[1:].decode("ascii", "replace"))
+        rep(_load_line(ready[1:].decode("ascii", "replace")))
         return
     if ready != b"r":
         return
@@ -1016,9 +1016,17 @@ def _judge(job: "dict[str, Any]", req_fd: int, rep_fd: int, res_fd: int) -> None
         rep("stop value_limit")
         return
     except BaseException as e:
-        rep("load " + type(e).__name__)
+        rep(_load_line(type(e).__name__))
         return
     _run_tests(job["tests"], ns, rep)
+
+
+def _load_line(name: str) -> str:
+    """The `load` line for the exception `name`: the name comes from the program's process (its own answer to
+    loading, any text), so only an identifier is written; anything else (a newline followed by verdicts) is
+    `malformed`."""
+    ok = name.isascii() and name.isidentifier() and len(name) <= 100
+    return "load " + (name if ok else "malformed")
 
 
 def _pins(prelude: str, pinned: str, provided: "Any") -> "dict[str, Any]":
