@@ -39,6 +39,7 @@ from rolecast.sandbox.jobs import Job, JobResult, Limits
 
 _MEMBER_SLACK_S = 3.0  # a member's deadline past its job's own (its start, the judge's grace, its record)
 _HOST_SLACK_S = 3.0  # the host's past a member's: the supervisor ends an overrunning member first
+_CLEANUP_S = 2.0  # the most a program's uid may take to remove what it left in /tmp and /dev/shm (else the batch ends)
 _NOISE_TAIL = 4096  # of the container's own stdout/stderr (the harness's, never a program's), kept for errors
 
 
@@ -142,6 +143,7 @@ def _run(members: list[_Member], slot: Slot | None) -> None:
             "supervisor_cpu_s": int(sum(m.deadline_s for m in members)) + 1,
         },
         "deadlines": [m.deadline_s for m in members],
+        "cleanup_s": _CLEANUP_S,
         "uids": [m.plan.uids for m in members],
     }
     cand = _frame(head) + b"".join(_frame({**m.plan.payload, "index": i}) for i, m in enumerate(members))

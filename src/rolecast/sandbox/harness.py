@@ -1382,7 +1382,7 @@ def _batch_main(cand_fd: int, judge_fd: int, res_fd: int, ctl_fd: int) -> None:
                 os._exit(0)
         on_time = _wait_member(pid, deadline_s)
         gone = _reap_all()
-        clean = on_time and gone and _restore_scratch(start, uids)
+        clean = on_time and gone and _restore_scratch(start, uids, head["cleanup_s"])
         _send_result(res_fd, {"end": i, "clean": clean, "overran": not on_time})
         if not clean or not _go_ahead(ctl_fd):
             return  # the container ends with us; the host runs what is left elsewhere
@@ -1424,7 +1424,7 @@ def _reap_all(within_s: float = 2.0) -> bool:
         time.sleep(0.001)
 
 
-def _restore_scratch(start: "tuple[int, ...]", uids: "Any", within_s: float = 2.0) -> bool:
+def _restore_scratch(start: "tuple[int, ...]", uids: "Any", within_s: float) -> bool:
     """Have the program's uid (then the judge's) remove what it left in /tmp and /dev/shm, in a child that reads
     the names (this process never does); True when both are back to `start`."""
     for uid in uids:
