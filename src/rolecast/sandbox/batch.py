@@ -144,6 +144,10 @@ def _run(members: list[_Member], slot: Slot | None) -> None:
         },
         "deadlines": [m.deadline_s for m in members],
         "cleanup_s": _CLEANUP_S,
+        # loaded once by the supervisor (the standard library and allowed packages, nothing of a program's): a
+        # member then finds them loaded (the study's runner imports unittest.mock, more than a program's start-up)
+        "preimport": sorted({m for mb in members for m in mb.plan.payload["preimport"]}),
+        "mode": "functional" if any(m.job.mode == "functional" for m in members) else "",  # json, for them
         "uids": [m.plan.uids for m in members],
     }
     cand = _frame(head) + b"".join(_frame({**m.plan.payload, "index": i}) for i, m in enumerate(members))

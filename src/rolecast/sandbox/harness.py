@@ -1372,6 +1372,7 @@ def _batch_main(cand_fd: int, judge_fd: int, res_fd: int, ctl_fd: int) -> None:
     _set_own_limits(head["trusted_limits"], head["trusted_limits"]["supervisor_cpu_s"])
     sys.path.extend(head["sys_path"])
     _install_exit()
+    _preload(head)  # what the members would each import (nothing of a program's: its modules are imported by it)
     start = _scratch_state()
     for i, (deadline_s, uids) in enumerate(zip(head["deadlines"], head["uids"], strict=True)):
         pid = os.fork()
