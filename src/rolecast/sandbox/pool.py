@@ -69,6 +69,8 @@ class SandboxPool:
             while todo:
                 for k, r in zip(todo, execute_batch([jobs[k] for k in todo], slot), strict=True):
                     out[k] = r
+                if out[todo[0]] is None:  # never: a batch always gives its first job a result (the belt)
+                    out[todo[0]] = JobResult(mode=jobs[todo[0]].mode, reason="sandbox_error: batch ended at once")
                 todo = [k for k in todo if out[k] is None]
             return [r for r in out if r is not None]
         finally:
