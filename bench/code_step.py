@@ -16,8 +16,8 @@ The worker also counts, per step, the texts the task scored (`score_many`'s inpu
 every tree since issue 21, so the same script measures a baseline.
 
 Processes alternate math/code and tree by tree within a workflow, and the order flips every round, so a change in the
-machine's load hits both alike. The table gives medians per step and the code/math ratio of each phase per workflow
-and tree.
+machine's load hits both alike. The table gives medians per step, the code/math ratio of the whole step, and of the
+step without its reward phase (rollout, update and the rest: what grading cannot change), per workflow and tree.
 """
 
 from __future__ import annotations
@@ -173,17 +173,19 @@ def main(argv: list[str] | None = None) -> int:
                     )
     print(f"\nload average at end: {os.getloadavg()[0]:.2f}\n")
     print(
-        "| workflow | tree | math step s | code step s | code/math step | code rollout / reward / update s "
-        "| math rollout / reward / update s | code texts scored / sandbox jobs / pool s per step |"
+        "| workflow | tree | math step s | code step s | code/math step | code/math without reward "
+        "| code rollout / reward / update s | math rollout / reward / update s "
+        "| code texts scored / sandbox jobs / pool s per step |"
     )
-    print("|---|---|---:|---:|---:|---|---|---|")
+    print("|---|---|---:|---:|---:|---:|---|---|---|")
     for wf in workflows:
         for ti, (tree, _) in enumerate(trees):
             m = _medians(results[(ti, wf, "testbed")])
             c = _medians(results[(ti, wf, "testbed_code")])
+            rest = (c["step"] - c["reward"]) / (m["step"] - m["reward"])  # what grading cannot change
             print(
                 f"| {wf} | {tree.name} | {m['step']:.2f} | {c['step']:.2f} | **{c['step'] / m['step']:.2f}x** | "
-                f"{c['rollout']:.2f} / {c['reward']:.2f} / {c['update']:.2f} | "
+                f"{rest:.2f}x | {c['rollout']:.2f} / {c['reward']:.2f} / {c['update']:.2f} | "
                 f"{m['rollout']:.2f} / {m['reward']:.2f} / {m['update']:.2f} | "
                 f"{c['texts']:.0f} / {c['jobs']:.0f} / {c['pool_s']:.2f} |"
             )
