@@ -68,7 +68,7 @@ def test_dapo_missing_file_names_the_expected_path(tmp_path, monkeypatch):
 
 
 def test_study_grader_compares_the_box_not_its_value():
-    study = make_task("dapo_math", path=str(PROCESSED), grader="study")
+    study = make_task("dapo_math", path=str(PROCESSED), grader="rllm")
     seven = next(p for p in list(study.problems("train")) + list(study.problems("test")) if "3+4" in p.text)
     assert study.score(seven, r"So the answer is \boxed{7}.").reward == 1.0
     assert study.score(seven, r"\boxed{3+4}").reward == 0.0  # rolecast's grader evaluates it: 1.0
@@ -77,7 +77,7 @@ def test_study_grader_compares_the_box_not_its_value():
     assert study.score(seven, r"\boxed{7").reward == 0.0
     assert study.score(seven, "The answer is 7").reward == 0.0  # no last-number fallback
     with pytest.raises(ValueError, match="no last-number fallback"):
-        make_task("dapo_math", path=str(PROCESSED), grader="study", last_number=True)
+        make_task("dapo_math", path=str(PROCESSED), grader="rllm", last_number=True)
 
 
 @pytest.fixture(scope="module")

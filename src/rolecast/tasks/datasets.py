@@ -37,7 +37,9 @@ import numpy as np
 
 from rolecast.core.errors import DatasetError, DatasetFileMissing, require
 from rolecast.core.text import last_boxed
+from rolecast.rewards.code import GRADERS as CODE_GRADERS
 from rolecast.rewards.code import CodeTests, extract_for, score_code_many
+from rolecast.rewards.math import GRADERS as MATH_GRADERS
 from rolecast.rewards.math import default_verifier, extract_answer, gsm8k_gold, score_math
 from rolecast.rewards.math_study import study_extract
 from rolecast.tasks.base import Problem, Score, Task, register_task
@@ -350,20 +352,19 @@ class MathTask(DatasetTask):
     family = "math"
 
     def __init__(self, *args: Any, last_number: bool | None = None, grader: str = "rolecast", **kwargs: Any):
-        """`grader`: "rolecast" (math_verify equivalence, `last_number` fallback) or "study" (the reference
+        """`grader`: "rolecast" (math_verify equivalence, `last_number` fallback) or "rllm" (rLLM's, the reference
         study's rules, rewards/math_study.py: last \\boxed{} only, the boxed answer compared as written)."""
         super().__init__(*args, **kwargs)
-        if grader not in ("rolecast", "study"):
-            raise ValueError(f"{self.name}: grader must be 'rolecast' or 'study', got {grader!r}")
-        if grader == "study" and last_number:
+        _one_of(self.name, "grader", grader, MATH_GRADERS)
+        if grader == "rllm" and last_number:
             raise ValueError(
-                f"{self.name}: the study grader has no last-number fallback; drop last_number or use grader: rolecast"
+                f"{self.name}: the rllm grader has no last-number fallback; drop last_number or use grader: rolecast"
             )
         self.last_number = grader == "rolecast" if last_number is None else last_number
         self.grader = grader
 
     def extract_answer(self, text: str | None) -> str | None:
-        return study_extract(text) if self.grader == "study" else extract_answer(text, last_number=self.last_number)
+        return study_extract(text) if self.grader == "rllm" else extract_answer(text, last_number=self.last_number)
 
     def score(self, problem: Problem, text: str | None) -> Score:
         # both graders compare in the verifier's worker processes (the study's sympy step evaluates the answer)
@@ -635,13 +636,12 @@ class CodeTask(DatasetTask):
         reliability_guard: bool = False,
         **kwargs: Any,
     ):
-        """`grader`: "rolecast" (rolecast.rewards.code) or "study" (the reference study's LiveCodeBench runner,
-        rolecast.rewards.code_study; LiveCodeBench-style tests only). `reliability_guard` (study grader only):
-        the study's guard too, under which quit() and some os/shutil/subprocess functions are None."""
-        if grader not in ("rolecast", "study"):
-            raise ValueError(f"{self.name}: grader must be 'rolecast' or 'study', got {grader!r}")
-        if reliability_guard and grader != "study":
-            raise ValueError(f"{self.name}: reliability_guard is the study grader's; set grader: study or drop it")
+        """`grader`: "rolecast" (rolecast.rewards.code) or "rllm" (rLLM's LiveCodeBench runner, the reference
+        study's, rolecast.rewards.code_study; LiveCodeBench-style tests only). `reliability_guard` (rllm grader
+        only): the runner's guard too, under which quit() and some os/shutil/subprocess functions are None."""
+        _one_of(self.name, "grader", grader, CODE_GRADERS)
+        if reliability_guard and grader != "rllm":
+            raise ValueError(f"{self.name}: reliability_guard is the rllm grader's; set grader: rllm or drop it")
         super().__init__(*args, **kwargs)
         self.partial = partial
         self.timeout_s = timeout_s
