@@ -137,3 +137,23 @@ def test_deepcoder_defaults_and_missing_file(tmp_path, monkeypatch):
     assert t.subset == "primeintellect" and t.test_size == 1000
     with pytest.raises(FileNotFoundError, match=r"deepcoder/primeintellect/train\.parquet not found"):
         t.problems("train")
+
+
+@pytest.mark.parametrize(
+    "task,rel,fixture", [("dapo_math", "dapo_math", PROCESSED), ("deepcoder", "deepcoder/primeintellect", DEEPCODER)]
+)
+def test_offline_file_or_its_jsonl_sibling_one_rule(tmp_path, monkeypatch, task, rel, fixture):
+    """Both tasks whose hub copy is Parquet read the offline .parquet, else its .jsonl sibling (one rule in
+    DatasetTask), and say what to put there when neither exists; the rows read are the same either way."""
+    monkeypatch.setenv("ROLECAST_DATA_DIR", str(tmp_path))
+    options = {"test_size": 2} if task == "deepcoder" else {}
+    with pytest.raises(
+        FileNotFoundError, match=r"not found \(offline\)\. Put .* there as train\.parquet or train\.jsonl"
+    ):
+        make_task(task, **options).problems("train")
+    (tmp_path / rel).mkdir(parents=True)
+    shutil.copy(fixture, tmp_path / rel / "train.jsonl")
+    from_jsonl = [p.id for p in make_task(task, **options).problems("test")]
+    _to_parquet(fixture, tmp_path / rel / "train.parquet")
+    (tmp_path / rel / "train.jsonl").unlink()
+    assert [p.id for p in make_task(task, **options).problems("test")] == from_jsonl and from_jsonl

@@ -91,16 +91,6 @@ def dataset_file(rel: str) -> Path:
     return p
 
 
-def _jsonl_instead(path: Path, missing: str) -> Rows | None:
-    """For a default Parquet file under the data root: None when it exists (read it as usual), the rows of its
-    .jsonl sibling when only that exists, and DatasetFileMissing(`missing`) when neither does."""
-    if path.exists():
-        return None
-    if not path.with_suffix(".jsonl").exists():
-        raise DatasetFileMissing(missing)  # a FileNotFoundError, and a UserError: one line, no traceback
-    return read_rows(path.with_suffix(".jsonl"))
-
-
 def read_rows(path: str | Path) -> Rows:
     """Rows of a JSONL, JSON (list of objects) or Parquet file. A malformed line, a row that is not an object
     or a file without rows is a `DatasetError` naming the file and the 1-based line (row for Parquet)."""
@@ -242,9 +232,27 @@ class DatasetTask(Task):
         else:
             if split not in self.files:
                 raise DatasetFileMissing(f"{self.name}: no offline file for split {split!r}; pass path=... or hub=True")
-            rows = read_rows(dataset_file(self.files[split]))
+            rows = self._offline_rows(self.files[split])
         self._raw[split] = rows
         return rows
+
+    def offline_what(self) -> str | None:
+        """What belongs in this task's offline file, for the message when it is missing. A task that says so also
+        reads the file's .jsonl sibling when the file itself (Parquet, as on the hub) is not there."""
+        return None
+
+    def _offline_rows(self, rel: str) -> Rows:
+        what = self.offline_what()
+        if what is None:
+            return read_rows(dataset_file(rel))
+        p = data_root() / rel
+        for candidate in (p, p.with_suffix(".jsonl")):
+            if candidate.exists():
+                return read_rows(candidate)
+        raise DatasetFileMissing(  # a FileNotFoundError, and a UserError: one line, no traceback
+            f"{self.name}: {p} not found (offline). Put {what} there as {p.name} or {p.stem}.jsonl; or set "
+            f"task.options.path, ROLECAST_DATA_DIR, or hub: true"
+        )
 
     def _rows(self, split: str) -> list[tuple[int, dict[str, Any], str]]:
         """(index within its source split, row, source split) for one of our splits."""
@@ -494,18 +502,11 @@ class DAPOMath(MathTask):
         _one_of("dapo_math", "instruction", instruction, ("strip", "keep"))
         self.test_size, self.split_seed, self.language, self.instruction = test_size, split_seed, language, instruction
 
-    def _source_rows(self, split: str) -> list[dict[str, Any]]:
-        if self.path is None and not self.hub:
-            p = data_root() / self.files["train"]
-            jsonl = _jsonl_instead(
-                p,
-                f"dapo_math: {p} not found (offline). Put DAPO-Math-17k there as train.parquet or train.jsonl, "
-                f"in the layout of open-r1/DAPO-Math-17k-Processed (config 'en', the copy the study trained on) or "
-                f"of BytedTsinghua-SIA/DAPO-Math-17k; or set task.options.path, ROLECAST_DATA_DIR, or hub: true",
-            )
-            if jsonl is not None:
-                return jsonl
-        return super()._source_rows(split)
+    def offline_what(self) -> str:
+        return (
+            "DAPO-Math-17k, in the layout of open-r1/DAPO-Math-17k-Processed (config 'en', the copy the study "
+            "trained on) or of BytedTsinghua-SIA/DAPO-Math-17k,"
+        )
 
     def _prompt_text(self, row: Mapping[str, Any], index: int) -> str:
         prompt = _require(row, "prompt", "the problem (a string, or chat messages)")
@@ -922,18 +923,8 @@ class DeepCoder(CodeTask):
             )
         return "test" not in self.files
 
-    def _source_rows(self, split: str) -> list[dict[str, Any]]:
-        if self.path is None and not self.hub:
-            p = data_root() / self.files.get(split, self.files["train"])
-            jsonl = _jsonl_instead(
-                p,
-                f"deepcoder ({self.subset}): {p} not found (offline). Put the {self.subset} subset of "
-                f"agentica-org/DeepCoder-Preview-Dataset there (parquet or .jsonl), or set task.options.path, "
-                f"ROLECAST_DATA_DIR, or hub: true",
-            )
-            if jsonl is not None:
-                return jsonl
-        return super()._source_rows(split)
+    def offline_what(self) -> str:
+        return f"the {self.subset} subset of agentica-org/DeepCoder-Preview-Dataset"
 
     def _kept_rows(self) -> list[tuple[int, dict[str, Any]]]:
         cached: list[tuple[int, dict[str, Any]]] | None = getattr(self, "_kept", None)
