@@ -58,6 +58,9 @@ def test_fixture_covers_the_known_differences():
         "exit_call",
         "quit_call",
         "primeintellect_function_call",
+        "stdin_class_solution",  # issue 37: the three study-grader cases a side-by-side run found
+        "stdout_close",
+        "functional_numpy_scalar",
     ):
         assert must in ids
     assert all(r["study"] in ("pass", "fail") and r["rolecast"] in ("pass", "fail") and r["decided_by"] for r in ROWS)
