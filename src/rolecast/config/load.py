@@ -147,7 +147,7 @@ def validate_config(
     """The typed config of raw data, checked against what it names (config/validate.py); every error is a
     `ConfigError` naming `source` or the override in `labels` that set the field, except a prompt file or a
     workflow at fault (`PromptFileError`, `WorkflowError`), which name their own files. A `profile` is filled in
-    first (config/profiles.py): the options it sets are named "profile NAME" in an error."""
+    first (config/profiles.py), where the task's prompt family is known."""
     labels = labels or {}
     data, _ = apply_profile(data, *_run_names(data), _task_family)
     cfg = parse_config(data, source, labels)

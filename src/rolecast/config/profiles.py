@@ -250,26 +250,24 @@ def _renamed(value: Any, renames: dict[Any, Any]) -> bool:
 
 def apply_profile(
     data: dict[str, Any], task_name: str, workflow_name: str, family_of: Callable[[str], str | None]
-) -> tuple[dict[str, Any], dict[str, str]]:
-    """Raw config data with its profile's options filled in where the data does not set them, and {dotted field:
-    "profile NAME"} for each field filled (the origin an error names). `task_name` / `workflow_name`: the run's
-    (the data's, or the schema's defaults); `family_of` gives a task name's prompt family (None when the name is
-    not a task: the task check reports it). Data without a profile is returned as it is; an unknown profile is
-    left to the schema to report."""
+) -> tuple[dict[str, Any], list[str]]:
+    """Raw config data with its profile's options filled in where the data does not set them, and the dotted
+    fields filled. `task_name` / `workflow_name`: the run's (the data's, or the schema's defaults); `family_of`
+    gives a task name's prompt family (None when the name is not a task: the task check reports it). Data without a
+    profile is returned as it is; an unknown profile is left to the schema to report."""
     name = data.get("profile")
     profile = PROFILES.get(name) if isinstance(name, str) else None
     if profile is None:
-        return data, {}
+        return data, []
     data = copy.deepcopy(data)
-    origin = f"profile {profile.name}"
-    labels: dict[str, str] = {}
+    filled = []
     for opt in profile.for_run(family_of(task_name), task_name, workflow_name):
         node, key = _node(data, opt.field, create=True)
         if node is not None and key not in node:
             node[key] = copy.deepcopy(opt.value)
-            labels[opt.field] = origin
+            filled.append(opt.field)
     _fill_extra_sets(data, profile, family_of, workflow_name)
-    return data, labels
+    return data, filled
 
 
 def _fill_extra_sets(

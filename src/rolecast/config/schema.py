@@ -172,7 +172,7 @@ class EvalSetSettings(_Strict):
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")  # names the file and the metric
     task: str  # a registered task of the same prompt family as task.name, e.g. aime2024 beside dapo_math
-    options: dict[str, Any] = {}  # its constructor options, e.g. {grader: study}
+    options: dict[str, Any] = {}  # its constructor options, e.g. {grader: rllm}
     split: str = "test"
     size: int | None = Field(None, gt=0)  # problems from the split (None: all of them)
 
