@@ -157,9 +157,8 @@ class RolecastRunner:
     def step(self, timed: bool) -> float:
         from rolecast.core.episode import group_turns
         from rolecast.diagnostics.metrics import episode_metrics
-        from rolecast.objectives.advantages import episode_turn_advantages
         from rolecast.rollout.engine import run_episodes, step_seed
-        from rolecast.scoring import attribute, score_episodes
+        from rolecast.scoring import assign_advantages, attribute, score_episodes
         from rolecast.train.update import update_policy
 
         a, step = self.args, self.step_no
@@ -172,7 +171,7 @@ class RolecastRunner:
         t_roll = time.perf_counter()
         score_episodes(episodes, {p.id: p for p in probs}, self.task)
         attribute(episodes, "team")
-        episode_turn_advantages(group_turns(episodes, "role"), "grpo")
+        assign_advantages(group_turns(episodes, "role"), "grpo")
         turns = [t for ep in episodes for t in ep.turns]
         update_policy(
             self.pid,

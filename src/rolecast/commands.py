@@ -14,7 +14,7 @@ from typing import Any
 from rich.console import Console
 
 from rolecast import testbed
-from rolecast.config.load import load_config, parse_override
+from rolecast.config.load import load_config, parse_override, profile_lines
 from rolecast.config.schema import dump_config
 from rolecast.core.errors import ConfigError
 from rolecast.core.quiet import quiet_libraries
@@ -148,8 +148,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def cmd_config(args: argparse.Namespace) -> int:
     """`rolecast config show`: the recipe with the flags and --set applied, validated as `train` validates it, printed
-    as the run's config.yaml would hold it. Nothing is loaded or written."""
-    print(dump_config(load_config(args.config, *_overrides(args))), end="")
+    as the run's config.yaml would hold it, then (as YAML comments) what its profile set. Nothing is loaded or
+    written."""
+    cfg = load_config(args.config, *_overrides(args))
+    print(dump_config(cfg), end="")
+    for line in profile_lines(cfg):
+        print(line)
     return 0
 
 

@@ -16,6 +16,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from rolecast.config.profiles import ProfileName, rename_former
 from rolecast.core.errors import ConfigError, FieldError
 from rolecast.core.registry import closest_name
 
@@ -94,10 +95,10 @@ class RolloutSettings(_Strict):
     # made, the workflow stops, the turns made so far stay and the episode has no final answer (reward 0).
     max_prompt_tokens: int | None = Field(None, gt=0)
     # the rewards of an episode such a prompt ended: team (the episode's outcome, 0: it has no answer, to every
-    # turn it made) or study (what the reference study's committed trajectories keep: each turn's role-local
+    # turn it made) or committed (what the reference study's committed trajectories keep: each turn's role-local
     # reward where its workflow had set a claim, else 0; 0 throughout on code tasks, whose study workflows
     # score only after their loop). docs/study_recipe.md
-    ended_reward: Literal["team", "study"] = "team"
+    ended_reward: Literal["team", "committed"] = "team"
 
 
 class TrainSettings(_Strict):
@@ -171,7 +172,7 @@ class EvalSetSettings(_Strict):
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")  # names the file and the metric
     task: str  # a registered task of the same prompt family as task.name, e.g. aime2024 beside dapo_math
-    options: dict[str, Any] = {}  # its constructor options, e.g. {grader: study}
+    options: dict[str, Any] = {}  # its constructor options, e.g. {grader: rllm}
     split: str = "test"
     size: int | None = Field(None, gt=0)  # problems from the split (None: all of them)
 
@@ -302,6 +303,9 @@ class InterventionSettings(_Strict):
 
 
 class RunConfig(_Strict):
+    # a declared set of options filled in where the config does not set them (config/profiles.py): `study` is the
+    # reference study's behaviour (configs/study/); the filled-in options are in the run's config.yaml
+    profile: ProfileName | None = None
     seed: int = 0
     run_dir: str | None = None  # default: runs/<task>-<workflow>-<sharing>-<timestamp>
     threads: int | None = None  # torch CPU threads (None = torch default)
@@ -321,7 +325,7 @@ class RunConfig(_Strict):
     @model_validator(mode="before")
     @classmethod
     def _resolve_auto(cls, data: Any) -> Any:
-        return resolve_auto_eval(data) if isinstance(data, dict) else data
+        return resolve_auto_eval(rename_former(data)) if isinstance(data, dict) else data
 
 
 AUTO_EVAL_MIN_STEPS = 20  # shorter runs (tests, `--steps 3`) evaluate only at start and end
@@ -507,6 +511,7 @@ RESUME_CHANGEABLE = (
     "model.device",
     "rollout.decode_threads",
     "run_dir",
+    "profile",  # a name only: what it set is in the fields it filled, which are compared one by one
 )
 
 
@@ -538,4 +543,4 @@ def resume_changes(old: RunConfig, new: RunConfig, source: str | Path = "config.
             f"({'; '.join(lines)}). Only these may change on resume: "
             f"{', '.join(k.rstrip('.') + ('.*' if k.endswith('.') else '') for k in RESUME_CHANGEABLE)}"
         )
-    return {k: v for k, v in changes.items() if k != "run_dir"}
+    return {k: v for k, v in changes.items() if k not in ("run_dir", "profile")}

@@ -34,10 +34,9 @@ from rolecast.core.rundir import CONFIG, EPISODES, EVAL, METRICS, RunPaths, read
 from rolecast.diagnostics.metrics import episode_metrics
 from rolecast.diagnostics.warnings import Alert, metric_entries
 from rolecast.evaluation import append_eval_row, eval_key, eval_plan
-from rolecast.objectives.advantages import episode_turn_advantages
 from rolecast.rollout.engine import RolloutStats, run_episodes, step_seed
 from rolecast.runtime import Runtime, build_runtime
-from rolecast.scoring import attribute, score_episodes, study_ended_rewards
+from rolecast.scoring import assign_advantages, attribute, score_episodes
 from rolecast.tasks import make_task
 from rolecast.tasks.base import Problem, Task
 from rolecast.train import distributed
@@ -273,7 +272,7 @@ class _Session:
         self.rewards(episodes, problems)
         t_reward = time.perf_counter()
         # 4. advantages within groups of turns
-        episode_turn_advantages(
+        assign_advantages(
             group_turns(episodes, cfg.train.group_by), cfg.train.advantage, singleton=cfg.train.singleton_advantage
         )
         # 5. one update per policy, each touching only its own parameters
@@ -333,9 +332,7 @@ class _Session:
     def rewards(self, episodes: list[Episode], problems: list[Problem]) -> None:
         cfg, task = self.cfg, self.runtime.task
         score_episodes(episodes, {p.id: p for p in problems}, task)
-        attribute(episodes, cfg.train.attribution)
-        if cfg.rollout.max_prompt_tokens and cfg.rollout.ended_reward == "study":
-            study_ended_rewards(episodes, task.family)
+        attribute(episodes, cfg.train.attribution, ended_reward=cfg.rollout.ended_reward, family=task.family)
 
     def update_policies(self, step: int, by_policy: dict[str, list[Turn]]) -> tuple[dict[str, PolicyUpdate], Tally]:
         """Each policy's update (with the lr it trained with in its stats), and the per-role token tallies merged
