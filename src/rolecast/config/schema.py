@@ -393,8 +393,9 @@ def resolve_auto_eval(data: dict[str, Any]) -> dict[str, Any]:
     eval.every "auto": 0 when train.steps < AUTO_EVAL_MIN_STEPS; else the smallest multiple of checkpoint.every
     that is >= steps / AUTO_EVAL_POINTS (so every evaluated step has a checkpoint), or max(5, ceil(steps / 10))
     when checkpoint.every is 0. checkpoint.keep_every "auto": the resolved eval.every when
-    interventions.rollback.signals or .precursors is set (a rollback goes back to the best evaluated checkpoint, so those are
-    kept), else 0: checkpoint.keep_last alone decides what stays on disk (the latest is all a resume needs).
+    interventions.rollback.signals or .precursors is set and its action is a rollback (it goes back to the best
+    evaluated checkpoint, so those are kept), else 0: checkpoint.keep_last alone decides what stays on disk (the
+    latest is all a resume needs).
     Values that are neither "auto" nor absent are left for field validation."""
     every, keep = _field(data, "eval", "every"), _field(data, "checkpoint", "keep_every")
     if every != "auto" and keep != "auto":

@@ -79,6 +79,7 @@ PRECURSOR = "precursor"  # alerts' kind, beside "signature" and "gradient"
 RUN = "run"  # the subject of a precursor of the whole run (precursor/<name>)
 STATE_VERSION = 1
 _CHUNK_BYTES = 1 << 26  # float64 log-softmax of one chunk of probe positions, per model
+_BASE_CACHE_BYTES = 1 << 28  # the base's hidden states at the probe positions, kept between measurements
 
 
 @dataclass
@@ -128,8 +129,8 @@ class Precursors:
     def __init__(self, cfg: RunConfig, policies: PolicySet):
         self.cfg, self.policies = cfg, policies
         self.settings = cfg.diagnostics.precursors
-        t = cfg.rollout.temperature
-        self.scale = 1.0 / t if t > 0 else 1.0  # the sampler's distribution, as the loss takes it
+        temperature = cfg.rollout.temperature
+        self.scale = 1.0 / temperature if temperature > 0 else 1.0  # the sampler's distribution, as the loss has it
         self.derived: list[Precursor] = [get_precursor(n) for n in DERIVED_EACH_STEP]
         self.derived += [resolve_precursor(u.name, u.direction) for u in self.settings.use]
         by_name = {u.name: p for u, p in zip(self.settings.use, self.derived[len(DERIVED_EACH_STEP) :], strict=True)}
@@ -143,6 +144,9 @@ class Precursors:
         self.rows: list[dict[str, Any]] = []  # the run's metric rows so far, as logged
         self._canary: list[Problem] | None = None
         self._pending: dict[str, float] = {}  # this step's update ratios, until `measure`
+        # (pid, role) -> per micro-batch the base's hidden states at the probe positions, and its head
+        self._base_hidden: dict[tuple[str, str], list[tuple[torch.Tensor, Any]]] = {}
+        self._cached_bytes = 0
 
     @classmethod
     def from_config(cls, cfg: RunConfig, policies: PolicySet) -> Precursors | None:
@@ -191,32 +195,22 @@ class Precursors:
         self._canary = canary
         lls, kls = self._measure_probes(runtime)
         self.base = BaseValues(lls, kls, self._canary_accuracy(0, runtime))
-        return self._summary(len(episodes), sum(ep.reward >= 1.0 for ep in episodes), time.perf_counter() - t0)
+        played = sorted({(t.policy_id, t.role) for ep in episodes for t in ep.turns})
+        correct = sum(ep.reward >= 1.0 for ep in episodes)
+        return self._summary(len(episodes), correct, played, time.perf_counter() - t0)
 
-    def _summary(self, episodes: int, correct: int, seconds: float) -> str:
+    def _summary(self, episodes: int, correct: int, played: list[tuple[str, str]], seconds: float) -> str:
+        """The console line: what the probe sets hold, which (policy, role) has none, the canary's base."""
         assert self.base is not None
         sets = ", ".join(f"{pid}/{role} {len(ps)}" for pid, roles in self.probes.items() for role, ps in roles.items())
-        missing = [
-            f"{pid}/{role}"
-            for pid in self.policies.policy_ids
-            for role in self._roles(pid)
-            if role not in self.probes.get(pid, {})
-        ]
-        canary = (
-            ""
-            if self.base.canary_accuracy is None
-            else f"; canary {len(self.canary_ids)} problems, base {self.base.canary_accuracy:.3f}"
-        )
-        line = (
-            f"precursors: probe sets from {correct}/{episodes} correct base rollouts: {sets or 'none'}{canary} "
-            f"({seconds:.1f} s)"
-        )
+        line = f"precursors: probe sets from {correct}/{episodes} correct base rollouts: {sets or 'none'}"
+        if self.base.canary_accuracy is not None:
+            line += f"; canary {len(self.canary_ids)} problems, base {self.base.canary_accuracy:.3f}"
+        line += f" ({seconds:.1f} s)"
+        missing = [f"{pid}/{role}" for pid, role in played if role not in self.probes.get(pid, {})]
         if missing:
-            line += f"; no probe for {', '.join(missing)} (no correct base rollout)"
+            line += f"; no probe set for {', '.join(missing)} (no correct base rollout: no probe precursor)"
         return line
-
-    def _roles(self, pid: str) -> list[str]:
-        return sorted(self.probes.get(pid, {}))
 
     def _check_head(self) -> None:
         if self.policies.mode != "lora":
@@ -305,31 +299,43 @@ class Precursors:
         for pid, roles in self.probes.items():
             total = ProbeSums()
             for role, probes in roles.items():
-                sums = self._probe_sums(pid, [p.turn(pid, role) for p in probes], runtime.tokenizer.pad_token_id)
+                sums = self._probe_sums(pid, role, [p.turn(pid, role) for p in probes], runtime.tokenizer.pad_token_id)
                 lls.setdefault(pid, {})[role] = sums.mean_ll
                 total = total + sums
             kls[pid] = total.mean_kl
         return lls, kls
 
-    def _probe_sums(self, pid: str, turns: list[Turn], pad_id: int) -> ProbeSums:
+    def _probe_sums(self, pid: str, role: str, turns: list[Turn], pad_id: int) -> ProbeSums:
         """One teacher-forced forward of `turns` under policy `pid` and under the base, without gradient; the head
-        runs on the output positions only, a chunk at a time (the [positions, V] logits of a large vocabulary)."""
+        runs on the output positions only, a chunk at a time (the [positions, V] logits of a large vocabulary).
+        The base's hidden states never change: the first measurement keeps them (up to _BASE_CACHE_BYTES in all;
+        past that the base forward runs every time), the same values a fresh forward gives."""
         policies, total = self.policies, ProbeSums()
-        for micro in plan_micro_batches(turns, self.cfg.train.micro_batch_tokens):
+        cached = self._base_hidden.get((pid, role))
+        fresh: list[tuple[torch.Tensor, Any]] = []
+        for i, micro in enumerate(plan_micro_batches(turns, self.cfg.train.micro_batch_tokens)):
             batch = to_device(collate(micro, pad_id), policies.device)
             out = batch["mask"].reshape(-1) > 0
             targets = batch["targets"].reshape(-1)[out]
             with torch.no_grad():
                 with policies.training(pid) as model:
                     hidden, head = _hidden_and_head(model, batch, out)
-                with policies.reference_model() as ref:
-                    base_hidden, base_head = _hidden_and_head(ref, batch, out)
+                if cached is not None:
+                    base_hidden, base_head = cached[i]
+                else:
+                    with policies.reference_model() as ref:
+                        base_hidden, base_head = _hidden_and_head(ref, batch, out)
+                    fresh.append((base_hidden, base_head))
                 chunk = max(1, _CHUNK_BYTES // (8 * policies.vocab_size))
                 for s in range(0, len(targets), chunk):
                     logits = head(hidden[s : s + chunk]).float() * self.scale
                     base_logits = base_head(base_hidden[s : s + chunk]).float() * self.scale
                     t = targets[s : s + chunk]
                     total = total + probe_sums(logits, base_logits, t, torch.ones_like(t))
+        size = sum(h.numel() * h.element_size() for h, _ in fresh)
+        if cached is None and self._cached_bytes + size <= _BASE_CACHE_BYTES:
+            self._base_hidden[(pid, role)] = fresh
+            self._cached_bytes += size
         return total
 
     def _canary_accuracy(self, step: int, runtime: Runtime) -> float | None:
