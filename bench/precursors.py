@@ -13,7 +13,10 @@ Reported per variant, over the timed steps (the first step of each run, which al
 timed): the median and mean seconds of a step (time/step: rollout, reward, update, where the update ratios are
 taken) plus its precursor phase (time/precursors: the probe forwards, the canary, the derived precursors), their
 ratio to off, and the one-time set-up before step 1 (the probe rollouts and the base measurements) from the run's
-wall time.
+wall time. Runs on a shared machine differ by more than the precursors cost, so beside the ratio across runs the
+ratio within each run: the precursors change no training metric, so a step with them is the same work as one
+without plus what they took, which the run times itself (time/precursors, and time/update_ratios inside
+time/update): sum(step + precursor phase) / sum(step - update ratios), over the same steps, under the same load.
 """
 
 from __future__ import annotations
@@ -95,15 +98,20 @@ def main() -> None:
     mean = {n: statistics.fmean(step_seconds(x) for x in v) for n, v in rows.items()}
     pre = {n: statistics.fmean(x.get("time/precursors", 0.0) for x in v) for n, v in rows.items()}
     upd = {n: statistics.median(x["time/update"] for x in v) for n, v in rows.items()}
+    within = {
+        n: sum(step_seconds(x) for x in v) / sum(x["time/step"] - x.get("time/update_ratios", 0.0) for x in v)
+        for n, v in rows.items()
+    }
     print(f"median / mean s per step (step + precursor phase) over {len(rows['off'])} timed steps each")
     print(
-        f"  {'variant':<9} {'median':>7} {'ratio':>6} {'mean':>7} {'ratio':>6} {'prec. s':>8} {'update s':>9} {'outside steps s':>16}"
+        f"  {'variant':<9} {'median':>7} {'ratio':>6} {'mean':>7} {'ratio':>6} {'within run':>11} {'prec. s':>8} "
+        f"{'update s':>9} {'outside steps s':>16}"
     )
     for n in med:
         outside = statistics.median(walls[n])
         print(
             f"  {n:<9} {med[n]:7.2f} {med[n] / med['off']:5.2f}x {mean[n]:7.2f} {mean[n] / mean['off']:5.2f}x "
-            f"{pre[n]:8.2f} {upd[n]:9.2f} {outside:16.1f}"
+            f"{within[n]:10.3f}x {pre[n]:8.2f} {upd[n]:9.2f} {outside:16.1f}"
         )
     print(
         "  (outside steps: the run's wall time less its steps' = model load, the precursors' set-up before step 1, "

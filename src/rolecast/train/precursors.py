@@ -144,6 +144,7 @@ class Precursors:
         self.rows: list[dict[str, Any]] = []  # the run's metric rows so far, as logged
         self._canary: list[Problem] | None = None
         self._pending: dict[str, float] = {}  # this step's update ratios, until `measure`
+        self._ratio_seconds = 0.0  # what taking them cost this step (inside time/update)
         # (pid, role) -> per micro-batch the base's hidden states at the probe positions, and its head
         self._base_hidden: dict[tuple[str, str], list[tuple[torch.Tensor, Any]]] = {}
         self._cached_bytes = 0
@@ -228,15 +229,19 @@ class Precursors:
     def watch_update(self, pid: str) -> Iterator[None]:
         """|dW| / |W| of policy `pid`'s output head (when it trains it) and of all its trainable tensors over the
         update run inside the block (nothing when it raises)."""
+        t0 = time.perf_counter()
         params = self.policies.parameters(pid)
         before = {str(i): p.detach().clone() for i, p in enumerate(params)}
+        self._ratio_seconds += time.perf_counter() - t0
         yield
+        t1 = time.perf_counter()
         after = {str(i): p.detach() for i, p in enumerate(params)}
         self._pending[precursor_key("update_ratio", pid)] = update_to_weight_ratio(before, after)
         head = _decoder_model(self.policies.models[pid]).get_output_embeddings().weight
         i = next((str(i) for i, p in enumerate(params) if p is head), None)
         if i is not None:  # a head the policy does not train (LoRA) logs nothing
             self._pending[precursor_key("head_update_ratio", pid)] = update_ratio(before[i], after[i])
+        self._ratio_seconds += time.perf_counter() - t1
 
     # --- 3. after the step's metrics ---
 
@@ -256,6 +261,7 @@ class Precursors:
                 metrics[subject_key(p.name, subject)] = v
         alerts = [a for t, p in self.triggers if (a := self._alert(step, t, p, series, rows)) is not None]
         metrics[time_key("precursors")] = time.perf_counter() - t0
+        metrics[time_key("update_ratios")], self._ratio_seconds = self._ratio_seconds, 0.0
         return alerts
 
     def _periodic(self, step: int, runtime: Runtime) -> dict[str, float]:
