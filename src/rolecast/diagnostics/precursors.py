@@ -67,17 +67,31 @@ def change_from_base(value: float, base: float) -> float:
     return value - base
 
 
+def _squared_norms(before: torch.Tensor, after: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """|after - before|^2 and |before|^2, summed in float64. The difference is taken in the tensors' own dtype
+    (exact where the update is smaller than the weight, by Sterbenz's lemma; a float64 copy of every tensor would
+    cost the trainer, which calls this every step, 2.5x the time), or in float64 when their dtypes differ."""
+    b, a = before.detach(), after.detach()
+    delta = a - b if a.dtype == b.dtype else a.to(torch.float64) - b.to(torch.float64)
+    return (
+        torch.linalg.vector_norm(delta, dtype=torch.float64) ** 2,
+        torch.linalg.vector_norm(b, dtype=torch.float64) ** 2,
+    )
+
+
+def _ratio(delta_sq: float, norm_sq: float) -> float:
+    if norm_sq == 0.0:
+        return math.inf if delta_sq > 0 else 0.0
+    return math.sqrt(delta_sq / norm_sq)
+
+
 def update_ratio(before: torch.Tensor, after: torch.Tensor) -> float:
-    """|after - before| / |before| (Frobenius norms, in float64) of one tensor, e.g. the output head's weight
-    before and after an optimizer step. inf when `before` is zero and the tensor moved, 0 when neither."""
+    """|after - before| / |before| (Frobenius norms, accumulated in float64) of one tensor, e.g. the output head's
+    weight before and after a step's update. inf when `before` is zero and the tensor moved, 0 when neither."""
     if before.shape != after.shape:
         raise ValueError(f"update_ratio: shapes differ, {tuple(before.shape)} and {tuple(after.shape)}")
-    b = before.detach().to(torch.float64)
-    delta = float(torch.linalg.vector_norm(after.detach().to(torch.float64) - b))
-    norm = float(torch.linalg.vector_norm(b))
-    if norm == 0.0:
-        return math.inf if delta > 0 else 0.0
-    return delta / norm
+    delta_sq, norm_sq = torch.stack(_squared_norms(before, after)).tolist()
+    return _ratio(delta_sq, norm_sq)
 
 
 def update_to_weight_ratio(before: Mapping[str, torch.Tensor], after: Mapping[str, torch.Tensor]) -> float:
@@ -89,15 +103,11 @@ def update_to_weight_ratio(before: Mapping[str, torch.Tensor], after: Mapping[st
         raise ValueError(f"update_to_weight_ratio: tensors differ before and after: {missing[:5]}")
     if not before:
         return 0.0
-    delta_sq, norm_sq = [], []
-    for name, b in before.items():
-        b64 = b.detach().to(torch.float64)
-        delta_sq.append(torch.sum((after[name].detach().to(torch.float64) - b64) ** 2))
-        norm_sq.append(torch.sum(b64**2))
-    sums = torch.stack([torch.stack(delta_sq).sum(), torch.stack(norm_sq).sum()]).tolist()
-    if sums[1] == 0.0:
-        return math.inf if sums[0] > 0 else 0.0
-    return math.sqrt(sums[0] / sums[1])
+    parts = [_squared_norms(b, after[name]) for name, b in before.items()]
+    delta_sq, norm_sq = torch.stack(
+        [torch.stack([d for d, _ in parts]).sum(), torch.stack([n for _, n in parts]).sum()]
+    ).tolist()
+    return _ratio(delta_sq, norm_sq)
 
 
 def mean_token_entropy(logits: torch.Tensor, mask: torch.Tensor) -> float:
