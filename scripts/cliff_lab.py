@@ -44,7 +44,7 @@ from rolecast.core.metric_keys import (
     parse_policy_role_key,
 )
 from rolecast.core.rundir import CONFIG, DONE, ERROR, EVAL, METRICS, RESUMES, SWEEP_STATUS, RunPaths, read_jsonl
-from rolecast.diagnostics.curves import CurvePoint, paired_difference
+from rolecast.diagnostics.curves import CurvePoint, mean_over_seeds, paired_difference
 from rolecast.diagnostics.warnings import GRADIENT_SIGNALS, SIGNATURE_SIGNALS
 from rolecast.report.html import CellView, collect_map
 
@@ -367,58 +367,108 @@ def _lr_value(label: Any) -> float:
 # Figures
 
 
-def figures(recs: list[dict[str, Any]], out: Path, lr: str, arms: Sequence[str], name: str = "curves") -> list[Path]:
-    import matplotlib
+def _band(rs: list[dict[str, Any]]) -> dict[int, tuple[float, float, float]]:
+    """step -> (mean, low, high): the mean over the seeds that evaluated the step with its 95% interval (t over
+    seeds, its SE the larger of their spread and the evaluations' own noise; one seed: the evaluation's own
+    interval, so one evaluation's noise never reads as signal)."""
+    by_step: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for r in rs:
+        for p in r["points"]:
+            by_step[p["step"]].append(p)
+    out = {}
+    for step, ps in sorted(by_step.items()):
+        m = mean_over_seeds([p["value"] for p in ps], [p["se"] for p in ps])
+        out[step] = (m.mean, m.low, m.high)
+    return out
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    paths = []
+def _seeds_text(counts: set[int]) -> str:
+    n = min(counts), max(counts)
+    if n == (1, 1):
+        return "1 seed: its evaluation's 95% interval"
+    seeds = f"{n[0]} seeds" if n[0] == n[1] else f"{n[0]}-{n[1]} seeds"
+    return f"mean of {seeds}, 95% interval" if n[0] > 1 else f"{seeds}: mean, 95% interval"
+
+
+LrLine = tuple[list[str], list[int], list[float], str, int]  # labels, steps, lrs, arm, policy index
+
+
+def _lr_lines(runs: list[tuple[str, dict[str, Any]]]) -> list[LrLine]:
+    """Each arm's policies' lr per step (from its first seed), the lines that coincide merged into one."""
+    from rolecast.report import style
+
+    series: dict[str, tuple[list[int], list[float]]] = {}
+    where: dict[str, tuple[str, int]] = {}
+    for arm, r0 in runs:
+        for k, (pid, lrs) in enumerate(sorted(r0["lrs"].items())):
+            name = arm if len(r0["lrs"]) == 1 else f"{arm}: {pid}"
+            series[name] = (list(range(1, len(lrs) + 1)), [math.nan if v is None else float(v) for v in lrs])
+            where[name] = (arm, k)
+    return [(labels, xs, ys, *where[labels[0]]) for labels, xs, ys in style.merge_identical(series)]
+
+
+def _arm_runs(recs: list[dict[str, Any]], wf: str, lr: str, arms: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
+    found = {a: [r for r in recs if r["workflow"] == wf and r["lr"] == lr and r["arm"] == a] for a in arms}
+    return {a: rs for a, rs in found.items() if rs}
+
+
+def lab_figure(recs: list[dict[str, Any]], lr: str, arms: Sequence[str]) -> Any:
+    """One column per workflow: held-out pass@1 per arm over the seeds (report/style.py: bands clipped to
+    [0, 1], legends off the data, one step axis per column), each policy's lr under it, lines that coincide
+    drawn once and said. None when no run matches."""
+    from rolecast.report import style
+
     workflows = sorted({r["workflow"] for r in recs if r["lr"] == lr and r["arm"] in arms})
     if not workflows:
-        return []
-    fig, axes = plt.subplots(2, len(workflows), figsize=(4.2 * len(workflows), 6), squeeze=False, sharex="col")
-    for j, wf in enumerate(workflows):
-        ax, lax = axes[0][j], axes[1][j]
-        for arm in arms:
-            rs = [r for r in recs if r["workflow"] == wf and r["lr"] == lr and r["arm"] == arm]
-            if not rs:
-                continue
-            steps = sorted({p["step"] for r in rs for p in r["points"]})
-            mean, lo, hi = [], [], []
-            for s in steps:
-                vals = [p["value"] for r in rs for p in r["points"] if p["step"] == s]
-                m = _mean(vals)
-                sd = math.sqrt(sum((v - m) ** 2 for v in vals) / (len(vals) - 1)) if len(vals) > 1 else 0.0
-                mean.append(m)
-                lo.append(m - sd)
-                hi.append(m + sd)
-            (line,) = ax.plot(steps, mean, marker="o", ms=3, label=f"{arm} (n={len(rs)})")
-            ax.fill_between(steps, lo, hi, color=line.get_color(), alpha=0.15)
-            r0 = min(rs, key=lambda r: r["seed"])
-            for k, (pid, lrs) in enumerate(sorted(r0["lrs"].items())):
+        return None
+    colors = {arm: f"C{i}" for i, arm in enumerate(arms)}
+    by_wf = {wf: _arm_runs(recs, wf, lr, arms) for wf in workflows}
+    lines = {wf: _lr_lines([(a, min(rs, key=lambda r: r["seed"])) for a, rs in by_wf[wf].items()]) for wf in workflows}
+    # room under the panels for the tallest lr legend (its wrapped lines) and the arms' legend
+    legend_lines = max(
+        sum(len(style.legend_label(style.coincide_label(ln[0], "same lr"))) for ln in lines[wf]) for wf in workflows
+    )
+    handles: dict[str, Any] = {}
+    seeds: dict[str, set[int]] = defaultdict(set)
+    last = max(p["step"] for r in recs if r["lr"] == lr for p in r["points"])
+    with style.fonts():
+        fig, columns = style.grid([1.5, 1.0], len(workflows), extra=1.6 + 0.21 * legend_lines)
+        for (ax, lax), wf in zip(columns, workflows, strict=True):
+            for arm, rs in by_wf[wf].items():
+                band = _band(rs)
+                steps = sorted(band)
+                (handles[arm],) = ax.plot(steps, [band[s][0] for s in steps], marker="o", ms=3.5, color=colors[arm])
+                style.band(ax, steps, [band[s][1] for s in steps], [band[s][2] for s in steps], colors[arm])
+                seeds[arm].add(len(rs))
+            for labels, xs, ys, arm, k in lines[wf]:
                 lax.plot(
-                    range(1, len(lrs) + 1),
-                    lrs,
-                    color=line.get_color(),
+                    xs,
+                    ys,
+                    color=colors[arm],
                     ls=("-", "--", ":")[k % 3],
-                    lw=1,
-                    label=f"{arm}: {pid}",
+                    lw=1.4,
+                    label=style.coincide_label(labels, "same lr"),
                 )
-        ax.set_title(f"{wf}, {lr}")
-        ax.set_ylabel("held-out pass@1 (mean ± sd over seeds)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-        lax.set_ylabel("lr per policy (seed 0)")
-        lax.set_xlabel("step")
-        lax.grid(alpha=0.3)
-        lax.legend(fontsize=6)
-    fig.tight_layout()
-    p = out / f"cliff_lab_{name}_{lr}.png"
-    fig.savefig(p, dpi=110)
-    plt.close(fig)
-    paths.append(p)
-    return paths
+            ax.set_title(wf, fontsize=style.FONT)
+            style.bound(ax)
+            style.sci_axis(lax)
+            style.legend_outside(lax, below=True)
+            style.step_axis([ax, lax], 0, last)
+        style.ylabel(columns[0][0], style.PASS_AT_1)
+        style.ylabel(columns[0][1], "lr (seed 0)")
+        style.figure_legend(fig, list(handles.values()), [f"{a} ({_seeds_text(seeds[a])})" for a in handles])
+        style.title(fig, f"cliff lab, {lr}: held-out pass@1 per arm, and each policy's learning rate")
+        style.align(fig)
+    return fig
+
+
+def figures(recs: list[dict[str, Any]], out: Path, lr: str, arms: Sequence[str], name: str = "curves") -> list[Path]:
+    from rolecast.report import style
+
+    fig = lab_figure(recs, lr, arms)
+    if fig is None:
+        return []
+    return [style.save(fig, out / f"cliff_lab_{name}_{lr}.png")]
 
 
 def tables(raw: Path, out: Path, main_lr: str) -> None:

@@ -122,38 +122,41 @@ def main(out: Path) -> None:
 
 
 def plot(out: Path, path: Path) -> None:
-    """Every cell's held-out pass@1 (with 1.96-SE bars) on one figure: Voting left, Orch-Workers right."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    """Every cell's held-out pass@1 (with 1.96-SE bars, cut at [0, 1]) on one figure in the project's style
+    (report/style.py): Voting left, Orch-Workers right, each column's legend under it."""
+    from rolecast.report import style
 
     cells = sorted(d for d in out.iterdir() if d.is_dir() and not d.name.startswith(("base-", ".")))
     workflows = [wf for wf in ("voting", "orch_workers") if any(f"-{wf}-" in d.name for d in cells)]
-    fig, axes = plt.subplots(1, len(workflows), figsize=(5 * len(workflows), 3.6), sharey=True, squeeze=False)
-    for ax, wf in zip(axes[0], workflows, strict=True):
-        for d in cells:
-            if f"-{wf}-" not in d.name:
-                continue
-            evals = rows(RunPaths(d).eval())
-            if not any(r.get("tag") == "base" for r in evals):
-                evals += sweep_base_rows(d)[0]  # the sweep measured the base once, in the group's base cell
-            pts = sorted((r["step"], r["pass@1"], r["stderr"]) for r in evals)
-            ax.errorbar(
-                [p[0] for p in pts],
-                [p[1] for p in pts],
-                yerr=[1.96 * p[2] for p in pts],
-                marker="o",
-                capsize=3,
-                label=cell_label(d).removeprefix(wf + " "),
-            )
-        ax.set_title(wf)
-        ax.set_xlabel("step")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    axes[0][0].set_ylabel("held-out pass@1 (greedy)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=80)
+    with style.fonts():
+        fig, columns = style.grid([1.6], len(workflows), extra=1.6)
+        steps: list[int] = []
+        for (ax,), wf in zip(columns, workflows, strict=True):
+            for d in cells:
+                if f"-{wf}-" not in d.name:
+                    continue
+                evals = rows(RunPaths(d).eval())
+                if not any(r.get("tag") == "base" for r in evals):
+                    evals += sweep_base_rows(d)[0]  # the sweep measured the base once, in the group's base cell
+                pts = sorted((r["step"], r["pass@1"], r["stderr"]) for r in evals)
+                steps += [p[0] for p in pts]
+                style.errorbars(
+                    ax,
+                    [p[0] for p in pts],
+                    [p[1] for p in pts],
+                    [1.96 * p[2] for p in pts],
+                    marker="o",
+                    capsize=3,
+                    label=cell_label(d).removeprefix(wf + " "),
+                )
+            ax.set_title(wf, fontsize=style.FONT)
+            style.bound(ax)
+            style.legend_outside(ax, below=True)
+        for (ax,) in columns:
+            style.step_axis([ax], min(steps, default=0), max(steps, default=1))
+        style.ylabel(columns[0][0], "held-out pass@1 (greedy)")
+        style.align(fig)
+    style.save(fig, path)
 
 
 if __name__ == "__main__":

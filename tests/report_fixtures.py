@@ -167,3 +167,48 @@ def build_sweep(root: Path) -> Path:
     record("testbed-eval_opt-testbed-isolated-s0", "train", "eval_opt", "isolated", "pending")
     (root / "sweep.json").write_text(json.dumps({"matrix": "m.yaml", "out": str(root), "cells": cells}))
     return root
+
+
+# ---------------------------------------------------------------------------------------------------------
+# A directory of real tiny `rolecast train` runs (no sweep), trained once per test session and shared by the
+# report, browser and figure tests (report_fixtures is imported once, so its cache is the session's)
+
+TINY = (
+    "threads=1",
+    "train.problems_per_step=2",
+    "train.group_size=4",
+    "eval.size=4",
+    "eval.n_samples=2",
+    "rollout.max_new_tokens=40",
+    "logging.progress=false",
+)
+# name -> (workflow, sharing, steps, extra --set): all seed 0, as a researcher's ad-hoc runs are. Voting shared
+# and isolated at 2 steps differ in sharing alone (paired); the 3-step isolated run differs in steps too (not
+# paired with anything); the two single runs differ in lr. The 3-step run diagnoses gradients every 4 steps:
+# it ends before its first diagnosed step.
+# (4 voting problems per step: the groups' rewards differ, so the roles' gradients are not all zero)
+ADHOC_RUNS = {
+    "single-a": ("single", "shared", 2, ()),
+    "single-b": ("single", "shared", 2, ("train.lr=0.0003",)),
+    "voting-s": ("voting", "shared", 2, ("diagnostics.gradients.every=1", "train.problems_per_step=4")),
+    "voting-i": ("voting", "isolated", 2, ("diagnostics.gradients.every=1", "train.problems_per_step=4")),
+    "voting-i3": ("voting", "isolated", 3, ("diagnostics.gradients.every=4", "train.problems_per_step=4")),
+}
+_BUILT: dict[str, Path] = {}
+
+
+def adhoc_runs(base: Path) -> Path:
+    """The runs' directory (under `base` the first time; the same directory afterwards)."""
+    if "adhoc" in _BUILT:
+        return _BUILT["adhoc"]
+    from rolecast.cli import main
+
+    root = base / "adhoc-runs"
+    for name, (workflow, sharing, steps, extra) in ADHOC_RUNS.items():
+        args = ["train", "--workflow", workflow, "--sharing", sharing, "--steps", str(steps), "--seed", "0"]
+        args += ["--run-dir", str(root / name)]
+        for kv in (*TINY, *extra):
+            args += ["--set", kv]
+        assert main(args) == 0, name
+    _BUILT["adhoc"] = root
+    return root

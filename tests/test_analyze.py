@@ -129,10 +129,11 @@ def test_analyze_synthetic_run_prints_hand_values_and_writes_plots(tmp_path, cap
     d = write_synthetic_run(tmp_path / "run")
     assert main(["analyze", str(d)]) == 0
     out = capsys.readouterr().out
-    # base 0.5 ± 1.96*0.025; peak 0.75 at step 20 ± 1.96*0.0217; final 0.45 at 40
-    assert "base   step      0  0.500 ± 0.049" in out
-    assert "peak   step     20  0.750 ± 0.043" in out
-    assert "final  step     40  0.450 ± 0.049" in out
+    # base 0.5 ± 1.96*0.025; peak 0.75 at step 20 ± 1.96*0.0217; final 0.45 at 40; each ± says what it is
+    assert "± is a 95% CI, 1.96 SE, and [] a 95% CI; `rolecast train` prints ± 1 SE" in out
+    assert "base   step      0  0.500 ± 0.049 (95% CI)" in out
+    assert "peak   step     20  0.750 ± 0.043 (95% CI)" in out
+    assert "final  step     40  0.450 ± 0.049 (95% CI)" in out
     # gain -0.05 with SE sqrt(2)*0.025 = 0.03536 -> ±0.0693
     assert "gain   final - base  -0.050 [-0.119, +0.019]" in out
     # 5 points: cliff z = 2.576; 0.5 and 0.45 are > 2.576 SE below 0.75 -> cliff from step 30
@@ -153,7 +154,7 @@ def test_analyze_synthetic_run_prints_hand_values_and_writes_plots(tmp_path, cap
     assert sorted(summary["plots"]) == ["analysis/accuracy.png", "analysis/gradients.png", "analysis/updates.png"]
     for name in summary["plots"]:
         w, h = png_size(d / name)
-        assert w == 800 and h >= 400
+        assert w == 1300 and h >= 300  # the style's width (report/style.py)
 
 
 def test_analyze_a_sweep_cell_takes_its_base_from_the_sweeps_base_cell(tmp_path, capsys):
@@ -195,7 +196,41 @@ def test_analyze_killed_run_without_evaluations_or_episodes(tmp_path, capsys):
     # training accuracy in 5-step windows: one window of steps 1-4, mean 0.25
     assert "accuracy (metrics.jsonl:accuracy (5-step means), 1 points" in out
     assert "final  step      4  0.250" in out
-    assert png_size(d / "analysis" / "accuracy.png")[0] == 800
+    assert png_size(d / "analysis" / "accuracy.png")[0] == 1300
+
+
+def _short_run(d, every, steps=3, grads=False):
+    d.mkdir()
+    (d / "config.yaml").write_text(
+        yaml.safe_dump({"train": {"steps": steps}, "diagnostics": {"gradients": {"every": every}}})
+    )
+    rows = [{"step": s, "accuracy": 0.5, "policy/pol/grad_norm": 1.0} for s in range(1, steps + 1)]
+    if grads:
+        rows = [{**r, "grad/pol/norm": 1.0} for r in rows]
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return d
+
+
+@pytest.mark.parametrize(
+    ("every", "steps", "said"),
+    [
+        (0, 3, "not measured (gradient diagnostics were off, diagnostics.gradients.every 0; only grad_spike"),
+        (
+            4,
+            3,
+            "not measured (gradient diagnostics were on, diagnostics.gradients.every 4, but the run ended at step 3, "
+            "before its first diagnosed step (4); only grad_spike",
+        ),
+        (2, 3, "not measured (metrics.jsonl holds no per-role gradient keys (diagnostics.gradients.every 2);"),
+    ],
+)
+def test_analyze_says_why_gradients_were_not_measured(tmp_path, capsys, every, steps, said):
+    """Off, on but the run ended before its first diagnosed step (steps every, 2 * every, ...), or on and
+    missing: three different things, said differently."""
+    d = _short_run(tmp_path / "run", every, steps)
+    assert main(["analyze", str(d), "--no-plots"]) == 0
+    out = capsys.readouterr().out
+    assert f"early warnings (gradient signals): {said}" in out
 
 
 def test_analyze_empty_dir_and_missing_dir(tmp_path, capsys):

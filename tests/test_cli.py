@@ -37,6 +37,7 @@ def test_eval_help_lists_only_what_evaluation_uses():
         "--sharing",
         "--task",
         "--model",
+        "--backend",
         "--seed",
         "--threads",
         "--set",

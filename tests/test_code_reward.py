@@ -11,9 +11,9 @@ from rolecast.rewards.code import (
     extract_program,
     score_code,
     score_code_many,
-    stdout_matches,
-    value_matches,
 )
+from rolecast.rewards.compare import json_values_match as value_matches
+from rolecast.rewards.compare import stdout_matches
 from rolecast.sandbox import SandboxPool
 
 
@@ -133,7 +133,9 @@ def test_stdout_matches(got, expected, ok):
     "got, expected, ok",
     [
         ("[1, 2]", "[1, 2]", True),
-        ("[1.0000001]", "[1]", True),
+        ("[1.5000001]", "[1.5]", True),  # a non-integer within 1e-6
+        ("[1.0000001]", "[1]", False),  # an integer exactly (issue 33)
+        ("[1.0]", "[1]", True),
         ("true", "1", False),  # bool is not int
         ('{"a": [1]}', '{"a": [1]}', True),
         ("[1, 2]", "[2, 1]", False),

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from rolecast.rewards import code_study
+from rolecast.rewards import code_study, compare
 from rolecast.rewards.code import CodeTests, build_job, score_code, score_code_many
 from rolecast.sandbox import SandboxPool
 from rolecast.tasks.datasets import _deepcoder_tests
@@ -122,13 +122,16 @@ def test_study_extraction_rules():
 
 
 def test_study_stdout_comparison():
-    m = code_study.stdout_matches
+    def m(got: bytes, expected: str) -> bool:
+        return compare.stdout_matches(got, expected, compare.STUDY)
+
     assert m(b"  3  \n\n", "3")
     assert m(b"1.50\n", "1.5") and m(b"1  2\n", "1 2")
     assert not m(b"0.3333333\n", "0.333333333")  # no tolerance
     assert not m(b"yes  no\n", "yes no")
     assert not m(b"1\n\n2\n", "1\n2")
-    assert code_study.value_matches("true", "1") and not code_study.value_matches("0.30000000000000004", "0.3")
+    vm = compare.study_json_values_match
+    assert vm("true", "1") and not vm("0.30000000000000004", "0.3")
 
 
 def test_study_wraps_the_program_in_a_function_after_its_imports():

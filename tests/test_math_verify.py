@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 import threading
 import time
 
 import pytest
 
-from rolecast.rewards.math import MathVerifier, extract_answer, gsm8k_gold, last_boxed, verify_in_process
+from rolecast.rewards.math import (
+    MAX_ANSWER_CHARS,
+    WORKER_MEMORY_BYTES,
+    MathVerifier,
+    extract_answer,
+    gsm8k_gold,
+    last_boxed,
+    verify_in_process,
+)
+from rolecast.rewards.score import MAX_TEXT_CHARS, Score
 
 
 @pytest.fixture(scope="module")
@@ -210,3 +221,39 @@ def test_every_reference_answer_matches_itself(data_dir):
     results = verify_in_process([(g, g) for g in golds])
     bad = [(g, r) for g, r in zip(golds, results, strict=True) if not r[0]]
     assert bad == []
+
+
+# ---------------------------------------------------------------------------------------------- hostile text
+
+
+def test_the_worker_has_limits_of_its_own(verifier):
+    """Its own address space (a huge power fails there) and the OOM killer's first choice."""
+    verifier.equivalent("1", "2")  # starts the worker
+    (worker,) = [w for w in verifier._free if w is not None]
+    limits = open(f"/proc/{worker.proc.pid}/limits").read()
+    assert re.search(rf"Max address space\s+{WORKER_MEMORY_BYTES}\s+{WORKER_MEMORY_BYTES}\s", limits), limits
+    assert re.search(r"Max core file size\s+0\s+0\s", limits), limits
+    assert open(f"/proc/{worker.proc.pid}/oom_score_adj").read().strip() == "1000"
+
+
+def test_oversized_texts_and_answers_are_not_compared(verifier):
+    assert verifier.score("1", "1" * (MAX_TEXT_CHARS + 1)) == Score(0.0, None, "too_long")
+    s = verifier.score("1", r"\boxed{" + "1" * (MAX_ANSWER_CHARS + 1) + "}")
+    assert (s.reward, s.reason) == (0.0, "answer_too_long")
+    assert verifier.score("1", r"\boxed{" + " " * MAX_ANSWER_CHARS + "1}").reward == 1.0  # stripped: 1
+
+
+def test_a_dead_worker_is_named_and_replaced(verifier):
+    verifier.equivalent("1", "2")
+    (worker,) = [w for w in verifier._free if w is not None]
+    os.kill(worker.proc.pid, 9)
+    assert verifier.equivalent("1/2", "0.25") == (False, "worker_died")
+    assert verifier.equivalent("1/2", "0.5") == (True, None)
+
+
+@pytest.mark.parametrize("grader", ["rolecast", "study"])
+def test_study_and_rolecast_answers_in_the_same_workers(verifier, grader):
+    """The study's rules run in the verifier's workers too: 3+4 is 7 for rolecast, not for the study (it compares
+    the boxed answer, an integer gold needs an integer answer)."""
+    assert verifier.score("7", r"\boxed{3+4}", grader).reward == (1.0 if grader == "rolecast" else 0.0)
+    assert verifier.score(r"\frac{1}{2}", r"\boxed{\dfrac12}", grader).reward == 1.0

@@ -27,10 +27,12 @@ pytest.importorskip("matplotlib", reason="the report's plots need the `plots` ex
 
 
 class _Page(HTMLParser):
-    """The map table's rows (data-cell and cell texts), every <img> src and every external reference."""
+    """The map table's header and rows (data-cell and cell texts), every <img> src and every external
+    reference."""
 
     def __init__(self) -> None:
         super().__init__()
+        self.head: list[str] = []
         self.rows: dict[str, list[str]] = {}
         self.row_class: dict[str, str] = {}
         self.imgs: list[str] = []
@@ -55,10 +57,13 @@ class _Page(HTMLParser):
             self._row = a["data-cell"]
             self.rows[self._row] = []
             self.row_class[self._row] = a.get("class", "")
-        if self._row and tag == "td":
+        if self._row and tag == "td" or self._in_map and tag == "th":
             self._cell = []
 
     def handle_endtag(self, tag):
+        if tag == "th" and self._in_map and self._cell is not None:
+            self.head.append("".join(self._cell).strip())
+            self._cell = None
         if tag == "td" and self._row and self._cell is not None:
             self.rows[self._row].append("".join(self._cell).strip())
             self._cell = None
@@ -72,29 +77,10 @@ class _Page(HTMLParser):
             self._cell.append(data)
 
 
-COLS = [
-    "cell",
-    "workflow",
-    "task",
-    "model",
-    "sharing",
-    "seed",
-    "base",
-    "peak",
-    "final",
-    "gain",
-    "cliff",
-    "cliff_type",
-    "signature",
-    "protocol",
-    "state",
-]
-
-
 def parse(path):
     page = _Page()
     page.feed(path.read_text())
-    return page, {name: dict(zip(COLS, cells, strict=True)) for name, cells in page.rows.items()}
+    return page, {name: dict(zip(page.head, cells, strict=True)) for name, cells in page.rows.items()}
 
 
 def test_map_numbers_by_hand(tmp_path):
@@ -176,33 +162,49 @@ def test_html_is_self_contained_with_a_row_per_cell(tmp_path):
     assert page.scripts == 0
     assert all(r.startswith("data:") or r.startswith("#") for r in page.refs), page.refs
 
+    # one column per axis that varies (workflow, sharing); task, model, seed and protocol are said once above
+    assert page.head[:2] == ["workflow", "sharing"] and "eval protocol" not in page.head
+    html = path.read_text()
+    assert "The same in every cell: task testbed, model testbed, seed 0." in html
+    assert "Evaluation protocol(s): study T=0.7 x4" in html
     r = rows["testbed-single-testbed-shared-s0"]
-    assert (r["base"], r["peak"], r["final"], r["cliff"]) == ("0.500", "0.700 (20)", "0.700", "no")
-    assert r["gain"] == "+0.200 [+0.117, +0.283]" and r["protocol"] == "study T=0.7 x4" and r["state"] == "done"
+    assert (r["workflow"], r["sharing"], r["base"], r["peak (step)"], r["final"], r["cliff"]) == (
+        "single",
+        "shared",
+        "0.500",
+        "0.700 (20)",
+        "0.700",
+        "no",
+    )
+    assert r["gain final - base [95%]"] == "+0.200 [+0.117, +0.283]" and r["state"] == "done"
     assert "gain-pos" in page.row_class["testbed-single-testbed-shared-s0"]
+    # the cliff type stands beside the cliff in every map: a gain without a fall is "none"; voting-shared falls
+    # from step 15 after a significant gain (0.8 at step 5 against the base 0.5): the study's cliff
+    assert page.head[page.head.index("cliff") + 1] == "cliff type"
+    assert rows["testbed-single-testbed-shared-s0"]["cliff type"] == "none"
     r = rows["testbed-voting-testbed-shared-s0"]
-    assert r["cliff"] == "yes, from step 15" and r["signature"].startswith("length_collapse [generator], 9 step(s)")
+    assert r["cliff"] == "yes, from step 15" and r["cliff type"] == "fall after gain"
+    assert r["dominant failure signature"].startswith("length_collapse [generator], 9 step(s)")
     assert "gain-neg" in page.row_class["testbed-voting-testbed-shared-s0"]
     assert "gain-zero" in page.row_class["testbed-voting-testbed-isolated-s0"]
     assert rows["testbed-single-testbed-isolated-s0"]["state"] == "failed: RuntimeError: boom"
     assert "incomplete" in page.row_class["testbed-single-testbed-isolated-s0"]
     assert rows["testbed-eval_opt-testbed-shared-s0"]["state"] == "running 3/20"
-    assert rows["testbed-eval_opt-testbed-shared-s0"]["peak"] == "0.520 (5)"
+    assert rows["testbed-eval_opt-testbed-shared-s0"]["peak (step)"] == "0.520 (5)"
     assert rows["testbed-eval_opt-testbed-shared-s0"]["final"] == "(0.520 at step 5, so far)"
-    assert rows["testbed-eval_opt-testbed-shared-s0"]["gain"] == "-"
+    assert rows["testbed-eval_opt-testbed-shared-s0"]["gain final - base [95%]"] == "-"
     assert rows["testbed-eval_opt-testbed-isolated-s0"]["state"] == "pending"
 
-    # accuracy plots for the 5 cells with evaluations, gradients for the one that measured them, an overlay per
-    # workflow with evaluations (single, voting, eval_opt) and the gain grid; all real PNGs
-    assert len(page.imgs) == 6 + 3 + 1
+    # a figure for each of the 5 cells with evaluations, an overlay per workflow with evaluations (single,
+    # voting, eval_opt) and the gain grid; all real PNGs, drawn at the report's content width
+    assert len(page.imgs) == 5 + 3 + 1
     for src in page.imgs:
         head, data = src.split(",", 1)
         assert head == "data:image/png;base64"
         png = base64.b64decode(data)
         assert png[:8] == b"\x89PNG\r\n\x1a\n" and png[-8:-4] == b"IEND"
         w, h = struct.unpack(">II", png[16:24])
-        assert w == 800 and h >= 300
-    html = path.read_text()
+        assert w == 1300 and h >= 250
     assert "isolated wins by +0.200" in html and "shared wins by +0.200" in html
 
 
@@ -282,7 +284,7 @@ def test_text_map_names_rows_by_the_axes_that_vary(tmp_path):
     assert not any(ln.startswith("testbed/testbed") for ln in lines)
 
 
-def test_text_map_folds_a_long_sharing_verdict_instead_of_cutting_it(tmp_path):
+def test_text_map_folds_a_long_sharing_verdict_and_wraps_rows_instead_of_cutting_them(tmp_path):
     smap = collect_map(build_sweep(tmp_path / "sweep"))
     verdict = (
         "voting: isolated - shared: final +0.200 [+0.12,+0.28] isolated wins; peak -0.200 [-0.28,-0.12] shared wins; "
@@ -292,7 +294,14 @@ def test_text_map_folds_a_long_sharing_verdict_instead_of_cutting_it(tmp_path):
     lines = text_map(smap, width=80).splitlines()
     i = lines.index("voting: isolated - shared: final +0.200 [+0.12,+0.28] isolated wins;")
     assert lines[i + 1] == "    peak -0.200 [-0.28,-0.12] shared wins; 1 paired seed, detectable 0.119"
-    assert max(len(ln) for ln in lines if ln.startswith("voting-")) == 80  # the table's rows are cut there
+    # the numbers alone need 90 columns: no row is cut; each name has a line of its own above its numbers (the
+    # cliff column gives the cliff's type: a fall from step 15 after a significant gain, `cliff@15`)
+    assert not any("…" in ln for ln in lines)
+    i = lines.index("voting-shared")
+    assert re.fullmatch(
+        r"\s+0\.500\s+0\.800@5\s+0\.300\s+- -0\.200 \[-0\.28,-0\.12\]\s+cliff@15\s+length_collapse\(9\)\s+done",
+        lines[i + 1],
+    )
 
 
 def test_paired_difference_over_seeds_by_hand():
@@ -368,3 +377,114 @@ def test_overlay_bands_and_gain_grid_by_hand(tmp_path):
     assert gains[("voting", "shared")][0] == pytest.approx(0.15)
     g, lo, hi = gains[("voting", "isolated")]
     assert g == pytest.approx(-0.1) and hi < 0  # significantly below: drawn red
+
+
+def _adhoc_run(root, name, sharing, seed, steps, final, lr=1e-4):
+    """A finished `rolecast train` run (no sweep): base 0.5, final `final`, SE 0.02 on 400 problems."""
+    d = root / name
+    d.mkdir(parents=True)
+    config = {
+        "seed": seed,
+        "run_dir": str(d),  # bookkeeping: differs in every run and tells none apart
+        "workflow": {"name": "voting"},
+        "task": {"name": "testbed"},
+        "model": {"path": "testbed"},
+        "routing": {"sharing": sharing},
+        "train": {"steps": steps, "lr": lr},
+        "logging": {"progress": False},
+    }
+    (d / "config.yaml").write_text(json.dumps(config))
+    ev = {"stderr": 0.02, "n_problems": 400, "n_samples": 1, "protocol": "study"}
+    rows = [{**ev, "step": 0, "tag": "base", "pass@1": 0.5}, {**ev, "step": steps, "tag": "final", "pass@1": final}]
+    (d / "eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (d / "metrics.jsonl").write_text(
+        "".join(json.dumps({"step": s, "reward": 0.5}) + "\n" for s in range(1, steps + 1))
+    )
+
+
+def test_ad_hoc_runs_are_named_by_their_differing_fields_and_paired_only_when_alike(tmp_path):
+    """Runs outside a sweep: shared and isolated at 10 steps, seeds 0 and 1, pair by seed (isolated - shared
+    = +0.10 and +0.04: mean 0.07, SE the larger of sd 0.042426 / sqrt(2) = 0.03 and the evaluations' own
+    sqrt(2 x 2 x 0.02^2) / 2 = 0.02, t(1) = 12.706);
+    an isolated run of 20 steps has no shared run alike and gets no verdict; a repeat of a run (same settings,
+    same seed) is not a second seed."""
+    root = tmp_path / "runs"
+    _adhoc_run(root, "a", "shared", 0, 10, 0.60)
+    _adhoc_run(root, "b", "isolated", 0, 10, 0.70)
+    _adhoc_run(root, "c", "shared", 1, 10, 0.62)
+    _adhoc_run(root, "d", "isolated", 1, 10, 0.66)
+    _adhoc_run(root, "e", "isolated", 0, 20, 0.55)
+    _adhoc_run(root, "f", "isolated", 0, 10, 0.70)  # b again
+    smap = collect_map(root)
+    assert smap.adhoc
+    comps = compare_sharing(smap.train_cells)
+    paired = next(c for c in comps if c.paired_final is not None)
+    assert paired.setting == "steps=10" and (paired.a, paired.b) == ("shared", "isolated")
+    assert paired.paired_final.seeds == 2 and paired.repeats == ["f"]
+    assert paired.modes["isolated"]["cells"] == 2  # b and d; f repeats b
+    assert paired.modes["isolated"]["final"] == pytest.approx((0.70 + 0.66) / 2)
+    assert paired.final_diff == pytest.approx((0.07, 0.03), abs=1e-9)
+    lone = next(c for c in comps if c.not_compared)
+    assert lone.not_compared == "isolated steps=20 has no shared run alike (nearest shared: steps 10 vs 20)"
+    assert len(comps) == 2
+    text = text_map(smap, width=250)
+    lines = text.splitlines()
+    assert "runs told apart by their configs' differing fields: steps (train.steps)" in lines
+    names = [ln.split("  ")[0] for ln in lines if ln.startswith("voting-")]
+    assert names == [
+        "voting-shared steps=10",
+        "voting-isolated steps=10 (b)",
+        "voting-shared-s1 steps=10",
+        "voting-isolated-s1 steps=10",
+        "voting-isolated steps=20",
+        "voting-isolated steps=10 (f)",
+    ]
+    d = 12.706 * 0.03
+    assert f"voting steps=10: isolated - shared: final +0.070 [{0.07 - d:+.2f},{0.07 + d:+.2f}] no clear winner" in text
+    assert "2 paired seeds, detectable" in text and "not paired again: f (same settings and seed)" in text
+    assert (
+        "voting: no paired verdict: the runs differ in more than sharing; isolated steps=20 has no shared run alike"
+        in text
+    )
+    # cliff types per arm count the figures' arms (sharing and the differing settings), one run per seed: the
+    # 20-step run is an arm of its own, and f (a repeat of b) is not a third isolated run at 10 steps. Every run
+    # gains (the 10-step finals are >= 0.60 against the base 0.50, z >= 3.5 with SE 0.028) or stays within noise
+    # (e: +0.05, z 1.77), and none falls: each counts as "none" (the last of the four types)
+    from rolecast.report.html import _plan_context
+
+    types = {r["arm"]: r for r in _plan_context(smap, smap.design)["cliff_types"]}
+    assert {a: r["n"] for a, r in types.items()} == {
+        "shared steps=10": 2,
+        "isolated steps=10": 2,
+        "isolated steps=20": 1,
+    }
+    assert all(r["counts"][3].startswith(f"{r['n']}/{r['n']} ") for r in types.values())
+
+
+def test_the_report_of_real_ad_hoc_runs(tmp_path_factory, tmp_path, capsys, monkeypatch):
+    """Five real runs, all seed 0 (report_fixtures.ADHOC_RUNS): rows named by lr, steps and the gradient
+    diagnostics' cadence, a verdict for the one pair that differs in sharing alone, "no paired verdict" for the
+    3-step run, and nothing cut in a 250-column terminal."""
+    from report_fixtures import adhoc_runs
+
+    root = adhoc_runs(tmp_path_factory.mktemp("adhoc"))
+    capsys.readouterr()  # what training printed, when this test trained them
+    monkeypatch.setenv("COLUMNS", "250")
+    assert main(["report", str(root), "--out", str(tmp_path / "r.html")]) == 0
+    out = capsys.readouterr().out
+    assert "…" not in out and "..." not in out
+    rows = [ln.split("  ")[0] for ln in out.splitlines() if ln.startswith(("single-", "voting-"))]
+    assert sorted(rows) == [
+        "single-shared lr=0.0001",
+        "single-shared lr=0.0003",
+        "voting-isolated every=1 steps=2",
+        "voting-isolated every=4 steps=3",
+        "voting-shared every=1 steps=2",
+    ]
+    assert "voting every=1 steps=2: isolated - shared: final" in out and "1 paired seed" in out
+    assert "voting: no paired verdict: the runs differ in more than sharing;" in out
+    assert "single: only shared runs, no other sharing mode" in out
+    (single,) = [c for c in compare_sharing(collect_map(root).train_cells) if c.workflow == "single"]
+    assert single.alone and single.modes == {}  # two lrs: no number pooled over different settings
+    long = [ln for ln in out.splitlines() if len(ln) > 120 and not ln.startswith("report: ")]
+    assert long == []

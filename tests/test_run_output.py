@@ -46,7 +46,9 @@ def test_without_a_terminal_each_step_and_each_evaluation_is_one_line(tiny_model
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == f"run directory: {run_dir}"
     protocol = r"study protocol: T=0\.7, pass@1 over 4 samples"
-    assert re.fullmatch(rf"base accuracy \(test, 2 problems; {protocol}\): \d\.\d{{3}} ± \d\.\d{{3}}", lines[1])
+    assert re.fullmatch(
+        rf"base accuracy \(test, 2 problems; {protocol}\): \d\.\d{{3}} ± \d\.\d{{3}} \(± 1 SE\)", lines[1]
+    )
     steps = [line for line in lines if line.startswith("step ")]
     assert len(steps) == 3
     for i, line in enumerate(steps, 1):
@@ -55,8 +57,10 @@ def test_without_a_terminal_each_step_and_each_evaluation_is_one_line(tiny_model
     assert [r["step"] for r in periodic] == [1, 2]
     for r in periodic:
         line = f"eval at step {r['step']} (2 problems; study protocol: T=0.7, pass@1 over 4 samples): "
-        assert f"{line}{r['pass@1']:.3f} ± {r['stderr']:.3f}" in lines
-    assert re.fullmatch(rf"final accuracy \(test, 2 problems; {protocol}\): \d\.\d{{3}} ± \d\.\d{{3}}", lines[-1])
+        assert f"{line}{r['pass@1']:.3f} ± {r['stderr']:.3f} (± 1 SE)" in lines
+    assert re.fullmatch(
+        rf"final accuracy \(test, 2 problems; {protocol}\): \d\.\d{{3}} ± \d\.\d{{3}} \(± 1 SE\)", lines[-1]
+    )
 
 
 def test_tensorboard_receives_the_base_periodic_and_final_evaluations(tiny_model_dir, tmp_path):

@@ -18,6 +18,8 @@ from pathlib import Path
 from rolecast.config.load import load_config
 from rolecast.config.schema import RunConfig
 from rolecast.config.validate import check_run_config
+from rolecast.core.errors import ConfigError
+from rolecast.core.quiet import quiet_libraries
 from rolecast.train.grpo import train as run_training
 
 __all__ = ["TrainResult", "load_config", "train"]
@@ -42,14 +44,20 @@ def train(
     resume: str | Path | None = None,
     stop_after: int | None = None,
     overwrite: bool = False,
+    verbose: bool = False,
 ) -> TrainResult:
     """Train per `config` (from `load_config`), as `rolecast train` does. `resume`: a run directory to continue
     (`config` may differ from its config.yaml only in steps, lr, eval, logging and checkpoint settings);
-    `stop_after`: end this session after that many steps, checkpointed; `overwrite`: replace a run already in
-    `config.run_dir`. Errors a user can fix are `rolecast.core.errors.UserError`s with a one-line message. A
-    `RunConfig` built in code (not by `load_config`) is checked here as `load_config` checks one."""
+    `stop_after`: end this session after that many steps (at least 1), checkpointed; `overwrite`: replace a run
+    already in `config.run_dir`; `verbose`: let transformers' loading bars and libraries' warnings through, which
+    are otherwise kept out for the call (as `rolecast train` keeps them out without --verbose; the caller's own
+    settings are restored after). Errors a user can fix are `rolecast.core.errors.UserError`s with a one-line
+    message. A `RunConfig` built in code (not by `load_config`) is checked here as `load_config` checks one."""
+    if stop_after is not None and stop_after < 1:
+        raise ConfigError(f"stop_after={stop_after}: the number of steps to run before stopping must be at least 1")
     check_run_config(config)  # a FieldError (a ConfigError) naming the field
-    summary = run_training(config, resume=resume, stop_after=stop_after, overwrite=overwrite)
+    with quiet_libraries(not verbose):
+        summary = run_training(config, resume=resume, stop_after=stop_after, overwrite=overwrite)
     return TrainResult(
         run_dir=Path(summary["run_dir"]),
         base_accuracy=summary.get("base_accuracy"),

@@ -1,4 +1,5 @@
-"""`rolecast` command line: parses the arguments, then calls one function per subcommand (commands.py)."""
+"""The `rolecast` command line. The arguments are parsed here; each subcommand's work is a function in commands.py,
+imported only once they parsed, so `rolecast --help` and a mistyped flag answer without loading torch."""
 
 from __future__ import annotations
 
@@ -10,6 +11,16 @@ from importlib.metadata import version
 
 from rolecast.core.errors import UserError
 from rolecast.policies.shipped import ARTIFACT_DIRS
+
+DESCRIPTION = """Train multi-agent LLM workflows (Voting, Eval-Opt, Orch-Workers, or a single agent) with GRPO, and
+see why training succeeds or collapses.
+
+Start here:
+  rolecast train                        train the embedded testbed model (single agent, CPU, a few minutes)
+  rolecast analyze RUN_DIR              what the run learned: accuracy curve, failure signatures, plots
+  rolecast env                          what this machine can run (GPU, vLLM, sandbox, datasets)
+
+Every command has its own --help (rolecast train --help). Guides: README.md and docs/ in the repository."""
 
 
 def _add_run_flags(p: argparse.ArgumentParser, *, training: bool = True) -> None:
@@ -29,12 +40,15 @@ def _add_run_flags(p: argparse.ArgumentParser, *, training: bool = True) -> None
     p.add_argument("--model", help="'testbed', 'testbed-large', a local model directory, or a hub id")
     if training:
         p.add_argument("--trainable", help="lora | full")
+    p.add_argument(
+        "--backend", help="rollout backend: hf (default) | vllm (a CUDA GPU and the vllm extra; docs/gpu.md)"
+    )
     p.add_argument("--seed", type=int, help="sampling seed" if not training else None)
     p.add_argument(
         "--threads",
         type=int,
-        help="torch CPU threads (the embedded recipe: 1, which keeps its pace when other processes hold the "
-        "cores; docs/benchmarks.md)",
+        help="torch CPU threads, at least 1 (the embedded recipe: 1, which keeps its pace when other processes "
+        "hold the cores; docs/benchmarks.md)",
     )
     if training:
         p.add_argument("--run-dir", dest="run_dir", help="where to write the run (default runs/<task>-<workflow>-...)")
@@ -50,16 +64,20 @@ def _add_run_flags(p: argparse.ArgumentParser, *, training: bool = True) -> None
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rolecast", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="rolecast", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     # the installed package's version (rolecast.__version__ is the same; the package root is the API, not imported here)
     parser.add_argument("--version", action="version", version=f"rolecast {version('rolecast')}")
-    parser.add_argument("-v", "--verbose", action="store_true")
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="also show libraries' loading bars, info messages and warnings"
+    )
     parser.add_argument(
         "--debug",
         action="store_true",
         help="show the full traceback of expected errors (bad config, data, missing package)",
     )
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(title="commands", dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("train", help="train a workflow with GRPO")
     _add_run_flags(p)
@@ -79,16 +97,18 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         dest="stop_after",
         metavar="N",
-        help="stop after N steps of this session (checkpointed; continue with --resume)",
+        help="stop after N >= 1 steps of this session (checkpointed; continue with --resume)",
     )
     p.set_defaults(command="train")
 
     p = sub.add_parser("eval", help="evaluate a workflow with the base model or a run's checkpoints")
     _add_run_flags(p, training=False)
     p.add_argument("--checkpoint", metavar="RUN_DIR", help="evaluate this run's latest checkpoint (or --every N)")
-    p.add_argument("--every", type=int, default=0, help="with --checkpoint: every Nth checkpoint step")
-    p.add_argument("--n", type=int, default=None, help="samples per problem (pass@k for k <= n)")
-    p.add_argument("--size", type=int, default=None, help="number of eval problems")
+    p.add_argument(
+        "--every", type=int, default=None, metavar="N", help="with --checkpoint: each checkpoint at a multiple of N"
+    )
+    p.add_argument("--n", type=int, default=None, help="samples per problem, at least 1 (pass@k for k <= n)")
+    p.add_argument("--size", type=int, default=None, help="number of eval problems, at least 1")
     p.add_argument("--out", help="eval.jsonl to append to (default: the run dir or runs/eval.jsonl)")
     p.set_defaults(command="eval")
 
@@ -100,6 +120,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--step", type=int, default=None, help="the checkpoint step (default: the latest intact one)")
     p.add_argument("--out", required=True, metavar="DIR", help="directory to write (new or empty)")
     p.add_argument("--overwrite", action="store_true", help="replace what --out already holds")
+    p.add_argument(
+        "--base-model",
+        dest="base_model",
+        metavar="NAME_OR_PATH",
+        help="the base model to record in each adapter's config (default: the run's model.path as its config "
+        "names it: a hub id, a path, or 'testbed')",
+    )
     p.set_defaults(command="export")
 
     p = sub.add_parser("analyze", help="accuracy curve, failure signatures, warnings and plots of a run directory")
@@ -139,6 +166,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("runs_dir", metavar="RUNS_DIR", help="a sweep's out directory, a directory of runs, or one run")
     p.add_argument("--out", help="HTML file to write (default RUNS_DIR/report.html)")
     p.set_defaults(command="report")
+
+    p = sub.add_parser("config", help="print the resolved, validated run config without running anything")
+    p.add_argument("action", choices=["show"], help="show: the config as a run's config.yaml would hold it")
+    _add_run_flags(p)
+    p.set_defaults(command="config")
+
+    p = sub.add_parser(
+        "env", help="what this machine gives rolecast: versions, GPUs, vLLM, the sandbox, datasets, threads"
+    )
+    p.set_defaults(command="env")
 
     p = sub.add_parser("testbed", help="build or inspect the embedded testbed model")
     p.add_argument(

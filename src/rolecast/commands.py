@@ -8,17 +8,19 @@ import contextlib
 import os
 import shlex
 import sys
-import warnings
 from pathlib import Path
 from typing import Any
 
-import transformers
 from rich.console import Console
 
 from rolecast import testbed
 from rolecast.config.load import load_config, parse_override
+from rolecast.config.schema import dump_config
 from rolecast.core.errors import ConfigError
-from rolecast.core.rundir import CONFIG
+from rolecast.core.quiet import quiet_libraries
+from rolecast.core.rundir import CONFIG, EVAL, RunPaths, read_jsonl
+from rolecast.core.writable import check_writable_dir
+from rolecast.envinfo import collect_env, format_env
 from rolecast.evaluate_cli import evaluate_steps
 from rolecast.export import export_run
 from rolecast.policies.shapes import init_random_model
@@ -41,6 +43,7 @@ FLAG_FIELDS = {
     "seed": "seed",
     "run_dir": "run_dir",
     "trainable": "model.trainable",
+    "backend": "rollout.backend",
     "threads": "threads",
 }
 
@@ -61,21 +64,33 @@ def _overrides(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, str]
     return out, origins
 
 
+def _at_least(value: int | None, minimum: int, flag: str, what: str) -> None:
+    """A count flag below its minimum is refused in one line (0 used to be taken silently, and meant something
+    else: `--size 0` evaluated the whole default set)."""
+    if value is not None and value < minimum:
+        raise ConfigError(f"{flag} {value}: {what} must be at least {minimum}")
+
+
+def _quiet(args: argparse.Namespace) -> contextlib.AbstractContextManager[None]:
+    """Libraries' loading bars and warnings kept out of the output, unless --verbose or --debug asks for them."""
+    return quiet_libraries(not (args.verbose or args.debug))
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     config = args.config
     if args.resume and args.overwrite:
         raise ConfigError("--resume continues a run and --overwrite replaces one: pass only one of them")
+    _at_least(args.stop_after, 1, "--stop-after", "the number of steps to run before stopping")
     if args.resume and not config:
         # the run's own config plus the overrides; train() refuses changes to fields that define the run
         config = str(Path(args.resume) / CONFIG)
         if not Path(config).is_file():
             raise ConfigError(f"cannot resume {args.resume}: no {config}, so it is not a rolecast run directory")
     cfg = load_config(config, *_overrides(args))
-    _quiet_libraries(args)
     # Ctrl-C finishes the step in progress and checkpoints it; not under torchrun, whose processes must stop together
     stop = StopRequest() if int(os.environ.get("WORLD_SIZE", "1")) == 1 else None
     try:
-        with stop.installed() if stop is not None else contextlib.nullcontext():
+        with _quiet(args), stop.installed() if stop is not None else contextlib.nullcontext():
             summary = train(cfg, resume=args.resume, stop_after=args.stop_after, overwrite=args.overwrite, stop=stop)
     except TrainingInterrupted as e:
         print(f"rolecast: {e.message(_resume_command(e.run_dir))}", file=sys.stderr)
@@ -88,12 +103,22 @@ def cmd_train(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    if "base_accuracy" in summary and "final_accuracy" in summary:
+    if "final_accuracy" in summary:
+        # a resumed session made no base evaluation: the run's own, from its eval.jsonl
+        base = summary.get("base_accuracy", _base_accuracy(Path(summary["run_dir"])))
+        start = f"base {base:.3f} -> " if base is not None else "no base evaluation (eval.at_start off) -> "
         print(
-            f"accuracy: base {summary['base_accuracy']:.3f} -> final {summary['final_accuracy']:.3f} "
+            f"accuracy: {start}final {summary['final_accuracy']:.3f} "
             f"({summary['eval_protocol']}; run dir: {summary['run_dir']})"
         )
     return 0
+
+
+def _base_accuracy(run_dir: Path) -> float | None:
+    """The pass@1 of the run's base evaluation (step 0, tag base) in its eval.jsonl, or None."""
+    rows = read_jsonl(run_dir / EVAL) if (run_dir / EVAL).is_file() else []
+    base = [r for r in rows if r.get("tag") == "base"]
+    return float(base[-1]["pass@1"]) if base else None
 
 
 def _resume_command(run_dir: str | Path) -> str:
@@ -102,31 +127,42 @@ def _resume_command(run_dir: str | Path) -> str:
     return f"{shlex.quote(prog)} train --resume {shlex.quote(str(run_dir))}"
 
 
-def _quiet_libraries(args: argparse.Namespace) -> None:
-    """Keep third-party loading bars (transformers' "Loading weights") and library deprecation warnings out of
-    the output, unless --verbose or --debug asks for everything."""
-    if args.verbose or args.debug:
-        return
-    for category in (DeprecationWarning, PendingDeprecationWarning, FutureWarning):
-        warnings.filterwarnings("ignore", category=category)
-    transformers.utils.logging.disable_progress_bar()
-    transformers.utils.logging.set_verbosity_error()
-
-
 def cmd_eval(args: argparse.Namespace) -> int:
     config = args.config
+    if args.every is not None and not args.checkpoint:
+        raise ConfigError(f"--every {args.every} picks checkpoints of a run: give the run with --checkpoint RUN_DIR")
+    _at_least(args.every, 1, "--every", "the checkpoint step interval")
+    _at_least(args.size, 1, "--size", "the number of eval problems")
+    _at_least(args.n, 1, "--n", "the number of samples per problem")
     if args.checkpoint and not config:  # the run's own workflow, routing and policies, so its weights fit
         config = str(Path(args.checkpoint) / CONFIG)
         if not Path(config).is_file():
             raise ConfigError(f"--checkpoint {args.checkpoint}: no {config}, so it is not a rolecast run directory")
     cfg = load_config(config, *_overrides(args))
-    _quiet_libraries(args)
-    evaluate_steps(cfg, checkpoint=args.checkpoint, every=args.every, n_samples=args.n, size=args.size, out=args.out)
+    with _quiet(args):
+        evaluate_steps(
+            cfg, checkpoint=args.checkpoint, every=args.every or 0, n_samples=args.n, size=args.size, out=args.out
+        )
+    return 0
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    """`rolecast config show`: the recipe with the flags and --set applied, validated as `train` validates it, printed
+    as the run's config.yaml would hold it. Nothing is loaded or written."""
+    print(dump_config(load_config(args.config, *_overrides(args))), end="")
+    return 0
+
+
+def cmd_env(args: argparse.Namespace) -> int:
+    print(format_env(collect_env()))
     return 0
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    result = export_run(args.run_dir, args.out, step=args.step, overwrite=args.overwrite)
+    with _quiet(args):
+        result = export_run(
+            args.run_dir, args.out, step=args.step, overwrite=args.overwrite, base_model=args.base_model
+        )
     for p in result.policies:
         kind = "PEFT LoRA adapter" if p.kind == "peft_lora_adapter" else "Hugging Face model"
         print(f"{p.policy_id}: {kind} in {p.path} (roles: {', '.join(p.roles)})")
@@ -165,6 +201,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     if not Path(args.run_dir).is_dir():
         print(f"rolecast: analyze: {args.run_dir} is not a directory", file=sys.stderr)
         return 2
+    check_writable_dir(RunPaths(Path(args.run_dir)).analysis, f"analyze {args.run_dir}")  # where it writes
     summary = analyze(args.run_dir, plots=not args.no_plots)
     print(format_summary(summary))
     return 0
@@ -174,6 +211,13 @@ def cmd_report(args: argparse.Namespace) -> int:
     if not Path(args.runs_dir).is_dir():
         print(f"rolecast: report: {args.runs_dir} is not a directory", file=sys.stderr)
         return 2
+    if args.out:
+        out = Path(args.out)
+        if out.is_dir():
+            raise ConfigError(f"--out {out} is a directory; give the HTML file to write (e.g. {out / 'report.html'})")
+        check_writable_dir(out.parent, f"--out {out}")
+    else:
+        check_writable_dir(args.runs_dir, f"report {args.runs_dir}")  # the default: RUNS_DIR/report.html
     _print_report(args.runs_dir, args.out)
     return 0
 

@@ -11,21 +11,31 @@ from collections.abc import Callable
 from pathlib import Path
 
 from rolecast.config import RunConfig
+from rolecast.core.errors import CheckpointError, RunDirError
 from rolecast.core.rundir import EVAL
+from rolecast.core.writable import check_writable_dir
 from rolecast.evaluation import EvalResult, append_eval_row, eval_key, eval_plan
 from rolecast.runtime import build_runtime
 from rolecast.train.checkpoint import list_checkpoints, load_checkpoint, restore_policies
 
 
 def _targets(checkpoint: str | None, every: int) -> list[tuple[int, Path | None]]:
-    """(step, run directory) of each checkpoint to evaluate; [(0, None)] for the base model."""
+    """(step, run directory) of each checkpoint to evaluate; [(0, None)] for the base model. A CheckpointError
+    (one line) when the run has none, or none at a multiple of `every`."""
     if not checkpoint:
         return [(0, None)]
     run_dir = Path(checkpoint)
     steps = list_checkpoints(run_dir)
     if not steps:
-        raise ValueError(f"{run_dir} has no complete checkpoint under {run_dir / 'checkpoints'}")
+        raise CheckpointError(
+            f"--checkpoint {run_dir}: no complete checkpoint under {run_dir / 'checkpoints'} (the run stopped "
+            f"before writing one); to evaluate the base model, leave out --checkpoint"
+        )
     chosen = [s for s in steps if s % every == 0] if every else steps[-1:]
+    if not chosen:
+        raise CheckpointError(
+            f"--every {every}: no checkpoint of {run_dir} is at a multiple of {every} (it has {steps})"
+        )
     return [(s, run_dir) for s in chosen]
 
 
@@ -41,16 +51,21 @@ def evaluate_steps(
 ) -> list[EvalResult]:
     """Evaluate the base model (no `checkpoint`) or the checkpoints of the run directory `checkpoint`, append a
     row per step to `out` (default: the run's eval.jsonl, or runs/eval.jsonl) and return the results."""
+    # what can be wrong with the arguments is found before the model loads
+    targets = _targets(checkpoint, every)
+    run_dir = Path(checkpoint) if checkpoint else None
+    out_path = Path(out) if out else (run_dir or Path("runs")) / EVAL
+    what = f"--out {out_path}" if out else str(out_path)
+    if out_path.is_dir():
+        raise RunDirError(f"{what} is a directory; give the file to append the rows to (e.g. {out_path / EVAL})")
+    check_writable_dir(out_path.parent, what)
     rt = build_runtime(cfg, data_splits=[cfg.task.eval_split])
     problems = list(rt.task.problems(cfg.task.eval_split))[: size or cfg.eval.size]
     if not problems:
         raise ValueError(f"task {cfg.task.name!r} has no problems in split {cfg.task.eval_split!r}")
-    targets = _targets(checkpoint, every)
-    run_dir = Path(checkpoint) if checkpoint else None
-    out_path = Path(out) if out else (run_dir or Path("runs")) / EVAL
     out_path.parent.mkdir(parents=True, exist_ok=True)
     ks = eval_plan(cfg, 0, n_samples).ks
-    echo(f"{'step':>6} {'pass@1':>8} {'stderr':>7} " + " ".join(f"pass@{k:<3}" for k in ks if k > 1))
+    echo(f"{'step':>6} {'pass@1':>8} {'± 1 SE':>7} " + " ".join(f"pass@{k:<3}" for k in ks if k > 1))
     results = []
     for step, src in targets:
         if src is not None:

@@ -10,6 +10,12 @@
 
 The weights come from the run's checkpoint (`train/checkpoint.py`: the latest intact one, or `--step`), restored
 into the policies the run's own config builds, then written with PEFT's / transformers' `save_pretrained`.
+
+Portable: an adapter's `base_model_name_or_path` (what `AutoPeftModelForCausalLM` loads) is the base as the run's
+config names it, never this machine's resolved path: a hub id stays the hub id, a local directory stays the path
+the config gave, and the embedded testbed is its shipped name (`testbed`, whose directory
+`rolecast.policies.models.resolve_model_path("testbed")` gives). `--base-model` records another name or path (the
+hub id you will publish against, or where the base will live).
 """
 
 from __future__ import annotations
@@ -26,8 +32,10 @@ from rolecast.config.load import load_config
 from rolecast.config.schema import RunConfig
 from rolecast.core.errors import ConfigError
 from rolecast.core.rundir import CONFIG
-from rolecast.policies.models import PolicySet, load_tokenizer, resolve_model_path
+from rolecast.core.writable import check_writable_dir
+from rolecast.policies.models import PolicySet, load_tokenizer
 from rolecast.policies.router import build_routing
+from rolecast.policies.shipped import MODEL_NAMES
 from rolecast.train.checkpoint import load_checkpoint, restore_policies
 from rolecast.workflows import get_workflow
 
@@ -44,7 +52,9 @@ class ExportedPolicy:
 class ExportResult:
     out: Path
     step: int
-    base_model: str  # what an adapter applies to: the resolved base path or hub id
+    base_model: (
+        str  # what an adapter applies to, as recorded in its adapter_config.json: a hub id, a path, a shipped name
+    )
     policies: list[ExportedPolicy] = field(default_factory=list)
 
 
@@ -61,9 +71,16 @@ def roles_by_policy(cfg: RunConfig) -> dict[str, list[str]]:
     return played
 
 
-def export_run(run_dir: str | Path, out: str | Path, step: int | None = None, overwrite: bool = False) -> ExportResult:
+def export_run(
+    run_dir: str | Path,
+    out: str | Path,
+    step: int | None = None,
+    overwrite: bool = False,
+    base_model: str | None = None,
+) -> ExportResult:
     """Write every policy of the run in `run_dir` (its checkpoint `step`, default the latest intact one) under
-    `out`. `out` must not hold anything unless `overwrite`. Errors a user can fix are `UserError`s."""
+    `out`. `out` must not hold anything unless `overwrite`. `base_model`: the base to record in each adapter's
+    config (default: the run's `model.path` as its config wrote it). Errors a user can fix are `UserError`s."""
     run_dir, out = Path(run_dir), Path(out)
     config_path = run_dir / CONFIG
     if not config_path.is_file():
@@ -71,6 +88,7 @@ def export_run(run_dir: str | Path, out: str | Path, step: int | None = None, ov
     occupied = (out.is_dir() and any(out.iterdir())) or (out.exists() and not out.is_dir())
     if occupied and not overwrite:
         raise ConfigError(f"--out {out} already holds files; choose an empty or new directory (or --overwrite)")
+    check_writable_dir(out.parent, f"--out {out}")  # before the weights load, not a traceback after
     cfg = load_config(config_path)
     step, state = load_checkpoint(run_dir, step)  # CheckpointError (one line) when there is none / it is damaged
     played = roles_by_policy(cfg)
@@ -92,7 +110,7 @@ def export_run(run_dir: str | Path, out: str | Path, step: int | None = None, ov
     )
     restore_policies(state, policies)
     tokenizer = load_tokenizer(cfg.model.path)
-    base = resolve_model_path(cfg.model.path)
+    base = base_model or cfg.model.path
 
     tmp = out.with_name(f"{out.name}.tmp-export")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -100,8 +118,11 @@ def export_run(run_dir: str | Path, out: str | Path, step: int | None = None, ov
     exported = []
     for pid in policy_ids:
         if cfg.model.trainable == "lora":
-            # PEFT writes an adapter other than "default" into <dir>/<adapter name>/
-            policies.models[pid].save_pretrained(str(tmp), selected_adapters=[pid])
+            # the base as the config names it, not the path it resolved to here (PEFT would record that)
+            policies.models[pid].peft_config[pid].base_model_name_or_path = base
+            # PEFT writes an adapter other than "default" into <dir>/<adapter name>/. The vocabulary is never
+            # resized, so no embedding layer is saved; PEFT's "auto" would look the base up on the hub to find out
+            policies.models[pid].save_pretrained(str(tmp), selected_adapters=[pid], save_embedding_layers=False)
             kind = "peft_lora_adapter"
         else:
             policies.models[pid].save_pretrained(str(tmp / pid))
@@ -139,19 +160,27 @@ def _readme(result: ExportResult, run_dir: Path, cfg: RunConfig) -> str:
     )
     first = result.policies[0].policy_id
     if cfg.model.trainable == "lora":
-        how = f"""Each directory is a PEFT LoRA adapter on the base model `{result.base_model}`, with the tokenizer beside it:
+        shipped = result.base_model in MODEL_NAMES  # the embedded testbed: its directory comes from rolecast
+        where = (
+            f'from rolecast.policies.models import resolve_model_path\n\nbase_dir = resolve_model_path("{result.base_model}")'
+            if shipped
+            else f'base_dir = "{result.base_model}"'
+        )
+        how = f"""Each directory is a PEFT LoRA adapter on the base model `{result.base_model}`{" (rolecast's embedded testbed model)" if shipped else ""}, with the tokenizer beside it:
 
 ```python
 from peft import PeftModel
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-base = AutoModelForCausalLM.from_pretrained("{result.base_model}")
+{where}
+base = AutoModelForCausalLM.from_pretrained(base_dir)
 model = PeftModel.from_pretrained(base, "{first}")  # this directory's {first}/
 tokenizer = AutoTokenizer.from_pretrained("{first}")
 ```
 
-For vLLM (not exercised by rolecast's tests): `LLM(model="{result.base_model}", enable_lora=True)` and a
-`LoRARequest("{first}", 1, "{first}")` per request."""
+Each adapter's `adapter_config.json` records the base as `{result.base_model}` (`rolecast export --base-model`
+records another name or path). For vLLM (not exercised by rolecast's tests): `LLM(model=base_dir, enable_lora=True)`
+and a `LoRARequest("{first}", 1, "{first}")` per request."""
     else:
         how = f"""Each directory is a full Hugging Face model (every weight trained), with its tokenizer:
 

@@ -9,16 +9,27 @@ verifier. Attribution modes then set `turn.reward`:
   existed, a synthesizer's final answer); turns without one (e.g. the orchestrator) get the team reward;
 - ``package.module:function`` or ``path/to/file.py:function``: your own, called as ``fn(episode)`` after claims
   are scored (`resolve_attribution` finds it; config validation calls it, so a typo fails before a model loads).
+
+One episode's content never ends a run (docs/sandbox.md, "Grader errors"): an unexpected exception while scoring
+one text scores that text 0 with reason ``grader_error``; the episode's metadata keeps the exception
+(``grader_error``), it is logged once per episode, and the step's metrics count such episodes
+(``rollout/grader_errors``). But when the same exception type fails more than half of a batch's texts (and at least
+two), the grader is broken, not the completions: :class:`GraderBug` stops the run.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
+from collections import Counter
 from collections.abc import Callable, Sequence
 
 from rolecast.core.episode import AnswerClaim, Episode, PickClaim, VerdictClaim
 from rolecast.core.registry import Registry, is_reference, load_callable
+from rolecast.rewards.score import GRADER_ERROR, GraderFault, Score, grader_error
 from rolecast.tasks.base import Problem, Task
+
+log = logging.getLogger(__name__)
 
 AttributionFn = Callable[[Episode], None]
 ATTRIBUTIONS: Registry[AttributionFn] = Registry("reward attribution")
@@ -33,18 +44,10 @@ def score_episodes(episodes: Sequence[Episode], problems: dict[str, Problem], ta
         keys.setdefault((pid, text), len(keys))
 
     for ep in episodes:
-        need(ep.problem_id, ep.final_text)
-        for t in ep.turns:
-            c = t.claim
-            if isinstance(c, AnswerClaim):
-                need(ep.problem_id, c.text)
-            elif isinstance(c, VerdictClaim):
-                need(ep.problem_id, c.reviewed)
-            elif isinstance(c, PickClaim):
-                for cand in c.candidates:
-                    need(ep.problem_id, cand)
+        for text in _scored_texts(ep):
+            need(ep.problem_id, text)
     order = sorted(keys, key=keys.__getitem__)
-    scores = task.score_many([problems[pid] for pid, _ in order], [text for _, text in order])
+    scores = score_batch(task, [problems[pid] for pid, _ in order], [text for _, text in order])
     result = dict(zip(order, scores, strict=True))
 
     def correct(pid: str, text: str | None) -> bool:
@@ -55,6 +58,8 @@ def score_episodes(episodes: Sequence[Episode], problems: dict[str, Problem], ta
         ep.reward, ep.final_answer = final.reward, final.answer
         if final.reason:
             ep.metadata["score_reason"] = final.reason
+        faults = [result[(ep.problem_id, text)].fault for text in _scored_texts(ep)]
+        _note_faults(ep, [f for f in faults if f is not None])
         for t in ep.turns:
             c = t.claim
             if isinstance(c, AnswerClaim):
@@ -67,6 +72,65 @@ def score_episodes(episodes: Sequence[Episode], problems: dict[str, Problem], ta
                 flags = [correct(ep.problem_id, cand) for cand in c.candidates]
                 c.candidates_correct = flags
                 c.correct = flags[c.picked] if any(flags) else None
+
+
+class GraderBug(RuntimeError):
+    """Most of a batch failed to score with the same exception: a bug of the grader, not the completions' doing."""
+
+
+def score_batch(task: Task, problems: Sequence[Problem], texts: Sequence[str | None]) -> list[Score]:
+    """The task's scores of `texts`, one text's failure contained (see the module docstring). Should `score_many`
+    itself raise, each text is scored on its own. Raises GraderBug when one exception type failed more than half
+    of the texts, and at least two."""
+    try:
+        scores = list(task.score_many(problems, texts))
+    except Exception as e:  # noqa: BLE001 - the belt: find out text by text who fails
+        log.warning("%s: score_many raised %s; scoring the batch one text at a time", task.name, GraderFault.of(e))
+        scores = [_score_one(task, p, t) for p, t in zip(problems, texts, strict=True)]
+    faults = [s.fault for s in scores if s.fault is not None]
+    if faults:
+        kind, n = Counter(f.exception for f in faults).most_common(1)[0]
+        if n >= 2 and 2 * n > len(scores):
+            first = next(f for f in faults if f.exception == kind)
+            raise GraderBug(
+                f"{task.name}: scoring raised {kind} on {n} of {len(scores)} texts, a bug of the grader rather than "
+                f"the completions; the first: {first}"
+            )
+    return scores
+
+
+def _score_one(task: Task, problem: Problem, text: str | None) -> Score:
+    try:
+        return task.score(problem, text)
+    except Exception as e:  # noqa: BLE001 - the belt
+        return grader_error(e)
+
+
+def _scored_texts(ep: Episode) -> list[str | None]:
+    """Every text of `ep` that is scored, in order: its final text, then its claims' (an answer; the answer a verdict
+    reviewed; a pick's candidates)."""
+    texts: list[str | None] = [ep.final_text]
+    for t in ep.turns:
+        c = t.claim
+        if isinstance(c, AnswerClaim):
+            texts.append(c.text)
+        elif isinstance(c, VerdictClaim):
+            texts.append(c.reviewed)
+        elif isinstance(c, PickClaim):
+            texts.extend(c.candidates)
+    return texts
+
+
+def _note_faults(ep: Episode, faults: list[GraderFault]) -> None:
+    """Record an episode's grader errors in its metadata (what the step's metrics count) and log them once."""
+    if not faults:
+        return
+    distinct = list(dict.fromkeys(str(f) for f in faults))
+    ep.metadata[GRADER_ERROR] = distinct
+    log.error(
+        "%s scoring problem %s, sample %d (%d of its texts scored 0): %s",
+        GRADER_ERROR, ep.problem_id, ep.sample, len(faults), "; ".join(distinct),
+    )  # fmt: skip
 
 
 @register_attribution("team")

@@ -7,6 +7,7 @@ field; did you mean train.lr?".
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,8 @@ from rolecast.config.validate import check_run_config
 from rolecast.core.errors import ConfigError, FieldError
 
 __all__ = ["load_config", "parse_override", "validate_config"]
+
+log = logging.getLogger(__name__)
 
 
 def parse_override(item: str) -> tuple[str, Any]:
@@ -63,10 +66,37 @@ def load_config(
         raise ConfigError(f"config file {source} does not exist")
     data = yaml_mapping(source.read_text(), source)
     labels: dict[str, str] = {}
+    _task_options_follow_the_task(data, overrides or {}, (origins or {}).get("task.name"), source)
     for key, value in (overrides or {}).items():
         labels[key] = (origins or {}).get(key) or f"override {key}={value!r}"
         _set_path(data, key, value, labels[key])
     return validate_config(data, source, labels, environment=environment)
+
+
+def _task_options_follow_the_task(
+    data: dict[str, Any], overrides: dict[str, Any], origin: str | None, source: Path
+) -> None:
+    """An override that changes the task (`--task gsm8k` on a recipe written for dapo_math) drops the file's
+    `task.options`: they were written for the file's task (its data files, grader, split), and kept they fail on
+    the new one ("unexpected keyword argument 'instruction'") or change it unasked. Options for the new task are
+    set with `--set task.options.NAME=VALUE`, which applies after. Said in one line (logged as a warning)."""
+    task = data.get("task")
+    if "task.name" not in overrides or not isinstance(task, dict) or not task.get("options"):
+        return
+    old, new = task.get("name", RunConfig.model_fields["task"].default.name), overrides["task.name"]
+    if new == old:
+        return
+    dropped = ", ".join(f"{k}={v!r}" for k, v in task["options"].items())
+    task["options"] = {}
+    log.warning(
+        "%s: task.options of %s were for task %s and are not carried over (%s); set options for %s with "
+        "--set task.options.NAME=VALUE",
+        origin or f"task.name={new!r}",
+        source,
+        old,
+        dropped,
+        new,
+    )
 
 
 def validate_config(

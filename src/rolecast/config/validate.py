@@ -40,7 +40,7 @@ from rolecast.diagnostics.precursors import (
 from rolecast.diagnostics.warnings import GRADIENT_SIGNALS, SIGNALS
 from rolecast.objectives.advantages import ADVANTAGES, SINGLETON_REWARD_ESTIMATORS
 from rolecast.objectives.losses import AGGREGATIONS
-from rolecast.policies.models import PACKAGED_MODELS, offline_hub_problem
+from rolecast.policies.models import PACKAGED_MODELS, model_dir_problem, offline_hub_problem
 from rolecast.policies.router import routing_for
 from rolecast.policies.shipped import MODEL_NAMES
 from rolecast.prompts import PromptBook
@@ -63,6 +63,7 @@ def check_run_config(cfg: RunConfig, *, environment: bool = True) -> None:
 def check_definition(cfg: RunConfig) -> None:
     """What the config names, checked the same on any machine: `FieldError` (or `PromptFileError` /
     `WorkflowError` naming the file at fault) for the first problem."""
+    _check_threads(cfg)
     _check_sampling(cfg)
     spec = _check_workflow(cfg)
     task = _check_task(cfg)
@@ -73,6 +74,21 @@ def check_definition(cfg: RunConfig) -> None:
     _check_interventions(cfg.interventions, spec.roles)
     _check_precursors(cfg)
     _check_rollback(cfg)
+    _check_backend(cfg)
+
+
+def _check_backend(cfg: RunConfig) -> None:
+    """What the vLLM backend cannot do, said at config load rather than once the model has loaded."""
+    if cfg.rollout.backend != "vllm":
+        return
+    if cfg.model.trainable != "lora":
+        raise FieldError(
+            "rollout.backend",
+            "vllm serves LoRA policies (model.trainable: lora); full fine-tuning would need the trainer's weights "
+            "pushed into the engine, which is not implemented: use rollout.backend: hf",
+        )
+    if cfg.rollout.seed_per_prompt:
+        raise FieldError("rollout.seed_per_prompt", "an hf-backend option; vLLM seeds every request itself")
 
 
 def check_environment(cfg: RunConfig) -> None:
@@ -84,6 +100,13 @@ def check_environment(cfg: RunConfig) -> None:
 
 # ---------------------------------------------------------------------------------------------------------
 # The definition
+
+
+def _check_threads(cfg: RunConfig) -> None:
+    """A thread count is a positive number; 0 used to be accepted and recorded, and torch ran on its default."""
+    for field, value in (("threads", cfg.threads), ("rollout.decode_threads", cfg.rollout.decode_threads)):
+        if isinstance(value, int) and value < 1:
+            raise FieldError(field, f"must be at least 1 (got {value}); leave it out for torch's default")
 
 
 def _check_sampling(cfg: RunConfig) -> None:
@@ -277,6 +300,9 @@ def check_model_path(path: str) -> None:
         raise FieldError(
             "model.path", f"{path!r} does not exist (a local path), and it is not a hub id of the form 'org/name'"
         )
+    problem = model_dir_problem(path)  # a local directory that is empty or lacks a part
+    if problem:
+        raise FieldError("model.path", problem)
     if not looks_local and not Path(path).exists():
         problem = offline_hub_problem(path)
         if problem:

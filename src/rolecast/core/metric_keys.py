@@ -123,6 +123,12 @@ def rollout_key(stat: str) -> str:
     return f"{ROLLOUT}/{stat}"
 
 
+def grader_errors_key() -> str:
+    """rollout/grader_errors: the step's episodes with a text scored 0 because scoring it raised (reason
+    "grader_error", rolecast.scoring)."""
+    return rollout_key("grader_errors")
+
+
 def warn_key(signal: str) -> str:
     """warn/<signal>: 1.0 at a step where the early-warning signal fired."""
     return f"{WARN}/{signal}"

@@ -55,6 +55,34 @@ def resolve_model_path(path: str) -> str:
     return path
 
 
+# What a Hugging Face model directory holds (as `save_pretrained` writes it), by the files that show each part.
+CONFIG_PART, WEIGHTS_PART, TOKENIZER_PART = "config.json", "weights", "tokenizer"
+MODEL_DIR_PARTS = {
+    CONFIG_PART: ("config.json",),
+    WEIGHTS_PART: ("*.safetensors", "*.bin", "*.safetensors.index.json"),
+    TOKENIZER_PART: ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json"),
+}
+MODEL_DIR_HOLDS = (
+    "a model directory holds config.json, the weights (model.safetensors, or shards with their index) and the "
+    "tokenizer (tokenizer.json or tokenizer_config.json), as save_pretrained writes them"
+)
+
+
+def model_dir_problem(path: str | Path, parts: tuple[str, ...] = tuple(MODEL_DIR_PARTS)) -> str | None:
+    """Why the local directory `path` is not a model directory (one that holds `parts`), in one line, or None (it
+    is one, or it is not a directory). Checked before transformers tries it, whose own message for an empty
+    directory is about sentencepiece and tiktoken."""
+    directory = Path(path).expanduser()
+    if not directory.is_dir():
+        return None
+    if not any(directory.iterdir()):
+        return f"{str(path)!r} is an empty directory; {MODEL_DIR_HOLDS}"
+    missing = [part for part in parts if not any(any(directory.glob(p)) for p in MODEL_DIR_PARTS[part])]
+    if missing:
+        return f"{str(path)!r} is not a model directory: it has no {' and no '.join(missing)}; {MODEL_DIR_HOLDS}"
+    return None
+
+
 def _from_pretrained_args(path: str) -> tuple[str, dict]:
     """A .gguf file loads through transformers' GGUF reader (dequantised to the requested dtype)."""
     if path.endswith(".gguf"):
@@ -64,6 +92,9 @@ def _from_pretrained_args(path: str) -> tuple[str, dict]:
 
 def load_tokenizer(path: str):
     path = resolve_model_path(path)
+    problem = model_dir_problem(path, (TOKENIZER_PART,))
+    if problem:
+        raise ModelNotFoundError(problem)
     _fail_fast_if_hub_unreachable(path)
     where, extra = _from_pretrained_args(path)
     try:
@@ -81,6 +112,9 @@ def load_model(path: str, dtype: str | torch.dtype = "float32", device: str | to
     device = device if isinstance(device, torch.device) else resolve_device(device)
     torch_dtype = dtype if isinstance(dtype, torch.dtype) else resolve_dtype(dtype, device)
     path = resolve_model_path(path)
+    problem = model_dir_problem(path, (CONFIG_PART, WEIGHTS_PART))
+    if problem:
+        raise ModelNotFoundError(problem)
     _fail_fast_if_hub_unreachable(path)
     where, extra = _from_pretrained_args(path)
     try:

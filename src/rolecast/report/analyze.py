@@ -22,11 +22,21 @@ from rolecast.core.metric_keys import (
 )
 from rolecast.core.rundir import ANALYSIS, EVAL, METRICS, SUMMARY, write_atomic
 from rolecast.core.text import last_boxed
-from rolecast.diagnostics.curves import CurveSummary, eval_points, summarize_curve, training_points
+from rolecast.diagnostics.curves import Z_95, CurvePoint, CurveSummary, eval_points, summarize_curve, training_points
 from rolecast.diagnostics.signatures import AnswerExtractor
 from rolecast.diagnostics.warnings import Alert, EarlyWarning, WarningConfig
 from rolecast.plan.registration import read_registration
-from rolecast.report.plots import plot_accuracy, plot_panels
+from rolecast.report import style
+from rolecast.report.plots import (
+    AccuracyPanel,
+    Drawn,
+    Panel,
+    draw_run,
+    gradient_panels,
+    lr_panel,
+    step_range,
+    update_panels,
+)
 from rolecast.report.runfiles import RunFiles, read_run, sweep_base_rows
 from rolecast.tasks import make_task
 
@@ -213,7 +223,8 @@ def analyze(run_dir: str | Path, *, plots: bool = True, cfg: WarningConfig | Non
     if plots and (points or train_pts or run.metrics):
         try:
             events = [(g["first_step"], f"{g['name']} [{g['subject']}]") for g in groups]
-            plot_files = _draw(run, out_dir, curve or train_curve, points, train_pts, config, events)
+            figures = run_figures(run, curve or train_curve, points, train_pts, events)
+            plot_files = _draw(run, out_dir, figures, notes)
         except ImportError as e:
             notes.append(f"plots skipped: {e}")
 
@@ -236,6 +247,7 @@ def analyze(run_dir: str | Path, *, plots: bool = True, cfg: WarningConfig | Non
         "warnings": [g for g in groups if g["kind"] == "gradient"],
         "rollbacks": rollbacks(run.metrics),
         "gradients_measured": any(key_family(k) == GRAD for r in run.metrics for k in r),
+        "gradients_every": gradients_every(config),
         "episode_steps": run.episode_steps,
         "answer_extractor": extractor_name,
         "plots": plot_files,
@@ -248,16 +260,16 @@ def analyze(run_dir: str | Path, *, plots: bool = True, cfg: WarningConfig | Non
     return summary
 
 
-def _draw(
-    run: RunFiles,
-    out_dir: Path,
-    curve: CurveSummary | None,
-    points: list,
-    train_pts: list,
-    config: dict[str, Any],
-    events: list[tuple[int, str]],
-) -> list[str]:
-    title = " / ".join(
+def gradients_every(config: dict[str, Any]) -> int | None:
+    """diagnostics.gradients.every of the run's config (None when the config does not say)."""
+    diag = config.get("diagnostics")
+    grads = diag.get("gradients") if isinstance(diag, dict) else None
+    every = grads.get("every") if isinstance(grads, dict) else None
+    return every if isinstance(every, int) and not isinstance(every, bool) else None
+
+
+def run_title(config: dict[str, Any]) -> str:
+    return " / ".join(
         str(x)
         for x in (
             (config.get("task") or {}).get("name"),
@@ -266,42 +278,52 @@ def _draw(
         )
         if x
     )
-    files = []
+
+
+def run_figures(
+    run: RunFiles,
+    curve: CurveSummary | None,
+    points: list[CurvePoint],
+    train_pts: list[CurvePoint],
+    events: list[tuple[int, str]],
+) -> list[tuple[str, Drawn]]:
+    """(file name, drawn figure) of the run's figures: accuracy (with each policy's lr under it), per-role
+    gradients, updates; all on one step axis, so their ticks line up when read together."""
+    title = run_title(run.config or {})
+    accuracy: list[Panel] = []
     if points or train_pts:
-        z = curve.rule.get("interval_z", 1.96) if curve else 1.96
-        files.append(
-            plot_accuracy(
-                out_dir / "accuracy.png",
+        accuracy = [
+            AccuracyPanel(
                 points,
                 train_pts,
                 peak=curve.peak if curve else None,
                 cliff=curve.cliff if curve and points else None,
-                z=z,
-                title=title,
+                z=curve.rule.get("interval_z", Z_95) if curve else Z_95,
                 events=events,
-                lrs=collect_series(run.metrics, lr_series).get("lr"),
-            )
-        )
-    grads = collect_series(run.metrics, grad_role_series)
-    if grads:
-        panels = [
-            (label, grads[stat])
-            for stat, label in (
-                ("norm", "gradient norm |g_r|"),
-                ("share", "share s_r = g_r.g/|g|^2"),
-                ("alignment", "instance alignment |sum g_i|^2 / sum |g_i|^2 (1 orthogonal, N identical)"),
-            )
-            if stat in grads
+            ),
+            *lr_panel(collect_series(run.metrics, lr_series).get("lr")),
         ]
-        files.append(plot_panels(out_dir / "gradients.png", panels, title=f"per-role gradients {title}"))
-    updates = collect_series(run.metrics, update_series)
+    grads, grad_notes = gradient_panels(collect_series(run.metrics, grad_role_series))
+    updates = update_panels(collect_series(run.metrics, update_series))
+    steps = step_range(accuracy, grads, updates)
+    out = []
+    if accuracy:
+        out.append(("accuracy.png", draw_run(accuracy, title=title, steps=steps)))
+    if grads or grad_notes:
+        drawn = draw_run(grads, title=f"per-role gradients: {title}", steps=steps, note="; ".join(grad_notes))
+        out.append(("gradients.png", drawn))
     if updates:
-        panels = [
-            (label, updates[stat])
-            for stat, label in (("size", "update size |dtheta|"), ("drift", "drift |theta_t - theta_0|"))
-            if stat in updates
-        ]
-        files.append(plot_panels(out_dir / "updates.png", panels, title=f"updates per policy {title}"))
+        out.append(("updates.png", draw_run(updates, title=f"updates per policy: {title}", steps=steps)))
+    return out
+
+
+def _draw(run: RunFiles, out_dir: Path, figures: list[tuple[str, Drawn]], notes: list[str]) -> list[str]:
+    files = []
+    for name, drawn in figures:
+        if drawn.figure is None:
+            notes.append(f"{name} not drawn: " + "; ".join(drawn.notes))
+            continue
+        files.append(style.save(drawn.figure, out_dir / name))
     return [str(f.relative_to(run.run_dir)) for f in files]
 
 
@@ -315,6 +337,30 @@ def _pm(x: float, se: float, z: float) -> str:
 
 def _diff(d: dict[str, Any]) -> str:
     return f"{d['value']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]" + (" paired" if d["paired"] else "")
+
+
+def gradients_not_measured(every: int | None, last_step: int) -> str:
+    """Why a run has no per-role gradient measurements: diagnostics off, or on but the run ended before its
+    first diagnosed step (steps every, 2 * every, ...)."""
+    if every == 0:
+        return "gradient diagnostics were off, diagnostics.gradients.every 0"
+    if every is not None and last_step < every:
+        return (
+            f"gradient diagnostics were on, diagnostics.gradients.every {every}, but the run ended at step "
+            f"{last_step}, before its first diagnosed step ({every})"
+        )
+    setting = f"diagnostics.gradients.every {every}" if every is not None else "config.yaml does not say"
+    return f"metrics.jsonl holds no per-role gradient keys ({setting})"
+
+
+def _not_measured(s: dict[str, Any]) -> str:
+    why = gradients_not_measured(s.get("gradients_every"), s["status"]["last_step"])
+    return f"not measured ({why}; only grad_spike on the policies' gradient norms was checked, and it did not fire)"
+
+
+def _confidence(z: float) -> str:
+    """The two-sided confidence of a z-SE interval, as a reader names it: 1.96 -> '95%'."""
+    return f"{100 * math.erf(z / math.sqrt(2)):.0f}%"
 
 
 CLIFF_TYPE_WORDS = {
@@ -350,16 +396,18 @@ def format_summary(s: dict[str, Any]) -> str:
         lines.append("accuracy: no evaluations and no training accuracy yet")
     else:
         z = c["rule"]["interval_z"]
+        ci = f"{_confidence(z)} CI"
         lines.append(
-            f"accuracy ({c['source']}, {len(c['points'])} points; ± is the {z:.2f}-SE half-width, [] a 95% interval):"
+            f"accuracy ({c['source']}, {len(c['points'])} points; ± is a {ci}, {z:.2f} SE, and [] a 95% CI; "
+            "`rolecast train` prints ± 1 SE):"
         )
         if c["base"]:
             lines.append(
-                f"  base   step {c['base']['step']:>6}  {_pm(c['base']['value'], c['base']['se'], z)}  "
+                f"  base   step {c['base']['step']:>6}  {_pm(c['base']['value'], c['base']['se'], z)} ({ci})  "
                 f"(n={c['base']['n']})"
             )
-        lines.append(f"  peak   step {c['peak']['step']:>6}  {_pm(c['peak']['value'], c['peak']['se'], z)}")
-        lines.append(f"  final  step {c['final']['step']:>6}  {_pm(c['final']['value'], c['final']['se'], z)}")
+        lines.append(f"  peak   step {c['peak']['step']:>6}  {_pm(c['peak']['value'], c['peak']['se'], z)} ({ci})")
+        lines.append(f"  final  step {c['final']['step']:>6}  {_pm(c['final']['value'], c['final']['se'], z)} ({ci})")
         if c["gain"]:
             lines.append(f"  gain   final - base  {_diff(c['gain'])}")
         if c["peak_gain"]:
@@ -384,10 +432,7 @@ def format_summary(s: dict[str, Any]) -> str:
     for title, key in (("failure signatures", "signatures"), ("early warnings (gradient signals)", "warnings")):
         groups = s[key]
         if not groups and key == "warnings" and not s.get("gradients_measured", True):
-            lines.append(
-                f"{title}: not measured (gradient diagnostics were off, diagnostics.gradients.every 0; only "
-                "grad_spike on the policies' gradient norms was checked, and it did not fire)"
-            )
+            lines.append(f"{title}: {_not_measured(s)}")
             continue
         if not groups:
             lines.append(f"{title}: none fired")

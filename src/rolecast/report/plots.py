@@ -1,240 +1,369 @@
-"""PNG plots of a run (matplotlib, Agg, no display): accuracy with peak and cliff markers, per-role gradient
-statistics, and per-policy update size and drift. matplotlib is the optional extra `plots`; it is imported only
-here, when a plot is drawn, with a clear message when it is missing."""
+"""The figures of a run and of a sweep, drawn in the project's one style (style.py) and returned as matplotlib
+Figures (`draw_*`), so that tests and scripts can check them (figure_checks.py) before `style.save` writes a PNG:
+
+- `draw_run`: stacked panels on one step axis: the accuracy curve (evaluations with their 95% intervals, the
+  peak, the cliff, the first alerts, training accuracy behind) and line panels (each policy's lr, per-role
+  gradient statistics, update size and drift);
+- `gradient_panels`, `update_panels`, `lr_panel`: the line panels worth drawing from a run's metrics, with a
+  note for each one left out;
+- `draw_overlay`: one workflow's sharing modes, mean over seeds with a 95% band, each policy's lr under it;
+- `draw_gain_grid`: the gains (final - base) of every (workflow, column) with their intervals.
+
+matplotlib is the optional extra `plots`; it is imported when a figure is drawn, with a clear message when it
+is missing."""
 
 from __future__ import annotations
 
-import io
+import textwrap
 from collections.abc import Mapping, Sequence
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any
 
-from rolecast.core.rundir import write_atomic
 from rolecast.diagnostics.curves import Cliff, CurvePoint
+from rolecast.report import style
+from rolecast.report.style import Series
 
-Series = dict[str, tuple[list[int], list[float]]]  # label -> (steps, values)
-
-
-def _figure(rows: int, height: float = 3.0, width: float = 8.0) -> Any:
-    try:
-        from matplotlib.figure import Figure  # a bare Figure renders with Agg; pyplot's global state is untouched
-    except ImportError as e:
-        raise ImportError("plots need matplotlib: pip install 'rolecast[plots]'") from e
-    return Figure(figsize=(width, height * rows), layout="constrained")
+MAX_ALERTS_LISTED = 8
 
 
-def _integer_steps(ax: Any) -> None:
-    from matplotlib.ticker import MaxNLocator
+@dataclass
+class AccuracyPanel:
+    """The accuracy curve: evaluations with z-SE intervals (clipped to [0, 1]), the peak (star), the cliff start
+    (dashed line), training accuracy (grey) and `events` (step, name): where signatures / warnings first fired,
+    numbered triangles along the bottom, named in the legend."""
 
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    points: Sequence[CurvePoint]
+    train: Sequence[CurvePoint] = ()
+    peak: CurvePoint | None = None
+    cliff: Cliff | None = None
+    z: float = 1.96
+    events: Sequence[tuple[int, str]] = ()
+    height: float = 1.6
 
 
-def _save(fig: Any, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100)
-    write_atomic(path, buf.getvalue())  # a reader never sees half a PNG
-    return path
+@dataclass
+class LinePanel:
+    """One line per series; series that coincide are drawn once and their legend entry says so (`same`, e.g.
+    "same lr"). `references`: (y, label) horizontal lines; `name`: what a note calls the panel when it is left
+    out for being one constant."""
+
+    ylabel: str
+    series: Series
+    name: str = ""
+    same: str = "same values"
+    references: Sequence[tuple[float, str]] = ()
+    sci: bool = False
+    height: float = 1.0
+    fmt: str = "{:.3g}"
 
 
-def plot_accuracy(
-    path: Path,
-    points: Sequence[CurvePoint],
-    train: Sequence[CurvePoint],
-    *,
-    peak: CurvePoint | None,
-    cliff: Cliff | None,
-    z: float,
-    title: str = "",
-    events: Sequence[tuple[int, str]] = (),
-    lrs: Series | None = None,
-) -> Path:
-    """Evaluation accuracy with z-SE error bars, the peak (star) and the cliff start (dashed line); training
-    accuracy (window means) in grey behind it; `events` (step, name): where signatures / warnings first fired,
-    as orange ticks along the bottom with their names. `lrs` (policy -> (steps, lr)): each policy's learning
-    rate per step, in a short panel under the curve on the same step axis."""
-    if lrs:
-        fig = _figure(1, 5.2)
-        ax, lax = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [3, 1]})
-        for label, (xs, ys) in sorted(lrs.items()):
-            lax.plot(xs, ys, lw=1.2, label=label)
-        lax.set_ylabel("lr")
-        lax.grid(alpha=0.3)
-        lax.legend(loc="best", fontsize=7)
-        lax.set_xlabel("step")
-    else:
-        fig = _figure(1, 4.0)
-        ax = fig.add_subplot()
-        ax.set_xlabel("step")
-    if train:
-        ax.plot([p.step for p in train], [p.value for p in train], color="0.6", lw=1, label="train accuracy")
-    if points:
-        ax.errorbar(
-            [p.step for p in points],
-            [p.value for p in points],
-            yerr=[z * p.se for p in points],
+Panel = AccuracyPanel | LinePanel
+
+
+@dataclass
+class Drawn:
+    """A drawn figure (None when every panel was left out) and the notes on what was left out."""
+
+    figure: Any
+    notes: list[str] = field(default_factory=list)
+
+
+def _steps_of(panels: Sequence[Panel]) -> list[int]:
+    out: list[int] = []
+    for p in panels:
+        if isinstance(p, AccuracyPanel):
+            out += [q.step for q in (*p.points, *p.train)] + [s for s, _ in p.events]
+        else:
+            out += [x for xs, _ in p.series.values() for x in xs]
+    return out
+
+
+def step_range(*groups: Sequence[Panel]) -> tuple[int, int]:
+    """The steps all these panels show (so that every figure of a run has the same step axis)."""
+    steps = [s for g in groups for s in _steps_of(g)]
+    return (min(steps), max(steps)) if steps else (0, 1)
+
+
+def draw_run(panels: Sequence[Panel], *, title: str, steps: tuple[int, int] | None = None, note: str = "") -> Drawn:
+    """Stacked panels on one step axis (`steps`, else the panels' own range). A line panel whose every series is
+    one constant is left out and named in the title's note instead."""
+    notes = [note] if note else []
+    kept: list[Panel] = []
+    for p in panels:
+        const = style.constant_note(p.name or p.ylabel, p.series, p.fmt) if isinstance(p, LinePanel) else None
+        if const:
+            notes.append(const)
+        elif not isinstance(p, LinePanel) or p.series:
+            kept.append(p)
+    if not kept:
+        return Drawn(None, notes)
+    first, last = steps or step_range(kept)
+    with style.fonts():
+        fig, axes = style.figure([p.height for p in kept])
+        for ax, p in zip(axes, kept, strict=True):
+            if isinstance(p, AccuracyPanel):
+                _accuracy(ax, p)
+            else:
+                _lines(ax, p)
+        style.step_axis(axes, first, last)
+        style.title(fig, title, "; ".join(notes))
+        style.align(fig)
+    return Drawn(fig, notes)
+
+
+def _accuracy(ax: Any, p: AccuracyPanel) -> None:
+    if p.train:
+        ax.plot(
+            [q.step for q in p.train],
+            [q.value for q in p.train],
+            color="0.6",
+            lw=1.2,
+            marker=".",
+            label="train accuracy (5-step means)",
+        )
+    if p.points:
+        style.errorbars(
+            ax,
+            [q.step for q in p.points],
+            [q.value for q in p.points],
+            [p.z * q.se for q in p.points],
             marker="o",
             ms=4,
             capsize=3,
-            label="eval pass@1",
+            label=f"eval pass@1 ± {p.z:.2f} SE",
         )
-    if peak is not None:
+    if p.peak is not None:
         ax.plot(
-            [peak.step],
-            [peak.value],
+            [p.peak.step],
+            [p.peak.value],
             marker="*",
-            ms=14,
+            ms=15,
             color="tab:green",
             ls="none",
-            label=f"peak {peak.value:.3f} @ {peak.step}",
+            label=f"peak {p.peak.value:.3f} @ {p.peak.step}",
         )
-    if cliff is not None:
-        ax.axvline(cliff.step, color="tab:red", ls="--", label=f"cliff from step {cliff.step}")
-    if events:
-        bottom = ax.get_ylim()[0]
-        ax.plot(
-            [e[0] for e in events],
-            [bottom] * len(events),
-            marker="^",
-            ms=8,
-            ls="none",
-            color="tab:orange",
-            label=f"first alert ({len(events)})",
-            clip_on=False,
-        )
-        for step, name in events:
-            ax.annotate(
-                name,
-                (step, bottom),
-                xytext=(2, 6),
-                textcoords="offset points",
-                rotation=90,
-                fontsize=6,
-                color="tab:orange",
-                va="bottom",
-            )
-    ax.set_ylabel("accuracy")
-    ax.set_title(title or "accuracy")
-    _integer_steps(ax)
-    ax.grid(alpha=0.3)
-    ax.legend(loc="best", fontsize=8)
-    return _save(fig, path)
+    if p.cliff is not None:
+        ax.axvline(p.cliff.step, color="tab:red", ls="--", label=f"cliff from step {p.cliff.step}")
+    style.ylabel(ax, style.PASS_AT_1 if p.points else "train accuracy")
+    style.bound(ax)
+    _alerts(ax, p.events)
+    style.legend_outside(ax)
 
 
-def plot_panels(
-    path: Path,
-    panels: Sequence[tuple[str, Series]],
-    title: str = "",
-    references: Mapping[int, Sequence[tuple[float, str]]] | None = None,
-) -> Path:
-    """One panel per (y label, series); each series is a line with its label. `references`: panel index ->
-    (y, label) horizontal reference lines (e.g. alignment 1 for orthogonal instances, N for identical ones)."""
-    fig = _figure(len(panels))
-    axes = fig.subplots(len(panels), 1, squeeze=False)[:, 0]
-    for i, (ax, (ylabel, series)) in enumerate(zip(axes, panels, strict=True)):
-        for label, (xs, ys) in sorted(series.items()):
-            ax.plot(xs, ys, marker="." if len(xs) < 30 else None, label=label)
-        for y, label in (references or {}).get(i, ()):
-            ax.axhline(y, color="0.4", ls=":", lw=1)
-            ax.annotate(
-                label,
-                (1, y),
-                xycoords=("axes fraction", "data"),
-                xytext=(-4, 2),
-                textcoords="offset points",
-                ha="right",
-                fontsize=7,
-                color="0.3",
-            )
-        ax.set_ylabel(ylabel)
-        ax.grid(alpha=0.3)
-        _integer_steps(ax)
-        if series:
-            ax.legend(loc="best", fontsize=7)
-    axes[-1].set_xlabel("step")
-    if title:
-        fig.suptitle(title)
-    return _save(fig, path)
+def _alerts(ax: Any, events: Sequence[tuple[int, str]]) -> None:
+    """First alerts: a numbered triangle per step along the bottom (numbers upright), named in the legend."""
+    if not events:
+        return
+    from matplotlib.transforms import blended_transform_factory
+
+    at = blended_transform_factory(ax.transData, ax.transAxes)
+    by_step: dict[int, list[str]] = {}
+    for step, name in sorted(events):
+        by_step.setdefault(step, []).append(name)
+    k = 0
+    for j, (step, names) in enumerate(sorted(by_step.items())):
+        ids = list(range(k + 1, k + len(names) + 1))
+        k += len(names)
+        ax.plot([step], [0.03], marker="^", ms=9, color=style.ALERT_COLOR, transform=at, clip_on=False)
+        ax.annotate(
+            ",".join(map(str, ids)),
+            (step, 0.03),
+            xycoords=at,
+            xytext=(0, 8 + 13 * (j % 2)),  # neighbours alternate in height, so their numbers stay apart
+            textcoords="offset points",
+            ha="center",
+            fontsize=style.SMALL,
+            color=style.ALERT_COLOR,
+        )
+        for i, name in zip(ids, names, strict=True):
+            if i <= MAX_ALERTS_LISTED:
+                ax.plot([], [], marker="^", ls="none", color=style.ALERT_COLOR, label=f"{i}: step {step}, {name}")
+    if k > MAX_ALERTS_LISTED:
+        ax.plot([], [], ls="none", label=f"... {k - MAX_ALERTS_LISTED} more first alerts (listed under the figure)")
+
+
+def _lines(ax: Any, p: LinePanel) -> None:
+    style.draw_series(ax, p.series, what=p.same)
+    for y, label in p.references:  # named in the legend, so no text sits on the data
+        ax.axhline(y, color="0.35", ls=":", lw=1.2, label=label)
+    style.ylabel(ax, p.ylabel)
+    if p.sci:
+        style.sci_axis(ax)
+    style.legend_outside(ax)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The panels of a run's metrics
+
+
+def role_labels(series: Series) -> Series:
+    """ "pid/role" labels as a reader wants them: the role alone when its policy is named after it (Isolated)
+    or when one policy serves every role (Shared), else "role (policy pid)"."""
+    pids = {label.split("/", 1)[0] for label in series}
+
+    def name(label: str) -> str:
+        pid, _, role = label.partition("/")
+        if not role or role == pid or len(pids) == 1:
+            return role or pid
+        return f"{role} (policy {pid})"
+
+    return {name(k): v for k, v in series.items()}
+
+
+def gradient_panels(grads: Mapping[str, Series]) -> tuple[list[LinePanel], list[str]]:
+    """The per-role gradient panels worth drawing (keys of `grads`: norm, share, alignment, instances; each
+    label -> (steps, values), labels "pid/role"), and a note for each left out: the projection share is drawn
+    for the policies that serve several roles (a policy serving one role has share 1 at every step)."""
+    panels: list[LinePanel] = []
+    notes: list[str] = []
+    if grads.get("norm"):
+        panels.append(LinePanel("gradient norm |g_r|", role_labels(grads["norm"]), name="role gradient norm"))
+    shares = grads.get("share", {})
+    roles_of: dict[str, list[str]] = {}
+    for label in shares:
+        roles_of.setdefault(label.split("/", 1)[0], []).append(label)
+    shared = {k: v for k, v in shares.items() if len(roles_of[k.split("/", 1)[0]]) >= 2}
+    if shared:
+        panels.append(LinePanel("gradient share s_r", role_labels(shared), name="gradient share"))
+    if shares and len(shared) < len(shares):
+        alone = sorted(pid for pid, labels in roles_of.items() if len(labels) == 1)
+        notes.append(
+            f"gradient share not drawn for {', '.join(alone)}: a policy serving one role has share 1 at every step"
+        )
+    if grads.get("alignment"):
+        n = max((max(ys) for _, ys in grads.get("instances", {}).values() if ys), default=0)
+        refs = [(1.0, "1 = orthogonal instances")] + ([(float(n), f"{n:g} = identical instances")] if n >= 2 else [])
+        panels.append(LinePanel("instance alignment", role_labels(grads["alignment"]), references=refs))
+    return panels, notes
+
+
+def lr_panel(lrs: Series | None) -> list[LinePanel]:
+    """Each policy's learning rate per step (policies with the same schedule coincide, and say so)."""
+    return [LinePanel("lr", dict(lrs), name="lr", same="same lr", sci=True, height=0.8, fmt="{:.2g}")] if lrs else []
+
+
+def update_panels(updates: Mapping[str, Series]) -> list[LinePanel]:
+    out = []
+    for stat, label in (("size", "update size |dθ|"), ("drift", "drift |θ_t - θ_0|")):
+        if updates.get(stat):
+            out.append(LinePanel(label, dict(updates[stat]), name=f"update {stat}"))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Sweep figures
 
 
 # A curve over seeds: step -> (mean, low, high) of the mean's 95% interval
 Band = dict[int, tuple[float, float, float]]
 
 
-def plot_overlay(
-    path: Path,
+def _band_label(mode: str, n: int | None) -> str:
+    if not n:
+        return mode
+    if n == 1:
+        return f"{mode} (1 seed; its evaluation's 95% interval)"
+    return f"{mode} (mean of {n} seeds, 95% interval)"
+
+
+def draw_overlay(
     bands: Mapping[str, Band],
     lrs: Mapping[str, Series] | None = None,
     *,
     title: str = "",
     seeds: Mapping[str, int] | None = None,
-) -> Path:
+) -> Any:
     """One workflow's accuracy curves, one per sharing mode, each the mean over seeds with its 95% interval as a
-    band; under it, each mode's policies' lr per step (from one seed: every seed trains on the same schedule)."""
-    fig = _figure(1, 5.2 if lrs else 4.0)
-    if lrs:
-        ax, lax = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [3, 1]})
-    else:
-        ax, lax = fig.add_subplot(), None
-    colors: dict[str, Any] = {}
-    for mode, band in sorted(bands.items()):
-        steps = sorted(band)
-        n = (seeds or {}).get(mode)
-        (line,) = ax.plot(
-            steps, [band[s][0] for s in steps], marker="o", ms=3, label=f"{mode}" + (f" ({n} seeds)" if n else "")
-        )
-        colors[mode] = line.get_color()
-        ax.fill_between(
-            steps, [band[s][1] for s in steps], [band[s][2] for s in steps], color=line.get_color(), alpha=0.15
-        )
-    ax.set_ylabel("held-out pass@1")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend(loc="best", fontsize=8)
-    _integer_steps(ax)
-    if lax is not None and lrs:
-        styles = ("-", "--", ":", "-.")
-        for mode, series in sorted(lrs.items()):
-            for k, (pid, (xs, ys)) in enumerate(sorted(series.items())):
-                lax.plot(xs, ys, color=colors.get(mode), ls=styles[k % len(styles)], lw=1.2, label=f"{mode}: {pid}")
-        lax.set_ylabel("lr")
-        lax.set_xlabel("step")
-        lax.grid(alpha=0.3)
-        lax.legend(loc="best", fontsize=6, ncol=2)
-    else:
-        ax.set_xlabel("step")
-    return _save(fig, path)
+    band (clipped to [0, 1]); under it, each mode's policies' lr per step (from one seed: every seed trains on
+    the same schedule), lines that coincide drawn once."""
+    lr_series: Series = {}
+    line_mode: dict[str, tuple[str, int]] = {}  # lr line -> (its arm, its policy's index in the arm)
+    for mode, series in sorted((lrs or {}).items()):
+        for k, (pid, v) in enumerate(sorted(series.items())):
+            name = mode if len(series) == 1 else f"{mode}: {pid}"  # an arm of one policy: the arm alone
+            lr_series[name] = v
+            line_mode[name] = (mode, k)
+    constant = style.constant_note("lr", lr_series, "{:.2g}")
+    with style.fonts():
+        fig, axes = style.figure([1.7, 1.0] if lr_series and not constant else [1.7])
+        ax = axes[0]
+        colors: dict[str, Any] = {}
+        means: Series = {mode: (sorted(b), [b[s][0] for s in sorted(b)]) for mode, b in bands.items()}
+        for modes, steps, ys in style.merge_identical(means):  # arms with the same curve: one line, said
+            labels = [_band_label(m, (seeds or {}).get(m)) for m in modes]
+            (line,) = ax.plot(steps, ys, marker="o", ms=4, label=style.coincide_label(labels, "same pass@1"))
+            colors |= dict.fromkeys(modes, line.get_color())
+            band = bands[modes[0]]
+            style.band(ax, steps, [band[s][1] for s in steps], [band[s][2] for s in steps], line.get_color())
+        style.ylabel(ax, style.PASS_AT_1)
+        style.bound(ax)
+        style.legend_outside(ax)
+        if len(axes) > 1:
+            lax = axes[1]
+            dashes = ("-", "--", ":", "-.")
+            for labels, xs, ys in style.merge_identical(lr_series):
+                mode, k = line_mode[labels[0]]
+                lax.plot(
+                    xs,
+                    ys,
+                    color=colors.get(mode),
+                    ls=dashes[k % len(dashes)],
+                    lw=1.4,
+                    label=style.coincide_label(labels, "same lr"),
+                )
+            style.ylabel(lax, "lr")
+            style.sci_axis(lax)
+            style.legend_outside(lax)
+        all_steps = [s for b in bands.values() for s in b] + [x for xs, _ in lr_series.values() for x in xs]
+        style.step_axis(axes, min(all_steps, default=0), max(all_steps, default=1))
+        style.title(fig, title, constant or "")
+        style.align(fig)
+    return fig
 
 
-def plot_gain_grid(
-    path: Path, rows: Sequence[str], cols: Sequence[str], gains: Mapping[tuple[str, str], tuple[float, float, float]]
-) -> Path:
+def _wrap_label(label: str, width: int = 18) -> str:
+    return "\n".join(textwrap.wrap(label, width)) or label
+
+
+def draw_gain_grid(
+    rows: Sequence[str], cols: Sequence[str], gains: Mapping[tuple[str, str], tuple[float, float, float]]
+) -> Any:
     """A grid of gains (final - base): rows (workflows) x columns (sharing mode, and model or task where they
     vary); green where significantly above 0, red where significantly below, grey within noise, each cell
-    annotated with the gain and its 95% interval."""
-    fig = _figure(1, max(3.0, 0.7 * len(rows) + 1.6), width=max(8.0, 1.25 * len(cols) + 1.5))
-    ax = fig.add_subplot()
-    for i, r in enumerate(rows):
-        for j, c in enumerate(cols):
-            g = gains.get((r, c))
-            if g is None:
-                color, text = "white", "-"
-            else:
-                v, lo, hi = g
-                color = "#8fd18f" if lo > 0 else "#f08c8c" if hi < 0 else "#dddddd"
-                text = f"{v:+.3f}\n[{lo:+.2f},\n{hi:+.2f}]"
-            ax.add_patch(_rect(j, len(rows) - 1 - i, color))
-            ax.text(j + 0.5, len(rows) - 0.5 - i, text, ha="center", va="center", fontsize=8)
-    ax.set_xlim(0, len(cols))
-    ax.set_ylim(0, len(rows))
-    ax.set_xticks([j + 0.5 for j in range(len(cols))], list(cols), fontsize=8, rotation=30, ha="right")
-    ax.set_yticks([len(rows) - 0.5 - i for i in range(len(rows))], list(rows), fontsize=8)
-    ax.tick_params(length=0)
-    ax.set_title("gain = final - base, 95% interval (green: above 0, red: below, grey: within noise)", fontsize=9)
-    return _save(fig, path)
-
-
-def _rect(x: float, y: float, color: str) -> Any:
+    the gain and its 95% interval on one line. Drawn with the longer list down the page, so 20 columns become
+    20 readable rows."""
     from matplotlib.patches import Rectangle
 
-    return Rectangle((x, y), 1, 1, facecolor=color, edgecolor="white", lw=2)
+    down, across = (cols, rows) if len(cols) > len(rows) else (rows, cols)
+
+    def gain(d: str, a: str) -> tuple[float, float, float] | None:
+        return gains.get((a, d)) if down is cols else gains.get((d, a))
+
+    with style.fonts():
+        fig, (ax,) = style.figure([max(1.0, 0.22 * len(down) + 0.2)], sharex=False)
+        ax.grid(False)
+        for i, d in enumerate(down):
+            y = len(down) - 1 - i
+            for j, a in enumerate(across):
+                g = gain(d, a)
+                if g is None:
+                    color, text = "white", "-"
+                else:
+                    v, lo, hi = g
+                    color = "#8fd18f" if lo > 0 else "#f08c8c" if hi < 0 else "#e4e4e4"
+                    text = f"{v:+.3f} [{lo:+.3f}, {hi:+.3f}]"
+                ax.add_patch(Rectangle((j, y), 1, 1, facecolor=color, edgecolor="white", lw=2))
+                ax.text(j + 0.5, y + 0.5, text, ha="center", va="center", fontsize=style.SMALL)
+        ax.set_xlim(0, len(across))
+        ax.set_ylim(0, len(down))
+        ax.set_xticks([j + 0.5 for j in range(len(across))], [_wrap_label(a) for a in across])
+        ax.set_yticks([len(down) - 0.5 - i for i in range(len(down))], list(down))
+        ax.tick_params(length=0, labelsize=style.SMALL, labeltop=True, labelbottom=False)
+        for side in ("top", "right", "bottom", "left"):
+            ax.spines[side].set_visible(False)
+        style.title(
+            fig,
+            "gain = final - base with its 95% interval (mean over seeds); "
+            "green: above 0, red: below 0, grey: within noise",
+        )
+    return fig

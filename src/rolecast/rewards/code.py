@@ -21,12 +21,13 @@ Test formats (:class:`CodeTests`, ``kind``):
   ``assert`` (statements without one join the next test), each run with ``candidate`` bound to the
   entry point: the same verdict as ``check(entry_point)`` when all pass, and a fraction for ``partial``.
 - ``"stdio"``: LiveCodeBench/DeepCoder stdin/stdout cases. Outputs match when equal after stripping
-  trailing whitespace per line and surrounding blank lines, or token by token with numbers within 1e-6
-  (absolute or relative); output that is not valid UTF-8 never matches.
+  trailing whitespace per line and surrounding blank lines, or token by token with numbers equal by
+  :mod:`rolecast.rewards.compare`'s rules (an integer exactly, any other number within 1e-6 absolute or
+  relative); output that is not valid UTF-8 never matches.
 - ``"functional"``: LiveCodeBench functional cases: input = one JSON value per line (the arguments),
   output = the JSON of the return value of ``Solution().<fn_name>`` (or a top-level ``<fn_name>``);
-  compared as JSON values (tuples as lists, floats within 1e-6). The expected outputs never enter the
-  sandbox.
+  compared as JSON values (tuples as lists, numbers by the same rules). The expected outputs never enter
+  the sandbox.
 
 ``grader="study"`` (stdio and functional tests): the reference study's extraction, program wrapping, stdin
 and comparison rules instead (:mod:`rolecast.rewards.code_study`), run in the same sandbox.
@@ -38,16 +39,16 @@ no verdict — timeout, crash, early exit — counts as failed).
 from __future__ import annotations
 
 import ast
+import bisect
 import builtins
 import json
-import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rolecast.rewards import code_study
-from rolecast.rewards.score import Score
+from rolecast.rewards import code_study, compare
+from rolecast.rewards.score import MAX_TEXT_CHARS, Score, grader_error
 from rolecast.sandbox import CaseResult, Job, JobResult, Limits, SandboxPool, default_pool, parse_quietly
 
 KINDS = ("asserts", "humaneval", "stdio", "functional")
@@ -57,61 +58,95 @@ DEFAULT_TIMEOUT_S = {"asserts": 10.0, "humaneval": 10.0, "stdio": 6.0, "function
 # ----------------------------------------------------------------------------------------------------------
 # extraction
 
-_OPEN_FENCE = re.compile(r"(`{3,})[ \t]*([^\n`]*)\n")
+_TICKS = re.compile(r"`+")
 _PY_TAGS = {"python", "py", "python3", "py3"}
 _CODE_START = re.compile(r"^(?:def |async def |class |import |from \S+ import |@)", re.M)
+# bare code: how many prefixes are tried before the whole text is taken (each try parses up to the whole text)
+_MAX_PARSES = 6
 
 
-def _parses(src: str) -> bool:
+def _parse_error_line(src: str) -> int | None:
+    """0 if `src` parses, else the line of its error (None when the parser names no line: nesting too deep)."""
     try:
         parse_quietly(src)
-        return True
-    except (SyntaxError, ValueError):
-        return False
+        return 0
+    except SyntaxError as e:
+        return e.lineno
+    except ValueError:  # a null byte
+        return None
 
 
 def _fenced_blocks(text: str) -> list[tuple[str, str, bool]]:
     """(language tag, body, closed) of each fenced block, in order. An opening fence is a run of 3 or more
     backticks followed by an optional tag and a newline, anywhere on its line (so ``Code: ```python`` opens a
     block); it is closed by the next run of at least as many backticks, at a line start or right after code on
-    the same line (``return x```). A block without a closing fence runs to the end of the text."""
+    the same line (``return x```). A block without a closing fence runs to the end of the text.
+
+    Linear in the text: one pass over its runs of backticks (the regex this replaces backtracked quadratically
+    on a fence followed by a long line without a newline, or on a long run of backticks)."""
+    runs = [(m.start(), m.end()) for m in _TICKS.finditer(text)]
+    newlines = [m.start() for m in re.finditer("\n", text)]
     out: list[tuple[str, str, bool]] = []
-    pos = 0
-    while True:
-        m = _OPEN_FENCE.search(text, pos)
-        if not m:
-            return out
-        close = re.compile("`{" + str(len(m.group(1))) + ",}").search(text, m.end())
-        body = text[m.end() : close.start() if close else len(text)]
+    k = 0
+    while k < len(runs):
+        start, end = runs[k]
+        k += 1
+        if end - start < 3:
+            continue
+        i = bisect.bisect_left(newlines, end)
+        if i == len(newlines) or (k < len(runs) and runs[k][0] < newlines[i]):
+            continue  # no newline after the fence, or a backtick before it: not an opening fence
+        nl = newlines[i]
+        while k < len(runs) and runs[k][1] - runs[k][0] < end - start:
+            k += 1  # shorter runs of backticks are part of the body
+        close = runs[k][0] if k < len(runs) else len(text)
+        body = text[nl + 1 : close]
         if body and not body.endswith("\n"):
             body += "\n"
-        out.append((m.group(2).strip().lower(), body, close is not None))
-        if not close:
-            return out
-        pos = close.end()
+        out.append((text[end:nl].strip().lower(), body, k < len(runs)))
+        k += 1
+    return out
+
+
+def _is_python(tag: str) -> bool:
+    words = tag.split(maxsplit=1)
+    return bool(words) and words[0] in _PY_TAGS
 
 
 def extract_program(text: str | None) -> str | None:
-    """The program a completion contains (see module docstring for the order), or None."""
-    if not text:
+    """The program a completion contains (see module docstring for the order), or None. Linear in the text but
+    for the bare-code fallback, which parses at most `_MAX_PARSES` prefixes of it; a text longer than
+    MAX_TEXT_CHARS holds none (the workflows read programs from every turn with this too)."""
+    if not text or len(text) > MAX_TEXT_CHARS:
         return None
     blocks = _fenced_blocks(text)
     closed = [(tag, body) for tag, body, done in blocks if done]
-    py = [body for tag, body in closed if tag.split()[0:1] and tag.split()[0] in _PY_TAGS]
+    py = [body for tag, body in closed if _is_python(tag)]
     if py:
         return py[-1]
     if closed:
         return closed[-1][1]
-    if blocks and blocks[-1][0].split()[0:1] and blocks[-1][0].split()[0] in _PY_TAGS:
+    if blocks and _is_python(blocks[-1][0]):
         return blocks[-1][1]  # an unclosed ```python fence: a generation cut off at the token limit
     start = _CODE_START.search(text)
     if not start:
         return None
-    lines = text[start.start() :].splitlines()
-    for end in range(len(lines), 0, -1):
+    return _bare_code(text[start.start() :].splitlines())
+
+
+def _bare_code(lines: list[str]) -> str:
+    """The longest prefix of `lines` that parses, found by dropping trailing lines (prose after the code): each
+    failed parse drops everything from the line of its error on, so prose costs a parse or two, not one per
+    line; after `_MAX_PARSES` failures, all of it."""
+    end = len(lines)
+    for _ in range(_MAX_PARSES):
         cand = "\n".join(lines[:end])
-        if cand.strip() and _parses(cand):
+        if end == 0 or not cand.strip():
+            break
+        bad = _parse_error_line(cand)
+        if bad == 0:
             return cand.rstrip() + "\n"
+        end = min(end - 1, bad - 1) if bad else end - 1
     return "\n".join(lines) + "\n"
 
 
@@ -347,75 +382,19 @@ def build_job(
 
 
 # ----------------------------------------------------------------------------------------------------------
-# comparison
-
-
-def _num(tok: str) -> float | None:
-    try:
-        return float(tok)
-    except ValueError:
-        return None
-
-
-def _close(a: float, b: float) -> bool:
-    return math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-6)
-
-
-def stdout_matches(got: bytes, expected: str) -> bool:
-    try:
-        text = got.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    a = [line.rstrip() for line in text.strip().splitlines()]
-    b = [line.rstrip() for line in expected.strip().splitlines()]
-    if a == b:
-        return True
-    if len(a) != len(b):
-        return False
-    for la, lb in zip(a, b, strict=True):
-        ta, tb = la.split(), lb.split()
-        if len(ta) != len(tb):
-            return False
-        for x, y in zip(ta, tb, strict=True):
-            if x == y:
-                continue
-            fx, fy = _num(x), _num(y)
-            if fx is None or fy is None or not _close(fx, fy):
-                return False
-    return True
-
-
-def _json_equal(a: Any, b: Any) -> bool:
-    if isinstance(a, bool) or isinstance(b, bool):
-        return a is b
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-        return a == b or _close(float(a), float(b))
-    if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(_json_equal(x, y) for x, y in zip(a, b, strict=True))
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_json_equal(a[k], b[k]) for k in a)
-    return a == b
-
-
-def value_matches(got: str | None, expected: str) -> bool:
-    if not got:
-        return False
-    try:
-        return _json_equal(json.loads(got), json.loads(expected))
-    except ValueError:
-        return False
+# comparison (rolecast.rewards.compare: both graders' rules)
 
 
 def _case_ok(tests: CodeTests, i: int, c: CaseResult, grader: str = "rolecast") -> bool:
     if c.reason is not None or c.rc != 0 or i in tests.broken:
         return False
-    if grader == "study":
-        if tests.kind == "stdio":
-            return code_study.stdout_matches(c.stdout, tests.outputs[i])
-        return code_study.value_matches(c.value, tests.outputs[i])
     if tests.kind == "stdio":
-        return stdout_matches(c.stdout, tests.outputs[i])
-    return value_matches(c.value, tests.outputs[i])
+        return compare.stdout_matches(
+            c.stdout, tests.outputs[i], compare.STUDY if grader == "study" else compare.ROLECAST
+        )
+    if grader == "study":
+        return compare.study_json_values_match(c.value, tests.outputs[i])
+    return compare.json_values_match(c.value, tests.outputs[i])
 
 
 def judge(
@@ -508,25 +487,50 @@ def score_code_many(
     reliability_guard: bool = False,
 ) -> list[Score]:
     """Score many completions in parallel through the (module-level by default) sandbox pool. `grader`:
-    "rolecast" or "study" (the reference study's rules, stdio/functional tests only)."""
+    "rolecast" or "study" (the reference study's rules, stdio/functional tests only).
+
+    One completion cannot fail the others: a text longer than MAX_TEXT_CHARS scores 0 unread ("too_long"), and an
+    unexpected exception while extracting, planning, running or judging one completion scores it 0 with reason
+    "grader_error" and the exception (rolecast.scoring logs it and stops the run when most of a batch fails so).
+    Bad arguments (an unknown grader, tests the grader cannot run) still raise."""
     if len(texts) != len(tests_list):
         raise ValueError(f"score_code_many: {len(texts)} texts but {len(tests_list)} test sets")
     _check_grader(grader)
-    programs = [extract_for(t, grader) if extract else t for t in texts]
-    todo = [i for i, p in enumerate(programs) if p and p.strip()]
-    jobs = [
-        build_job(
-            programs[i] or "",
-            tests_list[i],
-            partial=partial,
-            timeout_s=timeout_s,
-            grader=grader,
-            reliability_guard=reliability_guard,
-        )
-        for i in todo
-    ]
-    results = (pool or default_pool()).run_many(jobs) if jobs else []
-    scores: list[Score] = [Score(0.0, None, "no_code")] * len(texts)
-    for i, res in zip(todo, results, strict=True):
-        scores[i] = judge(res, tests_list[i], partial=partial, program=programs[i], grader=grader)
-    return scores
+    for tests in tests_list:
+        _check_grader(grader, tests)
+    scores: list[Score | None] = [None] * len(texts)
+    programs: list[str | None] = [None] * len(texts)
+    for i, text in enumerate(texts):
+        if not extract:
+            programs[i] = text
+        elif text is not None and len(text) > MAX_TEXT_CHARS:
+            scores[i] = Score(0.0, None, "too_long")
+        else:
+            try:
+                programs[i] = extract_for(text, grader)
+            except Exception as e:  # noqa: BLE001 - the belt: one completion's text never fails the batch
+                scores[i] = grader_error(e)
+    jobs: dict[int, Job] = {}
+    for i, program in enumerate(programs):
+        if scores[i] is not None or not (program and program.strip()):
+            continue
+        try:
+            jobs[i] = build_job(
+                program,
+                tests_list[i],
+                partial=partial,
+                timeout_s=timeout_s,
+                grader=grader,
+                reliability_guard=reliability_guard,
+            )
+        except Exception as e:  # noqa: BLE001 - as above (planning parses the program)
+            scores[i] = grader_error(e, program)
+    results = (pool or default_pool()).run_many(list(jobs.values()), return_exceptions=True) if jobs else []
+    for i, res in zip(jobs, results, strict=True):
+        try:
+            if isinstance(res, BaseException):
+                raise res
+            scores[i] = judge(res, tests_list[i], partial=partial, program=programs[i], grader=grader)
+        except Exception as e:  # noqa: BLE001 - as above (running and judging read what the program wrote)
+            scores[i] = grader_error(e, programs[i])
+    return [s if s is not None else Score(0.0, None, "no_code") for s in scores]

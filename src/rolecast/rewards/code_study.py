@@ -20,9 +20,11 @@ The reference study (XHMY/marl-llm-workflows) grades DeepCoder completions with 
 - **function calls** (:func:`call_program`): the import block, a blank line, then the program; when the text
   ``class Solution`` occurs in it the function is ``Solution().<name>``, else the module's ``<name>``; every
   line of the input is one JSON argument (a blank line is an error); the result, a tuple taken as a list, must
-  equal the expected JSON value under ``==`` (so ``True`` equals ``1`` and floats must be equal).
-- **comparison of printed output** (:func:`stdout_matches`): both sides stripped, split at newlines and each
-  line stripped; the line counts must agree and each line be equal, or equal as a list of ``Decimal`` numbers.
+  equal the expected JSON value under ``==`` (so ``True`` equals ``1`` and floats must be equal;
+  :func:`rolecast.rewards.compare.study_json_values_match`).
+- **comparison of printed output** (:data:`rolecast.rewards.compare.STUDY`): both sides stripped, split at
+  newlines and each line stripped; the line counts must agree and each line be equal, or equal as a list of
+  ``Decimal`` numbers (a comparison the study's own code would raise on, a signalling NaN, is a failed test).
 - with ``reliability_guard`` the harness also applies the study's ``reliability_guard``: ``quit`` and the
   listed ``os``/``shutil``/``subprocess`` functions become ``None`` (a call fails the run).
 
@@ -35,9 +37,7 @@ not in the study, and a dict with non-string keys compares by its JSON form.
 from __future__ import annotations
 
 import ast
-import json
 import re
-from decimal import Decimal, InvalidOperation
 
 from rolecast.sandbox import parse_quietly
 
@@ -139,42 +139,3 @@ def stdio_program(code: str) -> str:
 def call_program(code: str) -> str:
     """What the study runs for a function-call problem: the import block, a blank line, the program."""
     return IMPORTS + "\n\n" + code
-
-
-def _lines(text: str) -> list[str]:
-    return [line.strip() for line in text.strip().split("\n")]
-
-
-def _decimals(line: str) -> list[Decimal] | None:
-    try:
-        return [Decimal(tok) for tok in line.split()]
-    except (ValueError, TypeError, InvalidOperation):
-        return None  # the study: a ValueError/TypeError is a wrong answer, InvalidOperation a failed test
-
-
-def stdout_matches(got: bytes, expected: str) -> bool:
-    """The study's comparison of printed output with the expected output (``grade_stdio``)."""
-    try:
-        text = got.decode("utf-8", "surrogatepass")
-    except UnicodeDecodeError:
-        return False
-    a, b = _lines(text), _lines(expected)
-    if len(a) != len(b):
-        return False
-    for la, lb in zip(a, b, strict=True):
-        if la == lb:
-            continue
-        da, db = _decimals(la), _decimals(lb)
-        if da is None or db is None or da != db:
-            return False
-    return True
-
-
-def value_matches(got: str | None, expected: str) -> bool:
-    """The study's comparison of a function's result (``grade_call_based``): ``==`` on the JSON values."""
-    if not got:
-        return False
-    try:
-        return bool(json.loads(got) == json.loads(expected))
-    except ValueError:
-        return False

@@ -25,6 +25,15 @@ persistent worker process with math_verify's own timeouts off, and we enforce th
 comparison that overruns kills the worker (a fresh one starts on the next call) and scores 0 with reason
 ``"timeout"``. Measured cost: ~0.2 ms of IPC per comparison on top of math_verify's own work (~1-5 ms),
 against ~1.5 s to start a worker, paid once and again only after a timeout.
+
+The same workers run the study's grader (``grader="study"``, :mod:`rolecast.rewards.math_study`), whose sympy
+step evaluates the answer as a Python expression (``[0]*10**9``, ``9**9**9``): never in the trainer's process.
+A worker has its own limits (1.5 GB of address space, no core file) and is the OOM killer's first choice, so a
+huge power fails there with ``error:MemoryError`` or ``timeout``.
+
+Bounds on what the trainer itself does with a completion (docs/sandbox.md, "Host-side parsers"): a completion
+longer than :data:`~rolecast.rewards.score.MAX_TEXT_CHARS` scores 0 (``too_long``) unread; extraction is linear in
+the text; an answer longer than :data:`MAX_ANSWER_CHARS` scores 0 (``answer_too_long``) without a comparison.
 """
 
 from __future__ import annotations
@@ -33,6 +42,7 @@ import json
 import logging
 import os
 import re
+import resource
 import select
 import subprocess
 import sys
@@ -46,36 +56,72 @@ from pathlib import Path
 import math_verify
 
 from rolecast.core.text import last_boxed
-from rolecast.rewards.score import Score
+from rolecast.rewards.math_study import study_equivalent, study_extract
+from rolecast.rewards.score import MAX_TEXT_CHARS, Score
 
 log = logging.getLogger(__name__)
 logging.getLogger("math_verify").setLevel(logging.ERROR)  # it warns once when timeouts are off
 
 DEFAULT_TIMEOUT_S = 5.0
+GRADERS = ("rolecast", "study")
+# the longest answer compared (the longest gold answer of MATH is 159 characters): a longer one scores 0 unread
+MAX_ANSWER_CHARS = 1024
+WORKER_MEMORY_BYTES = 1536 << 20  # a worker's address space (it starts at ~65 MB)
 
 # ----------------------------------------------------------------------------------------------------------
 # extraction
 
 
-_GSM_RE = re.compile(r"^\s*####\s*(.+?)\s*$", re.MULTILINE)
+_GSM_RE = re.compile(r"^\s*####\s*(.+?)\s*$", re.MULTILINE)  # for gold answers (trusted); completions: _gsm_answer
+_GSM_MARK = re.compile(r"^[^\S\n]*####", re.MULTILINE)
+_SPACE = re.compile(r"\s*")
 _NUM_RE = re.compile(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?|-?\d+(?:\.\d+)?(?:\s*/\s*\d+)?|-?\.\d+")
 
 
 def extract_answer(text: str | None, *, last_number: bool = True) -> str | None:
-    """The final answer a completion states (see module docstring for the order), or None."""
+    """The final answer a completion states (see module docstring for the order), or None. Linear in the text."""
     if not text:
         return None
     boxed = last_boxed(text)
     if boxed is not None:
         return boxed
-    gsm = _GSM_RE.findall(text)
-    if gsm:
-        return gsm[-1]
+    gsm = _gsm_answer(text)
+    if gsm is not None:
+        return gsm
     if last_number:
         nums = _NUM_RE.findall(text)
         if nums:
             return re.sub(r"\s+", "", nums[-1])
     return None
+
+
+def _gsm_answer(text: str) -> str | None:
+    """The last answer ``_GSM_RE.findall(text)`` would give (``^\\s*####\\s*(.+?)\\s*$``, multiline), in linear time:
+    that regex backtracks quadratically over long runs of whitespace (8,192 newlines: 50 ms, a `####` line with
+    8,192 spaces: 150 ms). Each `####` at the start of a line (after whitespace) that the previous answer did not
+    consume: the rest of the line after the whitespace that follows it (which may span lines), right-stripped."""
+    last = None
+    pos = 0
+    n = len(text)
+    for m in _GSM_MARK.finditer(text):
+        if m.start() < pos:
+            continue  # the previous answer's line began with this `####`
+        r = _after_space(text, m.end())
+        if r == n:  # only whitespace after it: the regex takes its last character that is not a newline
+            tail = text[m.end() :].rstrip("\n")
+            return tail[-1] if tail else last
+        eol = text.find("\n", r)
+        last = text[r : n if eol < 0 else eol].rstrip()
+        t = r + len(last)
+        u = _after_space(text, t)
+        pos = n if u == n else text.rfind("\n", t, u)
+    return last
+
+
+def _after_space(text: str, i: int) -> int:
+    """The end of the run of whitespace (newlines too) that starts at text[i]."""
+    m = _SPACE.match(text, i)
+    return m.end() if m else i
 
 
 def gsm8k_gold(answer_field: str) -> str | None:
@@ -117,16 +163,39 @@ def verify_in_process(
     return [_compare(g, p, timeout_s) for g, p in pairs]
 
 
+def _compare_as(grader: str, gold: str, pred: str) -> tuple[bool, str | None]:
+    """(equal, reason) by `grader`'s rules, in this process (the worker's)."""
+    if grader == "study":
+        return study_equivalent(gold, pred), None
+    return _compare(gold, pred, None)
+
+
+def _limit_worker() -> None:
+    """A worker's own limits: its address space (a huge power or a list of 10**9 items fails with MemoryError
+    here), no core file, and the OOM killer's first choice. Best effort: what the machine refuses is skipped."""
+    for limit, value in ((resource.RLIMIT_AS, WORKER_MEMORY_BYTES), (resource.RLIMIT_CORE, 0)):
+        try:
+            resource.setrlimit(limit, (value, value))
+        except (ValueError, OSError):
+            pass
+    try:
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write("1000")
+    except OSError:
+        pass
+
+
 def _worker_main() -> None:
     """Loop of the worker process: one JSON request per stdin line, one JSON reply per stdout line."""
     out = sys.stdout
     sys.stdout = sys.stderr  # nothing but replies may reach the protocol stream
+    _limit_worker()
     out.write('{"ready": true}\n')
     out.flush()
     for line in sys.stdin:
         req = json.loads(line)
         try:
-            ok, reason = _compare(req["gold"], req["pred"], None)
+            ok, reason = _compare_as(req.get("grader", "rolecast"), req["gold"], req["pred"])
         except Exception as e:  # noqa: BLE001 - sympy raises anything; a crash must not lose the worker
             ok, reason = False, f"error:{type(e).__name__}"
         out.write(json.dumps({"ok": ok, "reason": reason}) + "\n")
@@ -148,6 +217,7 @@ class _Worker:
         assert self.proc.stdin is not None and self.proc.stdout is not None  # both are PIPEs
         self._stdin, self._stdout = self.proc.stdin, self.proc.stdout
         self._buf = b""
+        self.died = False  # the worker ended (a crash, or killed for memory) rather than overran
         if self._readline(120.0) is None:
             self.kill()
             raise RuntimeError("math verifier worker did not start (is math-verify installed?)")
@@ -163,17 +233,19 @@ class _Worker:
             if r:
                 chunk = os.read(fd, 65536)
                 if not chunk:
+                    self.died = True
                     return None
                 self._buf += chunk
         line, _, self._buf = self._buf.partition(b"\n")
         return line
 
-    def call(self, gold: str, pred: str, timeout: float) -> tuple[bool, str | None] | None:
+    def call(self, gold: str, pred: str, timeout: float, grader: str = "rolecast") -> tuple[bool, str | None] | None:
         """The comparison, or None when the worker overran or died (the caller then kills it)."""
         try:
-            self._stdin.write((json.dumps({"gold": gold, "pred": pred}) + "\n").encode())
+            self._stdin.write((json.dumps({"gold": gold, "pred": pred, "grader": grader}) + "\n").encode())
             self._stdin.flush()
         except (BrokenPipeError, OSError):
+            self.died = True
             return None
         line = self._readline(timeout)
         if line is None:
@@ -209,10 +281,17 @@ class MathVerifier:
         with self._count_lock:
             self.counts[reason] += 1
 
-    def equivalent(self, gold: str, pred: str) -> tuple[bool, str | None]:
-        """(equal, reason) for two answer strings; reason is None for a plain right/wrong verdict."""
-        if _norm(gold) == _norm(pred):
+    def equivalent(self, gold: str, pred: str, grader: str = "rolecast") -> tuple[bool, str | None]:
+        """(equal, reason) for two answer strings by `grader`'s rules; reason is None for a plain right/wrong
+        verdict, else "answer_too_long", "timeout", "worker_died", "parse_error", "error:<exception>", ..."""
+        if grader not in GRADERS:
+            raise ValueError(f"math grader must be one of {GRADERS}, got {grader!r}")
+        if grader == "rolecast" and _norm(gold) == _norm(pred):
             return True, None  # identical strings need no sympy
+        if grader == "study" and gold == pred and "\\boxed" not in gold:
+            return True, None  # the study's first rule: equal after its normalisation
+        if len(pred) > MAX_ANSWER_CHARS:
+            return False, "answer_too_long"
         with self._cv:
             while not self._free:
                 self._cv.wait()
@@ -220,34 +299,42 @@ class MathVerifier:
         try:
             if w is None:
                 w = _Worker()
-            res = w.call(gold, pred, self.timeout_s)
+            res = w.call(gold, pred, self.timeout_s, grader)
             if res is None:
+                died = w.died
                 w.kill()  # hung in sympy or died: a fresh worker starts next time
                 w = None
-                return False, "timeout"
+                return False, "worker_died" if died else "timeout"
             return res
         finally:
             with self._cv:
                 self._free.append(w)
                 self._cv.notify()
 
-    def score(self, gold: str, text: str | None) -> Score:
-        pred = extract_answer(text, last_number=self.last_number)
+    def extract(self, text: str | None, grader: str = "rolecast") -> str | None:
+        """The answer `grader` reads from a completion (rolecast's with this verifier's `last_number`)."""
+        return study_extract(text) if grader == "study" else extract_answer(text, last_number=self.last_number)
+
+    def score(self, gold: str, text: str | None, grader: str = "rolecast") -> Score:
+        if text is not None and len(text) > MAX_TEXT_CHARS:
+            self._count("too_long")
+            return Score(0.0, None, "too_long")
+        pred = self.extract(text, grader)
         if pred is None:
             self._count("no_answer")
             return Score(0.0, None, "no_answer")
-        ok, reason = self.equivalent(gold, pred)
+        ok, reason = self.equivalent(gold, pred, grader)
         self._count(reason or ("correct" if ok else "wrong"))
         return Score(1.0 if ok else 0.0, pred, reason)
 
-    def score_many(self, golds: Sequence[str], texts: Sequence[str | None]) -> list[Score]:
+    def score_many(self, golds: Sequence[str], texts: Sequence[str | None], grader: str = "rolecast") -> list[Score]:
         if len(golds) != len(texts):
             raise ValueError(f"score_many: {len(golds)} gold answers but {len(texts)} texts")
         n = self.workers
         if n <= 1 or len(golds) <= 1:
-            return [self.score(g, t) for g, t in zip(golds, texts, strict=True)]
+            return [self.score(g, t, grader) for g, t in zip(golds, texts, strict=True)]
         with ThreadPoolExecutor(n) as ex:
-            return list(ex.map(self.score, golds, texts))
+            return list(ex.map(self.score, golds, texts, [grader] * len(golds)))
 
     def close(self) -> None:
         with self._cv:
@@ -269,11 +356,14 @@ def default_verifier() -> MathVerifier:
         return _DEFAULT
 
 
-def score_math(text: str | None, gold: str, *, last_number: bool = True) -> Score:
-    """Score one completion against a gold answer string with the shared verifier."""
+def score_math(text: str | None, gold: str, *, last_number: bool = True, grader: str = "rolecast") -> Score:
+    """Score one completion against a gold answer string with the shared verifier (`grader`: "rolecast" or the
+    study's rules, rolecast.rewards.math_study)."""
     v = default_verifier()
-    if last_number == v.last_number:
-        return v.score(gold, text)
+    if grader == "study" or last_number == v.last_number:
+        return v.score(gold, text, grader)
+    if text is not None and len(text) > MAX_TEXT_CHARS:
+        return Score(0.0, None, "too_long")
     pred = extract_answer(text, last_number=last_number)
     if pred is None:
         return Score(0.0, None, "no_answer")

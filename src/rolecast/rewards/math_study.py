@@ -38,6 +38,8 @@ from pylatexenc import latex2text
 from sympy.parsing import sympy_parser
 
 THINK_END = "</think>"
+_END_BOX = "<|end_of_box|>"
+_BOX_MARKERS = re.compile(r"<\|begin_of_box\|>([\s\S]*?)<\|end_of_box\|>")
 
 # ----------------------------------------------------------------------------------------------------------
 # extraction
@@ -67,7 +69,10 @@ def study_extract(text: str | None) -> str | None:
     if THINK_END in text:
         text = text.split(THINK_END)[1]
     if "<|begin_of_box|>" in text and "<|end_of_box|>" in text:
-        found = re.findall(r"<\|begin_of_box\|>([\s\S]*?)<\|end_of_box\|>", text)
+        # up to the last end marker only: a begin marker after it would scan to the end of the text and fail, once
+        # per marker (quadratic); before it, each scan stops at the next end marker
+        last_end = text.rfind(_END_BOX) + len(_END_BOX)
+        found = _BOX_MARKERS.findall(text, 0, last_end)
         if found:
             return found[-1].strip()
     if "\\boxed" not in text:

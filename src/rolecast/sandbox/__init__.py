@@ -64,7 +64,10 @@ one pipe, and:
 
 The supervisor then ends and reaps what is left inside the container. Outputs are read at most
 ``output_bytes`` per stream (then the run is killed, reason ``output_limit``), the result channel is parsed
-in linear time and capped (``result_limit``), and a wall-clock deadline kills the whole container.
+in linear time and capped (``result_limit``), and a wall-clock deadline kills the whole container (its init
+first); a run returns only when every process of it is gone. The supervisor and the judge set their own
+address-space, CPU and core limits, and the OOM killer's order is the program's processes first, the judge,
+then the supervisor (``oom_score_adj`` 1000, 700, 300).
 
 Measured overhead (bench/sandbox_throughput.py): the "Code sandbox throughput" section of docs/benchmarks.md.
 """

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 
 
 class Cgroups:
@@ -127,6 +128,28 @@ class Slot:
             self.limit = memory_bytes
         self.ooms = self._oom_kills()
         return [self._path("cgroup.procs", "cgroup.procs")]
+
+    def wait_empty(self, timeout_s: float) -> bool:
+        """Wait until no process is left in this slot's cgroup (the run's are all gone: a process that is still
+        exiting, freeing what it held, is listed until it is done), killing any it finds; False on timeout."""
+        procs = self._path("cgroup.procs", "cgroup.procs")
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                with open(procs) as f:
+                    pids = [int(p) for p in f.read().split()]
+            except (OSError, ValueError):
+                return True  # nothing to read: nothing to wait for
+            if not pids:
+                return True
+            if time.monotonic() > deadline:
+                return False
+            for pid in pids:
+                try:
+                    os.kill(pid, 9)
+                except OSError:
+                    pass
+            time.sleep(0.002)
 
     def oom_kills(self) -> int:
         """OOM kills in this slot's cgroup since the job began."""

@@ -128,6 +128,7 @@ def _plan(job: Job, mode: str, slot: Slot | None) -> _Plan:
     payload["preimport"] = sorted(preimport)
     payload["pidns"] = mode == "bwrap"  # the harness may kill(-1) inside its own pid namespace
     wall_s, result_cap = _budget(job)
+    payload["trusted_limits"] = _trusted_limits(job.limits, wall_s)
     return _Plan(job, mode, slot, place, (cand_uid, judge_uid), payload, judge, wall_s, result_cap)
 
 
@@ -169,6 +170,16 @@ def _payload(job: Job, place: _Place, cand_uid: int | None, nproc: int) -> dict[
             "output_bytes": lim.output_bytes,
         },
     }
+
+
+_TRUSTED_MIN_MB = 512  # the supervisor's and the judge's address space, at least (an interpreter with numpy)
+
+
+def _trusted_limits(lim: Limits, wall_s: float) -> dict[str, int]:
+    """The supervisor's and the judge's own limits (harness `_set_own_limits`), whether or not a memory cgroup
+    exists: address space as the program's (at least 512 MB); CPU seconds, the supervisor's over the whole run
+    (the judge's: the program's, plus one)."""
+    return {"as_bytes": max(lim.memory_mb, _TRUSTED_MIN_MB) << 20, "supervisor_cpu_s": int(wall_s + 0.999) + 1}
 
 
 def _preimports(job: Job, mode: str, root: bool) -> set[str]:
@@ -267,7 +278,7 @@ def _run(plan: _Plan) -> JobResult:
         collect(proc, res_r, out, job, t0 + plan.wall_s, plan.result_cap)
     finally:
         os.close(res_r)
-        _kill(proc)
+        _end(proc, plan)
         for w in writers:
             w.join(timeout=5)
         if plan.place.tmpdir:
@@ -321,16 +332,59 @@ def _write_all(fd: int, data: bytes) -> None:
         os.close(fd)
 
 
-def _kill(proc: subprocess.Popen) -> None:
+_END_WAIT_S = 10.0  # how long the end of a run may take before it is logged as stuck
+
+
+def _end(proc: subprocess.Popen, plan: _Plan) -> None:
+    """Kill what is left of a run and return only when every process of it is gone.
+
+    In a container, the container's init (the harness) is killed first: the kernel then kills every other process
+    of its pid namespace and the init's exit waits until they are reaped, and bubblewrap exits after its init. So
+    once bubblewrap is reaped nothing of the run is left. (Killing bubblewrap first let its init die later, from
+    --die-with-parent: a program that had filled its /tmp with files was still exiting seconds after the run
+    had returned.) In the fallback, the process groups of the harness's children (a case's) and the harness's own;
+    as root, then everything of the run's uids (`_clean_up_fallback`). Where the run had a memory cgroup, its slot
+    is also waited on until it is empty."""
     if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except OSError:
-            pass
+        if plan.mode == "bwrap":
+            inits = _children(proc.pid)  # none yet: bubblewrap was still setting up, and goes with its group
+            for pid in inits:
+                _signal(pid, signal.SIGKILL)
+            try:
+                if inits:
+                    proc.wait(timeout=_END_WAIT_S)
+            except subprocess.TimeoutExpired:
+                log.error("sandbox: bubblewrap %d did not exit after its container's init was killed", proc.pid)
+        else:  # the fallback's harness: its per-case children run in process groups of their own
+            for pid in _children(proc.pid):
+                _signal(-pid, signal.SIGKILL)
+        _signal(-proc.pid, signal.SIGKILL)  # its process group
     try:
-        proc.wait(timeout=10)
+        proc.wait(timeout=_END_WAIT_S)
     except subprocess.TimeoutExpired:
         log.error("sandbox process %d did not die", proc.pid)
+    if plan.slot is not None and not plan.slot.wait_empty(_END_WAIT_S):
+        log.error("sandbox: processes of a run still in its cgroup after %.0f s", _END_WAIT_S)
+
+
+def _children(pid: int) -> list[int]:
+    """The child processes of `pid` (bubblewrap's: the container's init)."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(p) for p in f.read().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def _signal(pid: int, sig: int) -> None:
+    """os.kill, where a process already gone is not an error (a negative pid: its process group)."""
+    try:
+        if pid < 0:
+            os.killpg(-pid, sig)
+        else:
+            os.kill(pid, sig)
+    except OSError:
+        pass
 
 
 def _clean_up_fallback(tmpdir: str, uids: tuple[int | None, int | None]) -> None:

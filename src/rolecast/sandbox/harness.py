@@ -327,12 +327,14 @@ def _read_payload(fd: int) -> "dict[str, Any]":
 
 def _main() -> None:
     cand_fd, judge_fd, res_fd = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    _open_oom_adj()  # while this process is still dumpable, so that its /proc files are its own to write
     if os.getuid() != 0:
         # one uid for every process here (no root to drop from): before anything is forked, so that the
         # supervisor, the judge and the program's process are all non-dumpable and none can open another's
         # /proc/<pid>/mem, fd/ or environ (the filter denies ptrace and process_vm_* besides)
         _no_dump()
     job = _read_payload(cand_fd)
+    _set_own_limits(job["trusted_limits"], job["trusted_limits"]["supervisor_cpu_s"])
     sys.path.extend(job["sys_path"])
     _install_exit()
     _preload(job)
@@ -348,6 +350,62 @@ def _main() -> None:
     # stdio / functional: one child per case; the parent only shuttles bytes
     _run_cases(job, res_fd)
     _end_all(pidns, None)
+
+
+# the OOM killer's order inside a job: the program's processes first, then the judge, the supervisor last (a
+# process may raise its own oom_score_adj, never lower it below where a privileged writer left it)
+_OOM_PROGRAM, _OOM_JUDGE, _OOM_SUPERVISOR = 1000, 700, 300
+_OOM: "dict[str, int]" = {}  # "fd": the supervisor's /proc/self/oom_score_adj, "base": the value it keeps
+
+
+def _open_oom_adj() -> None:
+    """Open the supervisor's oom_score_adj once, and raise it to its level. A child inherits the value its parent
+    has when it is forked: the supervisor raises it to the child's level just before a fork (`_oom_for_child`)
+    and lowers it again just after. The descriptor is opened while the supervisor is dumpable (without root,
+    `_no_dump` makes its /proc files root's) and never reaches a child that runs anything (`_enter_child` and
+    the judge close it)."""
+    try:
+        fd = os.open("/proc/self/oom_score_adj", os.O_RDWR)
+        base = max(int(os.read(fd, 16) or b"0"), _OOM_SUPERVISOR)
+        os.write(fd, b"%d" % base)
+    except (OSError, ValueError):
+        return  # no /proc or not writable: the kernel's own order
+    _OOM["fd"], _OOM["base"] = fd, base
+
+
+def _oom_for_child(level: "int | None") -> None:
+    """Set the supervisor's oom_score_adj to `level` (a child about to be forked), or back to its own (None)."""
+    fd = _OOM.get("fd")
+    if fd is not None:
+        try:
+            os.write(fd, b"%d" % max(level if level is not None else 0, _OOM["base"]))
+        except OSError:
+            pass
+
+
+def _close_oom_adj() -> None:
+    """In a child: the supervisor's oom_score_adj is not its to write."""
+    fd = _OOM.pop("fd", None)
+    if fd is not None:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+def _set_own_limits(lim: "dict[str, Any]", cpu_s: int) -> None:
+    """The supervisor's and the judge's own limits, set by each for itself (trusted code, but reading what the
+    program sends; with or without a memory cgroup): address space (the program's, at least 512 MB), CPU time,
+    no core file. The address-space limit stays at least the program's, so the program's children may set theirs."""
+    for limit, value in (
+        (resource.RLIMIT_AS, lim["as_bytes"]),
+        (resource.RLIMIT_CPU, cpu_s),
+        (resource.RLIMIT_CORE, 0),
+    ):
+        try:
+            resource.setrlimit(limit, (value, value + 1 if limit == resource.RLIMIT_CPU else value))
+        except (ValueError, OSError):
+            pass  # a limit already lower (the host's): keep it
 
 
 def _no_dump() -> None:
@@ -389,6 +447,7 @@ def _enter_child(job: "dict[str, Any]", keep_fds: "set[int]", own_group: bool) -
     """Runs first in every child: limits, privileges, cwd; nothing untrusted has run yet."""
     if own_group:  # per-case children: the harness kills the group after each case
         os.setpgid(0, 0)
+    _close_oom_adj()
     lo = 3
     for fd in sorted(k for k in keep_fds if k >= 3):
         os.closerange(lo, fd)
@@ -418,6 +477,7 @@ def _start_program_and_judge(job: "dict[str, Any]", judge_fd: int, res_fd: int) 
     _exit = os._exit
     req_r, req_w = os.pipe()
     rep_r, rep_w = os.pipe()
+    _oom_for_child(_OOM_PROGRAM)
     cpid = os.fork()
     if cpid == 0:
         try:
@@ -432,12 +492,16 @@ def _start_program_and_judge(job: "dict[str, Any]", judge_fd: int, res_fd: int) 
             _exit(0)
     os.close(req_r)
     os.close(rep_w)
+    _oom_for_child(_OOM_JUDGE)
     jpid = os.fork()
     if jpid == 0:
         try:
+            _close_oom_adj()
+            _set_own_limits(job["trusted_limits"], job["limits"]["cpu_s"] + 1)
             _judge_process(judge_fd, req_w, rep_r, res_fd)
         finally:
             _exit(0)
+    _oom_for_child(None)
     for fd in (judge_fd, res_fd, req_w, rep_r):
         os.close(fd)
     return cpid, jpid
@@ -465,9 +529,11 @@ def _run_cases(job: "dict[str, Any]", res_fd: int) -> None:
         err_r, err_w = os.pipe()
         val_r, val_w = os.pipe()
         in_fd = _stdin_file(case["input"])
+        _oom_for_child(_OOM_PROGRAM)
         pid = os.fork()
         if pid == 0:
             _case_child(job, case, in_fd, out_w, err_w, val_w)  # never returns
+        _oom_for_child(None)
         for fd in (out_w, err_w, val_w, in_fd):
             os.close(fd)
         pipes = {"stdout": out_r, "stderr": err_r, "value": val_r}

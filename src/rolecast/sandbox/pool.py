@@ -7,7 +7,8 @@ import os
 import threading
 import weakref
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
+from typing import Literal, overload
 
 from rolecast.sandbox.cgroups import Cgroups, Slot
 from rolecast.sandbox.execute import execute
@@ -50,9 +51,29 @@ class SandboxPool:
     def run(self, job: Job) -> JobResult:
         return self._ex.submit(self._run_slot, job).result()
 
-    def run_many(self, jobs: Iterable[Job]) -> list[JobResult]:
+    @overload
+    def run_many(self, jobs: Iterable[Job], *, return_exceptions: Literal[False] = False) -> list[JobResult]: ...
+
+    @overload
+    def run_many(self, jobs: Iterable[Job], *, return_exceptions: Literal[True]) -> list[JobResult | Exception]: ...
+
+    def run_many(
+        self, jobs: Iterable[Job], *, return_exceptions: bool = False
+    ) -> list[JobResult] | list[JobResult | Exception]:
+        """Run `jobs` concurrently; their results in order. Every job runs to its end (and its processes are gone)
+        before this returns. An exception one job raised on the host (planning it, reading it) is raised here, or
+        with `return_exceptions`, returned in that job's place so that the others' results are kept."""
         futures = [self._ex.submit(self._run_slot, j) for j in jobs]
-        return [f.result() for f in futures]
+        wait(futures)
+        if not return_exceptions:
+            return [f.result() for f in futures]
+        out: list[JobResult | Exception] = []
+        for f in futures:
+            e = f.exception()
+            if e is not None and not isinstance(e, Exception):
+                raise e  # KeyboardInterrupt, SystemExit: not a job's doing
+            out.append(e if e is not None else f.result())
+        return out
 
     def close(self) -> None:
         self._ex.shutdown(wait=True)

@@ -39,7 +39,7 @@ from rolecast.core.errors import DatasetError, DatasetFileMissing, require
 from rolecast.core.text import last_boxed
 from rolecast.rewards.code import CodeTests, extract_for, score_code_many
 from rolecast.rewards.math import default_verifier, extract_answer, gsm8k_gold, score_math
-from rolecast.rewards.math_study import study_equivalent, study_extract
+from rolecast.rewards.math_study import study_extract
 from rolecast.tasks.base import Problem, Score, Task, register_task
 
 log = logging.getLogger(__name__)
@@ -91,11 +91,11 @@ def dataset_file(rel: str) -> Path:
 
 def _jsonl_instead(path: Path, missing: str) -> Rows | None:
     """For a default Parquet file under the data root: None when it exists (read it as usual), the rows of its
-    .jsonl sibling when only that exists, and FileNotFoundError(`missing`) when neither does."""
+    .jsonl sibling when only that exists, and DatasetFileMissing(`missing`) when neither does."""
     if path.exists():
         return None
     if not path.with_suffix(".jsonl").exists():
-        raise FileNotFoundError(missing)
+        raise DatasetFileMissing(missing)  # a FileNotFoundError, and a UserError: one line, no traceback
     return read_rows(path.with_suffix(".jsonl"))
 
 
@@ -366,20 +366,14 @@ class MathTask(DatasetTask):
         return study_extract(text) if self.grader == "study" else extract_answer(text, last_number=self.last_number)
 
     def score(self, problem: Problem, text: str | None) -> Score:
-        if self.grader == "study":
-            pred = study_extract(text)
-            if pred is None:
-                return Score(0.0, None, "no_answer")
-            return Score(1.0 if study_equivalent(str(problem.answer), pred) else 0.0, pred, None)
-        return score_math(text, problem.answer, last_number=self.last_number)
+        # both graders compare in the verifier's worker processes (the study's sympy step evaluates the answer)
+        return score_math(text, str(problem.answer), last_number=self.last_number, grader=self.grader)
 
     def score_many(self, problems: Sequence[Problem], texts: Sequence[str | None]) -> list[Score]:
-        if self.grader == "study":
-            return [self.score(p, t) for p, t in zip(problems, texts, strict=True)]
         v = default_verifier()
-        if v.last_number != self.last_number:
+        if self.grader == "rolecast" and v.last_number != self.last_number:
             return [self.score(p, t) for p, t in zip(problems, texts, strict=True)]
-        return v.score_many([p.answer for p in problems], texts)
+        return v.score_many([str(p.answer) for p in problems], texts, self.grader)
 
 
 @register_task("gsm8k")

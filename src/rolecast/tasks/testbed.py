@@ -101,6 +101,8 @@ class ArithmeticTestbed(Task):
         # answer, and "+5" or "05" should count as 5.
         if not _INT.match(ans.replace(" ", "")):
             return Score(0.0, ans, "answer is not an integer")
+        if len(ans) > 64:  # int() refuses 4,301 digits; no sum of 1-digit terms needs 64
+            return Score(0.0, ans, "answer too long")
         return Score(float(int(ans.replace(" ", "")) == int(problem.answer)), ans)
 
 

@@ -50,7 +50,7 @@ from rolecast.train.precursors import Precursors
 from rolecast.train.resume import SessionState, record_resume, rewind_logs
 from rolecast.train.run_dir import check_resume_dir, discard_new_run, prepare_new_run_dir
 from rolecast.train.sampling import step_problems
-from rolecast.train.sinks import Console, MetricLoggers, ProgressBar, append_metrics, write_episodes
+from rolecast.train.sinks import Console, MetricLoggers, ProgressBar, accuracy_text, append_metrics, write_episodes
 from rolecast.train.step_metrics import eval_metrics, policy_metrics, role_metrics, rollout_metrics, time_metrics
 from rolecast.train.update import PolicyUpdate, update_policy
 
@@ -458,13 +458,14 @@ class _Session:
         cfg = self.cfg
         due_eval = cfg.eval.every and (step + 1) % cfg.eval.every == 0 and step + 1 < cfg.train.steps
         if due_eval and self.dist.is_main:
-            row = self.run_eval(step + 1, "periodic")
+            with self.console.evaluating(f"at step {step + 1}"):
+                row = self.run_eval(step + 1, "periodic")
             metrics.update(eval_metrics(row["pass@1"]))
             for name, v in self.extra_pass.items():
                 metrics.update(eval_metrics(v, name))
             self.console.print(
                 f"eval at step {step + 1} ({len(self.eval_set)} problems; {cfg.eval.describe()}): "
-                f"{row['pass@1']:.3f} ± {row['stderr']:.3f}"
+                f"{accuracy_text(row['pass@1'], row['stderr'])}"
             )
 
     def log_step(self, step: int, metrics: dict[str, Any], episodes: list[Episode], progress: ProgressBar) -> None:
@@ -484,10 +485,11 @@ class _Session:
     def announce_eval(self, step: int, tag: str, what: str) -> float:
         """The base or final evaluation, said on the console; returns its pass@1."""
         cfg = self.cfg
-        row = self.run_eval(step, tag)
+        with self.console.evaluating(f"the {tag} model" if tag == "base" else f"at step {step}"):
+            row = self.run_eval(step, tag)
         self.console.print(
             f"{what} ({cfg.task.eval_split}, {len(self.eval_set)} problems; "
-            f"{cfg.eval.describe()}): {row['pass@1']:.3f} ± {row['stderr']:.3f}"
+            f"{cfg.eval.describe()}): {accuracy_text(row['pass@1'], row['stderr'])}"
         )
         return row["pass@1"]
 
@@ -512,7 +514,7 @@ class _Session:
             if tag != "periodic":  # periodic ones go with the step's metrics
                 self.loggers.log(eval_metrics(row["pass@1"], name, tag), step)
             self.console.print(
-                f"{name} accuracy ({row['n_problems']} problems, step {step}): {row['pass@1']:.3f} ± {row['stderr']:.3f}"
+                f"{name} accuracy ({row['n_problems']} problems, step {step}): {accuracy_text(row['pass@1'], row['stderr'])}"
             )
         row = append_eval_row(self.run_dir / EVAL, key, res)
         if tag != "periodic":  # TensorBoard / W&B: the base (step 0) and final points of the eval/pass@1 curve

@@ -5,6 +5,8 @@ and the optional TensorBoard / W&B sinks."""
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -26,15 +28,30 @@ from rolecast.core.metric_keys import time_key
 from rolecast.core.rundir import append_jsonl, write_atomic
 
 
-class ProgressBar:
-    """A rich progress bar (or nothing, when the console is off)."""
+def accuracy_text(pass1: float, stderr: float) -> str:
+    """An evaluation's pass@1 with its standard error, labelled: "0.557 ± 0.029 (± 1 SE)" (not a 95% interval,
+    which would be ± 1.96 SE)."""
+    return f"{pass1:.3f} ± {stderr:.3f} (± 1 SE)"
 
-    def __init__(self, progress: Progress | None, task_id: TaskID | None):
-        self._progress, self._task = progress, task_id
+
+class ProgressBar:
+    """A rich progress bar (or nothing, when the console is off). Its text field says what the run is doing: the
+    last step's reward, "evaluating ..." while an evaluation runs, "starting" before the first step."""
+
+    def __init__(self, progress: Progress | None, task_id: TaskID | None, status: str = ""):
+        self._progress, self._task, self._status = progress, task_id, status
 
     def advance(self, step: int, reward: float, metrics: dict[str, Any] | None = None) -> None:
         if self._progress is not None and self._task is not None:
-            self._progress.update(self._task, completed=step, reward=reward)
+            self._status = f"reward {reward:.3f}"
+            self._progress.update(self._task, completed=step, status=self._status)
+
+    def show(self, status: str) -> str:
+        """Show `status` in place of the reward; returns what was shown, to put back."""
+        previous, self._status = self._status, status
+        if self._progress is not None and self._task is not None:
+            self._progress.update(self._task, status=status)
+        return previous
 
     def close(self) -> None:
         if self._progress is not None:
@@ -62,6 +79,7 @@ class Console:
     def __init__(self, enabled: bool = True):
         self.enabled = enabled
         self.rich = RichConsole(highlight=False, soft_wrap=True)  # a log keeps each message on one line
+        self._bar = ProgressBar(None, None)  # the live bar, which `evaluating` labels
 
     def print(self, msg: str) -> None:
         self.rich.print(msg)
@@ -75,16 +93,27 @@ class Console:
             TextColumn("step"),
             MofNCompleteColumn(),
             BarColumn(),
-            TextColumn("reward {task.fields[reward]:.3f}"),
+            TextColumn("{task.fields[status]}"),
             TimeElapsedColumn(),
             TextColumn("eta"),
             TimeRemainingColumn(),
             console=self.rich,
             transient=False,
         )
-        task = p.add_task("train", total=total, completed=start, reward=float("nan"))
+        task = p.add_task("train", total=total, completed=start, status="starting")
         p.start()
-        return ProgressBar(p, task)
+        self._bar = ProgressBar(p, task, "starting")
+        return self._bar
+
+    @contextmanager
+    def evaluating(self, what: str) -> Iterator[None]:
+        """While an evaluation runs, the live bar says "evaluating `what`" (the base evaluation takes as long as
+        several steps; a bar that only showed step 0 and no reward looked stuck); then it shows what it showed."""
+        previous = self._bar.show(f"evaluating {what}")
+        try:
+            yield
+        finally:
+            self._bar.show(previous)
 
 
 class MetricLoggers:

@@ -8,7 +8,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rolecast.core.episode import Episode
-from rolecast.core.metric_keys import eval_pass_key, policy_key, role_key, rollout_key, time_key
+from rolecast.core.metric_keys import eval_pass_key, grader_errors_key, policy_key, role_key, rollout_key, time_key
+from rolecast.rewards.score import GRADER_ERROR
 from rolecast.rollout.engine import RolloutStats
 from rolecast.train.loss_step import Tally, tally_means
 
@@ -37,9 +38,10 @@ def time_metrics(t0: float, t_rollout: float, t_reward: float, t_update: float) 
 
 
 def rollout_metrics(stats: RolloutStats, episodes: Sequence[Episode], max_prompt_tokens: int | None) -> dict[str, Any]:
-    """`rollout/...`: the engine's backend calls and requests, and with rollout.max_prompt_tokens the share of
-    episodes an over-long prompt ended."""
+    """`rollout/...`: the engine's backend calls and requests, the episodes with a grader error (a text whose scoring
+    raised, rolecast.scoring), and with rollout.max_prompt_tokens the share of episodes an over-long prompt ended."""
     out: dict[str, Any] = {rollout_key("backend_calls"): stats.backend_calls, rollout_key("requests"): stats.requests}
+    out[grader_errors_key()] = sum(GRADER_ERROR in ep.metadata for ep in episodes)
     if max_prompt_tokens:
         ended = sum(ep.metadata.get("ended") == "max_prompt_tokens" for ep in episodes)
         out[rollout_key("ended_max_prompt_tokens")] = ended / max(len(episodes), 1)

@@ -30,7 +30,10 @@ _STUDY_CHOICE_BOX = re.compile(r"\\boxed\{(\d+)\}", re.I)
 _STUDY_CHOICE_DIGIT = re.compile(r"\b([1-9])\b")
 _STUDY_VERDICT = re.compile(r"\\boxed\{(Correct|Incorrect)\}", re.I)
 _STUDY_STRATEGY = re.compile(r"STRATEGY\s*(\d+)\s*:\s*(.+?)(?=STRATEGY\s*\d+\s*:|$)", re.I | re.S)
-_STUDY_NUMBERED = re.compile(r"^\s*(\d+)[.)]\s*(.+?)(?=^\s*\d+[.)]|\Z)", re.M | re.S)
+# the study's `^\s*` here spans blank lines, so over a run of them it backtracked quadratically (8,192 newlines:
+# 0.4 s); within one line, the same strategies (the blank lines it skipped end up in a body, which is stripped)
+_STUDY_NUMBERED = re.compile(r"^[^\S\n]*(\d+)[.)]\s*(.+?)(?=^[^\S\n]*\d+[.)]|\Z)", re.M | re.S)
+_MAX_DIGITS = 9  # a longer number is out of range for any pick (and int() refuses 4,301 digits)
 
 
 def study_parse_choice(text: str | None, n: int) -> int:
@@ -39,7 +42,7 @@ def study_parse_choice(text: str | None, n: int) -> int:
     range (only the first is tried), or there is none, candidate 1."""
     text = text or ""
     m = _STUDY_CHOICE_BOX.search(text)
-    if m and 0 <= int(m.group(1)) - 1 < n:
+    if m and len(m.group(1)) <= _MAX_DIGITS and 0 <= int(m.group(1)) - 1 < n:
         return int(m.group(1)) - 1
     d = _STUDY_CHOICE_DIGIT.search(text)
     if d and 0 <= int(d.group(1)) - 1 < n:
@@ -62,12 +65,17 @@ def study_parse_strategies(text: str | None, k: int) -> list[str]:
     text = text or ""
     found = _STUDY_STRATEGY.findall(text) or _STUDY_NUMBERED.findall(text)
     if found:
-        strategies = [body.strip() for _, body in sorted(found, key=lambda x: int(x[0]))]
+        strategies = [body.strip() for _, body in sorted(found, key=lambda x: _number(x[0]))]
     else:
         strategies = [ln.strip() for ln in text.split("\n") if len(ln.strip()) > 10][:k]
     if not strategies:
         strategies = [text.strip()]
     return strategies[:k]
+
+
+def _number(digits: str) -> int | float:
+    """The value of a run of digits, for sorting; one too long for int() sorts last."""
+    return int(digits) if len(digits) <= 4000 else float("inf")
 
 
 def check_parsers(parsers: str) -> None:
