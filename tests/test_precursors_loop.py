@@ -282,3 +282,30 @@ def test_a_measured_precursor_triggers_a_rollback_to_a_checkpoint(tmp_path):
 def test_the_config_names_what_is_wrong(tmp_path, over, message):
     with pytest.raises(ConfigError, match=message):
         tiny(tmp_path, **over)
+
+
+def test_two_processes_cut_the_lr_on_rank_0s_precursor_trigger_as_one_process_does(tiny_model_dir, tmp_path):
+    """Rank 0 measures and decides; every process must act on the trigger, or their weights part (torchrun over
+    gloo, the data-parallel test's setting: a random model, token rewards, voting isolated)."""
+    from test_distributed import SETTINGS, _assert_rows_match, _config_file, _rows, _torchrun
+    from test_trainer import tiny_config
+
+    settings = {
+        **SETTINGS,
+        "diagnostics.precursors.every": 1,
+        "diagnostics.precursors.probe_problems": 2,
+        "diagnostics.precursors.canary_size": 2,
+        "interventions.rollback.precursors": [{"name": "update_ratio", "threshold": 0.0}],
+        "interventions.rollback.action": "lr_cut",
+        "interventions.rollback.cooldown": 0,
+        "interventions.rollback.max_rollbacks": 2,
+    }
+    one, two = tmp_path / "one", tmp_path / "two"
+    train(tiny_config(tiny_model_dir, one, **settings))
+    res = _torchrun(2, ["train", "--config", _config_file(tiny_model_dir, two, settings)], cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-4000:]
+    got, want = _rows(two), _rows(one)
+    assert [r.get("rollback/count") for r in want] == [1, 2, None]
+    assert want[2]["policy/generator/lr"] == pytest.approx(0.25e-3)
+    assert all(r[precursor_key("update_ratio", "generator")] > 0 for r in want)
+    _assert_rows_match(got, want)
