@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from rolecast.config.profiles import ProfileName, rename_former
 from rolecast.core.errors import ConfigError, FieldError
@@ -276,15 +276,66 @@ class GradientDiagnosticsSettings(_Strict):
     ema_decay: float = Field(0.9, ge=0, lt=1)  # of each role's past gradients, for direction persistence
 
 
+class PrecursorUse(_Strict):
+    """A further precursor the trainer computes from the metric rows at every step and logs: a name registered
+    in diagnostics/precursors.PRECURSORS, or a 'package.module:function' / 'file.py:function' over metric rows
+    (a plain function needs its `direction`; one decorated with @register_precursor has its own)."""
+
+    name: str = Field(min_length=1)
+    direction: Literal["above", "below"] | None = None
+
+
+def _named(v: Any) -> Any:
+    """A bare name stands for {name: ...} in a list of precursors."""
+    return [{"name": x} if isinstance(x, str) else x for x in v] if isinstance(v, list) else v
+
+
+class PrecursorSettings(_Strict):
+    """Precursors of a cliff, computed in the loop (train/precursors.py; docs/analysis.md, "Precursors"): off
+    while `every` is 0, and then the training step is what it was without them."""
+
+    # 0: off. N: the probe log-likelihood, KL to the base and the canary every N steps (the update ratios and
+    # the derived precursors: every step)
+    every: int = Field(0, ge=0)
+    probe_size: int = Field(16, gt=0)  # K: known-correct outputs per (policy, role) in its fixed probe set
+    # training problems of the one base rollout batch the probes are drawn from (x train.group_size samples)
+    probe_problems: int = Field(16, gt=0)
+    canary_size: int = Field(16, ge=0)  # held-out problems of task.eval_split, evaluated greedily (0: no canary)
+    # precursors computed from the metric rows at every step, besides the built-in entropy_slope
+    use: list[PrecursorUse] = []
+
+    @field_validator("use", mode="before")
+    @classmethod
+    def _bare_names(cls, v: Any) -> Any:
+        return _named(v)
+
+
 class DiagnosticsSettings(_Strict):
     gradients: GradientDiagnosticsSettings = GradientDiagnosticsSettings()
+    precursors: PrecursorSettings = PrecursorSettings()
+
+
+class PrecursorTrigger(_Strict):
+    """A precursor as a trigger of the rollback (or lr cut): it fires at a step where its value is strictly past
+    `threshold` (above or below, its own direction unless given), for `subject` (a policy, "pid/role", a role,
+    "run") or "any" (the most alarming subject), as diagnostics/precursors.score_precursor judges it."""
+
+    name: str = Field(min_length=1)  # a precursor the run computes (diagnostics.precursors)
+    threshold: float
+    subject: str = "any"
+    direction: Literal["above", "below"] | None = None
 
 
 class RollbackSettings(_Strict):
-    """Rollback on early warning (train/rollback.py; docs/training.md): off while `signals` is empty."""
+    """Rollback on early warning (train/rollback.py; docs/training.md): off while `signals` and `precursors`
+    are empty."""
 
     # early-warning signal names (diagnostics/warnings.py SIGNALS) that trigger a rollback to the best checkpoint
     signals: list[str] = []
+    # precursors that trigger it too (diagnostics.precursors computes them), each with its threshold
+    precursors: list[PrecursorTrigger] = []
+    # rollback: restore the best checkpoint and lower the lr; lr_cut: only lower the lr (by lr_factor), in place
+    action: Literal["rollback", "lr_cut"] = "rollback"
     lr_factor: float = Field(0.5, gt=0, le=1)  # train.lr is multiplied by this at each rollback
     max_rollbacks: int = Field(1, ge=1)
     patience: int = Field(1, ge=1)  # consecutive steps a configured signal must fire
@@ -346,8 +397,9 @@ def resolve_auto_eval(data: dict[str, Any]) -> dict[str, Any]:
     eval.every "auto": 0 when train.steps < AUTO_EVAL_MIN_STEPS; else the smallest multiple of checkpoint.every
     that is >= steps / AUTO_EVAL_POINTS (so every evaluated step has a checkpoint), or max(5, ceil(steps / 10))
     when checkpoint.every is 0. checkpoint.keep_every "auto": the resolved eval.every when
-    interventions.rollback.signals is set (a rollback goes back to the best evaluated checkpoint, so those are
-    kept), else 0: checkpoint.keep_last alone decides what stays on disk (the latest is all a resume needs).
+    interventions.rollback.signals or .precursors is set and its action is a rollback (it goes back to the best
+    evaluated checkpoint, so those are kept), else 0: checkpoint.keep_last alone decides what stays on disk (the
+    latest is all a resume needs).
     Values that are neither "auto" nor absent are left for field validation."""
     every, keep = _field(data, "eval", "every"), _field(data, "checkpoint", "keep_every")
     if every != "auto" and keep != "auto":
@@ -373,16 +425,20 @@ def resolve_auto_eval(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def _rollback_configured(data: dict[str, Any]) -> bool:
-    """Raw config data with interventions.rollback.signals set (non-empty)."""
-    node: Any = data
-    for name in ("interventions", "rollback", "signals"):
-        if isinstance(node, BaseModel):
-            node = getattr(node, name, None)
-        elif isinstance(node, dict):
-            node = node.get(name)
-        else:  # absent, or malformed (reported by its own field)
-            return False
-    return bool(node)
+    """Raw config data with interventions.rollback.signals or .precursors set (non-empty), and its action a
+    rollback (an lr cut goes back to no checkpoint)."""
+    rollback: Any = data
+    for name in ("interventions", "rollback"):
+        rollback = _member(rollback, name)
+    if _member(rollback, "action") == "lr_cut":
+        return False
+    return bool(_member(rollback, "signals")) or bool(_member(rollback, "precursors"))
+
+
+def _member(node: Any, name: str) -> Any:
+    if isinstance(node, BaseModel):
+        return getattr(node, name, None)
+    return node.get(name) if isinstance(node, dict) else None  # absent, or malformed (reported by its own field)
 
 
 def _is_section(section: Any) -> bool:

@@ -7,13 +7,13 @@ One training step:
   4. group turns by (problem, role) and compute group-relative advantages;
   5. for each policy: recompute log-probs under the current weights, clipped surrogate (+ optional KL),
      micro-batched backward, gradient clipping, optimizer step (skipped and logged if not finite);
-  6. log metrics / episodes, evaluate, checkpoint atomically.
+  6. log metrics / episodes (and the precursors of a cliff, when on), evaluate, checkpoint atomically.
 The loop never branches on which workflow ran: it only sees episodes, turns, roles and policy ids.
 
 What it calls: train/update.py (one policy's update, in parts: docs/architecture.md), optimizer.py (every policy's
 optimizer, lr schedule and lr clock), guard.py (divergence), resume.py (what a checkpoint holds, resume and
-rollback), sinks.py (console, metrics.jsonl, TensorBoard / W&B) and step_metrics.py (the names of the loop's
-metrics).
+rollback), precursors.py (diagnostics.precursors: probe sets, update ratios, KL to the base, the canary), sinks.py
+(console, metrics.jsonl, TensorBoard / W&B) and step_metrics.py (the names of the loop's metrics).
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ from rolecast.train.distributed import Dist
 from rolecast.train.guard import NonFiniteUpdate, weight_norm
 from rolecast.train.interrupt import StopRequest, TrainingInterrupted
 from rolecast.train.loss_step import Tally, merge_tallies
+from rolecast.train.precursors import Precursors
 from rolecast.train.resume import SessionState, record_resume, rewind_logs
 from rolecast.train.run_dir import check_resume_dir, discard_new_run, prepare_new_run_dir
 from rolecast.train.sampling import step_problems
@@ -211,6 +212,7 @@ class _Session:
                 try:
                     if cfg.eval.at_start and start == 0 and self.eval_set and self.dist.is_main:
                         summary["base_accuracy"] = self.announce_eval(0, "base", "base accuracy")
+                    self.set_up_precursors()
                     if start < end:
                         with training():
                             self.train_step(start, end, progress)
@@ -297,6 +299,7 @@ class _Session:
         alerts = self.early_warning(step, metrics, episodes)
         stop = self.state.guard.reason(step + 1)  # why the run must stop, or None
         if not stop:
+            alerts += self.measure_precursors(step, metrics)
             self.roll_back_if_due(step, alerts, metrics)
             self.periodic_eval(step, metrics)
         self.log_step(step, metrics, episodes, progress)
@@ -344,19 +347,20 @@ class _Session:
         for pid, turns in by_policy.items():
             lr = optim.lr(pid, trains=bool(turns))  # the lr this step trains with
             try:
-                updates[pid] = update_policy(
-                    pid,
-                    turns,
-                    cfg=cfg,
-                    policies=self.runtime.policies,
-                    optimizer=optim.optimizer(pid),
-                    pad_id=self.runtime.tokenizer.pad_token_id,
-                    rng=update_rng,
-                    check_logprobs=(step == self.start),
-                    monitor=monitor if monitor and monitor.due(step) else None,
-                    interventions=self.state.interventions,
-                    dist=self.dist,
-                )
+                with self.watch_update(pid):
+                    updates[pid] = update_policy(
+                        pid,
+                        turns,
+                        cfg=cfg,
+                        policies=self.runtime.policies,
+                        optimizer=optim.optimizer(pid),
+                        pad_id=self.runtime.tokenizer.pad_token_id,
+                        rng=update_rng,
+                        check_logprobs=(step == self.start),
+                        monitor=monitor if monitor and monitor.due(step) else None,
+                        interventions=self.state.interventions,
+                        dist=self.dist,
+                    )
             except NonFiniteUpdate as e:
                 raise self.diverged(step + 1, str(e)) from None
             updates[pid].stats["lr"] = lr
@@ -408,6 +412,31 @@ class _Session:
             log.info("step %d: early warning %s (%s)", step + 1, a.name, a.subject)
         return alerts
 
+    # --- precursors (diagnostics.precursors; train/precursors.py): measured by rank 0, which logs ---
+
+    @property
+    def precursors(self) -> Precursors | None:
+        return self.state.precursors if self.dist.is_main else None
+
+    def set_up_precursors(self) -> None:
+        """Before step 1: the probe sets, the canary and the base values (a resumed run has them from its
+        checkpoint)."""
+        if self.precursors is not None and not self.precursors.ready:
+            self.console.print(self.precursors.set_up(self.runtime, self.train_pool))
+
+    def watch_update(self, pid: str) -> contextlib.AbstractContextManager[None]:
+        """The update ratios of policy `pid`'s update run in this block."""
+        return self.precursors.watch_update(pid) if self.precursors is not None else contextlib.nullcontext()
+
+    def measure_precursors(self, step: int, metrics: dict[str, Any]) -> list[Alert]:
+        """The step's precursors (into `metrics`), and the alerts of the rollback's precursor triggers, which every
+        process of a data-parallel run gets from rank 0 (each `warn/<name>` too)."""
+        alerts = self.precursors.measure(step + 1, self.runtime, metrics) if self.precursors is not None else []
+        if self.dist.active and self.state.precursors is not None and self.state.precursors.triggers:
+            alerts = self.dist.gather(alerts)[0]
+        metrics.update(metric_entries(alerts))
+        return alerts
+
     def roll_back_if_due(self, step: int, alerts: list[Alert], metrics: dict[str, Any]) -> None:
         """interventions.rollback: go back to the best checkpoint when its signals fired (its metrics go into
         `metrics`)."""
@@ -441,6 +470,8 @@ class _Session:
         cfg, run_dir = self.cfg, self.run_dir
         if self.dist.is_main:
             append_metrics(run_dir / METRICS, metrics)
+        if self.precursors is not None:
+            self.precursors.record(metrics)  # as logged: what the derived precursors of later steps read
         if cfg.logging.episodes_every and (step + 1) % cfg.logging.episodes_every == 0 and self.dist.is_main:
             write_episodes(RunPaths(run_dir).episodes(step + 1), episodes[: cfg.logging.max_episodes])
         self.loggers.log(metrics, step + 1)
