@@ -35,7 +35,7 @@ from common import machine  # noqa: E402
 
 def run(every: int, args: argparse.Namespace, root: Path, tag: str) -> tuple[list[dict], float]:
     from rolecast.config.load import load_config
-    from rolecast.train.grpo import train
+    from rolecast.training.grpo import train
 
     run_dir = root / tag
     over = {

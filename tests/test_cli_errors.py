@@ -13,7 +13,7 @@ from test_trainer import tiny_config
 
 from rolecast.cli import main
 from rolecast.config import CONFIG_DIR
-from rolecast.train.grpo import train
+from rolecast.training.grpo import train
 
 PROC = Path("/proc")
 needs_proc = pytest.mark.skipif(not (PROC / "self").is_dir(), reason="needs Linux's /proc (a path nothing can write)")

@@ -24,7 +24,7 @@ from rolecast.sandbox import SandboxPool
 from rolecast.scoring import GraderBug, score_batch, score_episodes
 from rolecast.tasks import make_task
 from rolecast.tasks.base import Problem, Task
-from rolecast.train.step_metrics import rollout_metrics
+from rolecast.training.step_metrics import rollout_metrics
 
 
 class Picky(Task):

@@ -1,4 +1,4 @@
-"""Precursors in the training loop (train/precursors.py, config diagnostics.precursors), end to end on the embedded
+"""Precursors in the training loop (training/precursors.py, config diagnostics.precursors), end to end on the embedded
 testbed model: the logged values against values recomputed here independently from the checkpoints and the base
 model (plain HF forwards over each probe sequence, whole-vocabulary logits); a resumed run logs what an
 uninterrupted one does; turning them on changes no training metric; a precursor as the trigger of an lr cut and of
@@ -18,8 +18,8 @@ from rolecast.core.errors import ConfigError
 from rolecast.core.metric_keys import precursor_key
 from rolecast.diagnostics.precursors import kl_exact
 from rolecast.policies.models import load_model
-from rolecast.train.checkpoint import load_checkpoint
-from rolecast.train.grpo import train
+from rolecast.training.checkpoint import load_checkpoint
+from rolecast.training.grpo import train
 
 PROBES = {
     "diagnostics.precursors.probe_size": 4,

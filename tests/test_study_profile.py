@@ -92,7 +92,7 @@ def test_scope_follows_the_task_and_the_workflow(tmp_path):
 
 def test_a_run_directory_holds_the_resolved_options_and_resumes():
     cfg = load_config(RECIPE, environment=False)
-    saved = parse_config(yaml.safe_load(dump_config(cfg)))  # what train/run_dir.py reads back
+    saved = parse_config(yaml.safe_load(dump_config(cfg)))  # what training/run_dir.py reads back
     assert saved == cfg
     # a run written before the profile: the same options spelled out, with the values then named `study`
     old = yaml.safe_load(dump_config(cfg))

@@ -24,10 +24,10 @@ from rolecast.prompts import PromptBook
 from rolecast.rollout.engine import run_episodes
 from rolecast.rollout.scripted import ScriptedBackend
 from rolecast.scoring import assign_advantages
-from rolecast.train.batching import collate
-from rolecast.train.grpo import train
-from rolecast.train.logprobs import completion_logprobs, trainer_logprobs
-from rolecast.train.update import update_policy
+from rolecast.training.batching import collate
+from rolecast.training.grpo import train
+from rolecast.training.logprobs import completion_logprobs, trainer_logprobs
+from rolecast.training.update import update_policy
 from rolecast.workflows import get_workflow
 
 # ------------------------------------------------------------------------------------------------ dual-clip

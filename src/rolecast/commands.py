@@ -29,9 +29,9 @@ from rolecast.report.html import text_map, write_report
 from rolecast.sweep import load_matrix, make_executor, run_sweep, summary_table
 from rolecast.sweep.matrix import describe
 from rolecast.testbed.rollouts import rollout_competence
-from rolecast.train.checkpoint import DiskFullError, latest_step
-from rolecast.train.grpo import train
-from rolecast.train.interrupt import StopRequest, TrainingInterrupted
+from rolecast.training.checkpoint import DiskFullError, latest_step
+from rolecast.training.grpo import train
+from rolecast.training.interrupt import StopRequest, TrainingInterrupted
 
 # Common flags map onto config fields; `--set section.field=value` reaches every other field.
 FLAG_FIELDS = {

@@ -24,7 +24,7 @@ from rolecast.tasks.base import Problem, Task
 from rolecast.workflows.api import WorkflowSpec
 
 EVAL_SEED_STREAM = 2  # `step_seed`'s stream of evaluations (1: a training step's rollouts)
-CANARY_SEED_STREAM = 6  # the precursors' canary (train/precursors.py; 5: the probe set's base rollouts)
+CANARY_SEED_STREAM = 6  # the precursors' canary (training/precursors.py; 5: the probe set's base rollouts)
 
 
 @dataclass(frozen=True)

@@ -146,18 +146,18 @@ STUDY = Profile(
         ),
         # the schedule, the clock, the data order, the groups
         ProfileOption(
-            "train.lr_schedule", "verl_cosine", "verl's warmup from 0 and unclamped cosine; train/schedule.py"
+            "train.lr_schedule", "verl_cosine", "verl's warmup from 0 and unclamped cosine; training/schedule.py"
         ),
         ProfileOption(
             "train.lr_clock",
             "step",
-            "each policy's own lr clock; train/optimizer.py",
+            "each policy's own lr clock; training/optimizer.py",
             kept="the study very likely shares one clock over the roles (role_update); docs/study_recipe.md (8)",
         ),
         ProfileOption(
-            "train.update_schedule", "per_minibatch", "one optimizer step per mini-batch per role; train/update.py"
+            "train.update_schedule", "per_minibatch", "one optimizer step per mini-batch per role; training/update.py"
         ),
-        ProfileOption("train.sampling", "epoch", "a shuffled pass over the training set; train/sampling.py"),
+        ProfileOption("train.sampling", "epoch", "a shuffled pass over the training set; training/sampling.py"),
         ProfileOption(
             "train.group_by",
             "instance",
@@ -167,11 +167,11 @@ STUDY = Profile(
         # the update's fine print, as verl runs it
         ProfileOption("train.loss_agg", "seq-mean-token-mean", "verl's loss_agg_mode; objectives/losses.py"),
         ProfileOption(
-            "train.old_logprobs", "trainer", "old log-probs recomputed before the update; train/old_logprobs.py"
+            "train.old_logprobs", "trainer", "old log-probs recomputed before the update; training/old_logprobs.py"
         ),
         ProfileOption("train.dual_clip", 3.0, "verl's clip_ratio_c; objectives/losses.py"),
         ProfileOption(
-            "train.minibatch_scale", "nominal", "a mini-batch's loss x rows / mini_batch_size; train/update.py"
+            "train.minibatch_scale", "nominal", "a mini-batch's loss x rows / mini_batch_size; training/update.py"
         ),
         ProfileOption(
             "train.singleton_advantage", "reward", "a group of one: verl's mean 0, std 1; objectives/advantages.py"

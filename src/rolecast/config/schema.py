@@ -108,7 +108,7 @@ class TrainSettings(_Strict):
     lr: float = Field(2e-5, gt=0)
     # cosine | constant: rolecast's (warmup (k + 1) / (warmup + 1), cosine flat after train.steps);
     # verl_cosine | verl_constant: verl's, as the reference study trains (warmup k / warmup from lr 0, a cosine
-    # not clamped at its end, so it climbs back up past it). train/schedule.py
+    # not clamped at its end, so it climbs back up past it). training/schedule.py
     lr_schedule: Literal["cosine", "constant", "verl_cosine", "verl_constant"] = "cosine"
     # What advances the schedule. step: each policy's own schedule, once per training step (rolecast's default).
     # role_update: the study's Isolated-Policy behaviour (one verl actor, one scheduler, stepped inside every
@@ -119,7 +119,7 @@ class TrainSettings(_Strict):
     min_lr_ratio: float = Field(0.0, ge=0, le=1)
     weight_decay: float = Field(0.0, ge=0)
     betas: tuple[float, float] = (0.9, 0.999)
-    # Full fine-tuning of bf16/fp16 weights: AdamW steps float32 master copies (train/master_weights.py), so
+    # Full fine-tuning of bf16/fp16 weights: AdamW steps float32 master copies (training/master_weights.py), so
     # updates below the weights' rounding step still add up. No effect on float32 weights or LoRA adapters
     # (PEFT keeps those float32). Off: the optimizer steps the low-precision weights themselves.
     fp32_master_weights: bool = True
@@ -137,7 +137,7 @@ class TrainSettings(_Strict):
     mini_batch_size: int = Field(64, gt=0)
     epochs: int = Field(1, gt=0)  # passes over each step's batch
     # random: problems_per_step drawn afresh each step; epoch: each training problem once per epoch, reshuffled
-    # every epoch (train/sampling.py). Both are a pure function of (seed, step), so a resumed run sees the same.
+    # every epoch (training/sampling.py). Both are a pure function of (seed, step), so a resumed run sees the same.
     sampling: Literal["random", "epoch"] = "random"
     micro_batch_tokens: int = Field(8192, gt=0)  # gradient accumulation by token budget
     mask_truncated: bool = False  # drop completions that hit max_new_tokens from the loss
@@ -291,7 +291,7 @@ def _named(v: Any) -> Any:
 
 
 class PrecursorSettings(_Strict):
-    """Precursors of a cliff, computed in the loop (train/precursors.py; docs/analysis.md, "Precursors"): off
+    """Precursors of a cliff, computed in the loop (training/precursors.py; docs/analysis.md, "Precursors"): off
     while `every` is 0, and then the training step is what it was without them."""
 
     # 0: off. N: the probe log-likelihood, KL to the base and the canary every N steps (the update ratios and
@@ -327,7 +327,7 @@ class PrecursorTrigger(_Strict):
 
 
 class RollbackSettings(_Strict):
-    """Rollback on early warning (train/rollback.py; docs/training.md): off while `signals` and `precursors`
+    """Rollback on early warning (training/rollback.py; docs/training.md): off while `signals` and `precursors`
     are empty."""
 
     # early-warning signal names (diagnostics/warnings.py SIGNALS) that trigger a rollback to the best checkpoint

@@ -363,7 +363,7 @@ LOGGED: tuple[tuple[str, Direction, str], ...] = (
 for _name, _direction, _what in LOGGED:
     PRECURSORS.add(_name, Precursor(_name, _direction, _logged(_name), _what))
 
-# What the trainer computes in its loop (train/precursors.py, config diagnostics.precursors): measured every
+# What the trainer computes in its loop (training/precursors.py, config diagnostics.precursors): measured every
 # `every` steps, measured at every step, and derived from the metric rows at every step (besides the user's `use`)
 MEASURED_PERIODICALLY = ("probe_ll", "probe_ll_change", "kl_to_base", "canary_accuracy", "canary_change")
 MEASURED_EACH_STEP = ("update_ratio", "head_update_ratio")

@@ -1,6 +1,6 @@
 """Rollback on early warning (config `interventions.rollback`, off while `signals` and `precursors` are empty).
 
-When configured early-warning signals (diagnostics/warnings.py) or precursor triggers (train/precursors.py: a
+When configured early-warning signals (diagnostics/warnings.py) or precursor triggers (training/precursors.py: a
 precursor past its threshold) fire on `patience` consecutive steps, the loop restores the best checkpoint written
 so far: the highest held-out pass@1 among the periodic evaluations of checkpoints still on disk (the later one on
 ties: less training is thrown away), or, when no kept checkpoint was evaluated, the latest one. Weights, optimizer
@@ -11,7 +11,7 @@ restored: the learning rate alone is cut, in place. At most `max_rollbacks`; aft
 before the next can fire.
 
 Deciding is pure bookkeeping over the step's alerts and the run's files; restoring is the loop's job
-(train/resume.py, `SessionState.roll_back`). The state here (count, lr scale, streaks, events) is plain JSON and
+(training/resume.py, `SessionState.roll_back`). The state here (count, lr scale, streaks, events) is plain JSON and
 travels in every checkpoint, so a resumed run rolls back exactly when an uninterrupted one would.
 """
 
@@ -27,9 +27,9 @@ from rolecast.config.schema import RollbackSettings
 from rolecast.core.metric_keys import rollback_key
 from rolecast.core.rundir import EVAL, read_jsonl
 from rolecast.diagnostics.warnings import Alert
-from rolecast.train.checkpoint import list_checkpoints
+from rolecast.training.checkpoint import list_checkpoints
 
-log = logging.getLogger("rolecast.train")
+log = logging.getLogger("rolecast.training")
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """What a session's checkpoint holds and how a resume or a rollback restores it, in one place.
 
-A checkpoint holds every policy's weights, the RNG state and the trainer's counters (train/checkpoint.py's
-`trainer_state`), the optimizers' and lr schedules' state with the role-update lr clock (train/optimizer.py), plus
+A checkpoint holds every policy's weights, the RNG state and the trainer's counters (training/checkpoint.py's
+`trainer_state`), the optimizers' and lr schedules' state with the role-update lr clock (training/optimizer.py), plus
 one entry per other stateful component of the session: the early warning's history, the gradient diagnostics' and
 the interventions' EMAs, the rollback's bookkeeping, the precursors' probe sets and base values. `SessionState` holds those components; its `checkpoint` builds
 the state and `restore` reads it back, so each entry is named once. A resume also rewinds the run's logs to the
@@ -23,7 +23,7 @@ from rolecast.diagnostics.gradients import GradientMonitor
 from rolecast.diagnostics.signatures import AnswerExtractor
 from rolecast.diagnostics.warnings import EarlyWarning
 from rolecast.policies.models import PolicySet
-from rolecast.train.checkpoint import (
+from rolecast.training.checkpoint import (
     capture_rng_state,
     latest_step,
     load_checkpoint,
@@ -32,11 +32,11 @@ from rolecast.train.checkpoint import (
     restore_trainer_state,
     trainer_state,
 )
-from rolecast.train.guard import DivergenceGuard
-from rolecast.train.interventions import Interventions
-from rolecast.train.optimizer import PolicyOptimizers
-from rolecast.train.precursors import Precursors
-from rolecast.train.rollback import Rollback, RollbackEvent
+from rolecast.training.guard import DivergenceGuard
+from rolecast.training.interventions import Interventions
+from rolecast.training.optimizer import PolicyOptimizers
+from rolecast.training.precursors import Precursors
+from rolecast.training.rollback import Rollback, RollbackEvent
 
 # the checkpoint entries of the session's components (besides trainer_state's and the optimizers')
 EARLY_WARNING = "early_warning"

@@ -69,10 +69,10 @@ from rolecast.rollout.engine import run_episodes, step_seed
 from rolecast.runtime import Runtime
 from rolecast.scoring import score_episodes
 from rolecast.tasks.base import Problem
-from rolecast.train.batching import collate, plan_micro_batches, to_device
-from rolecast.train.logprobs import completion_hidden_states
+from rolecast.training.batching import collate, plan_micro_batches, to_device
+from rolecast.training.logprobs import completion_hidden_states
 
-log = logging.getLogger("rolecast.train")
+log = logging.getLogger("rolecast.training")
 
 PROBE_SEED_STREAM = 5  # `step_seed`'s stream of the probe set's base rollouts (evaluation's canary: 6)
 PRECURSOR = "precursor"  # alerts' kind, beside "signature" and "gradient"

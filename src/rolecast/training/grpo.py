@@ -10,7 +10,7 @@ One training step:
   6. log metrics / episodes (and the precursors of a cliff, when on), evaluate, checkpoint atomically.
 The loop never branches on which workflow ran: it only sees episodes, turns, roles and policy ids.
 
-What it calls: train/update.py (one policy's update, in parts: docs/architecture.md), optimizer.py (every policy's
+What it calls: training/update.py (one policy's update, in parts: docs/architecture.md), optimizer.py (every policy's
 optimizer, lr schedule and lr clock), guard.py (divergence), resume.py (what a checkpoint holds, resume and
 rollback), precursors.py (diagnostics.precursors: probe sets, update ratios, KL to the base, the canary), sinks.py
 (console, metrics.jsonl, TensorBoard / W&B) and step_metrics.py (the names of the loop's metrics).
@@ -39,21 +39,21 @@ from rolecast.runtime import Runtime, build_runtime
 from rolecast.scoring import assign_advantages, attribute, score_episodes
 from rolecast.tasks import make_task
 from rolecast.tasks.base import Problem, Task
-from rolecast.train import distributed
-from rolecast.train.checkpoint import latest_step, save_checkpoint
-from rolecast.train.distributed import Dist
-from rolecast.train.guard import NonFiniteUpdate, weight_norm
-from rolecast.train.interrupt import StopRequest, TrainingInterrupted
-from rolecast.train.loss_step import Tally, merge_tallies
-from rolecast.train.precursors import Precursors
-from rolecast.train.resume import SessionState, record_resume, rewind_logs
-from rolecast.train.run_dir import check_resume_dir, discard_new_run, prepare_new_run_dir
-from rolecast.train.sampling import step_problems
-from rolecast.train.sinks import Console, MetricLoggers, ProgressBar, accuracy_text, append_metrics, write_episodes
-from rolecast.train.step_metrics import eval_metrics, policy_metrics, role_metrics, rollout_metrics, time_metrics
-from rolecast.train.update import PolicyUpdate, update_policy
+from rolecast.training import distributed
+from rolecast.training.checkpoint import latest_step, save_checkpoint
+from rolecast.training.distributed import Dist
+from rolecast.training.guard import NonFiniteUpdate, weight_norm
+from rolecast.training.interrupt import StopRequest, TrainingInterrupted
+from rolecast.training.loss_step import Tally, merge_tallies
+from rolecast.training.precursors import Precursors
+from rolecast.training.resume import SessionState, record_resume, rewind_logs
+from rolecast.training.run_dir import check_resume_dir, discard_new_run, prepare_new_run_dir
+from rolecast.training.sampling import step_problems
+from rolecast.training.sinks import Console, MetricLoggers, ProgressBar, accuracy_text, append_metrics, write_episodes
+from rolecast.training.step_metrics import eval_metrics, policy_metrics, role_metrics, rollout_metrics, time_metrics
+from rolecast.training.update import PolicyUpdate, update_policy
 
-log = logging.getLogger("rolecast.train")
+log = logging.getLogger("rolecast.training")
 
 
 def default_run_dir(cfg: RunConfig) -> Path:
@@ -81,9 +81,9 @@ def train(
     config.yaml only in the fields of `config.RESUME_CHANGEABLE`. A new run refuses a directory that already
     holds one unless `overwrite`. Raises TrainingDiverged when training diverges (docs/training.md).
 
-    `stop` (the command line's Ctrl-C handling, train/interrupt.py): a requested stop checkpoints the step just
+    `stop` (the command line's Ctrl-C handling, training/interrupt.py): a requested stop checkpoints the step just
     finished and raises TrainingInterrupted; so does any KeyboardInterrupt, naming the newest checkpoint."""
-    # one process, or this process's place in a torchrun launch (train/distributed.py)
+    # one process, or this process's place in a torchrun launch (training/distributed.py)
     dist = distributed.from_env(resolve_device(cfg.model.device))
     console = console if dist.is_main and console else Console(enabled=cfg.logging.progress and dist.is_main)
     # --- the run directory, checked before anything is loaded or written ---
@@ -140,7 +140,7 @@ class _Session:
     runtime: Runtime
     train_pool: list[Problem]
     eval_set: list[Problem]
-    state: SessionState  # what a checkpoint holds (train/resume.py)
+    state: SessionState  # what a checkpoint holds (training/resume.py)
     start: int
     console: Console
     loggers: MetricLoggers
@@ -412,7 +412,7 @@ class _Session:
             log.info("step %d: early warning %s (%s)", step + 1, a.name, a.subject)
         return alerts
 
-    # --- precursors (diagnostics.precursors; train/precursors.py): measured by rank 0, which logs ---
+    # --- precursors (diagnostics.precursors; training/precursors.py): measured by rank 0, which logs ---
 
     @property
     def precursors(self) -> Precursors | None:
@@ -520,7 +520,7 @@ class _Session:
 
     def save(self, step: int) -> None:
         """Checkpoint the run as it stands after step `step` (0-based): weights, optimizer, scheduler and RNG
-        state, and every counter a resume needs (train/resume.py)."""
+        state, and every counter a resume needs (training/resume.py)."""
         ck = self.cfg.checkpoint
         state = self.state.checkpoint(step + 1)
         save_checkpoint(self.run_dir, step + 1, state, keep_last=ck.keep_last, keep_every=ck.keep_every)
