@@ -483,7 +483,8 @@ def pilot(raw: Path, plan_path: Path, out: Path) -> dict[str, Any]:
         md += [f"**Partial: {len(lab.runs)} of {len(lab.runs) + lab.unfinished} training cells finished.**", ""]
     md += _marked("Every finished run", prov.mark(["cliff"], cells=[r.cell for r in lab.runs]), ["cliff"])
     md += [*runs_table(lab.runs), ""]
-    md += _marked("Cliff types per setting and arm (95% Clopper-Pearson)", prov.mark(["cliff", "arms"]), ["cliff"])
+    rests = ["cliff", "arms"]
+    md += _marked("Cliff types per setting and arm (95% Clopper-Pearson)", prov.mark(rests), rests)
     md += [*counts_table(counts, plan), ""]
     mark = prov.mark(["cliff", "arms"], descriptive=["notes"])
     md += _marked("The regime rule (the plan's notes)", mark, ["cliff", "arms", "notes"])
