@@ -78,11 +78,11 @@ def run_cell(
     CPU run of the same code is how tests/test_gpu_check.py checks the measuring without a GPU.)"""
     from rolecast.config.load import load_config
     from rolecast.rollout.engine import GenRequest
-    from rolecast.train.batching import collate, to_device
-    from rolecast.train.grpo import _Session
-    from rolecast.train.logprobs import completion_logprobs
-    from rolecast.train.run_dir import prepare_new_run_dir
-    from rolecast.train.sinks import Console
+    from rolecast.training.batching import collate, to_device
+    from rolecast.training.grpo import _Session
+    from rolecast.training.logprobs import completion_logprobs
+    from rolecast.training.run_dir import prepare_new_run_dir
+    from rolecast.training.sinks import Console
 
     run_dir = work / f"run-{model_dir.name}-{backend}"
     cfg = load_config(

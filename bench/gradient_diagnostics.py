@@ -31,7 +31,7 @@ from common import machine  # noqa: E402
 
 def run(sharing: str, every: int, args: argparse.Namespace, root: Path, tag: str) -> list[dict]:
     from rolecast.config.load import load_config
-    from rolecast.train.grpo import train
+    from rolecast.training.grpo import train
 
     run_dir = root / f"{sharing}-{tag}"
     over = {

@@ -16,7 +16,7 @@ Equal work on both sides (checked and printed):
 - one warm-up step each, then `--steps` timed steps, interleaved: after each TRL step (inside its step-end
   callback) one rolecast step runs, so a change in machine load hits both alike. TRL's step time runs from
   the end of the previous step (after the interleaved rolecast step) to the end of this one: data,
-  generation, rewards, update and its logging. rolecast's covers exactly what `rolecast.train.grpo.train`
+  generation, rewards, update and its logging. rolecast's covers exactly what `rolecast.training.grpo.train`
   does per step (sample problems, rollout, score, attribute, advantages, update, step metrics), without
   file logging/checkpointing.
 - OpenMP's default wait policy (what users get); --omp-passive sets OMP_WAIT_POLICY=PASSIVE (see below).
@@ -77,7 +77,7 @@ def chat_messages(text: str) -> list[dict[str, str]]:
 
 
 class RolecastRunner:
-    """Everything `rolecast.train.grpo.train` does per step, minus file logging and checkpoints."""
+    """Everything `rolecast.training.grpo.train` does per step, minus file logging and checkpoints."""
 
     def __init__(self, model_dir: str, args):
         from rolecast.config import RolloutSettings, RunConfig, TrainSettings
@@ -157,10 +157,9 @@ class RolecastRunner:
     def step(self, timed: bool) -> float:
         from rolecast.core.episode import group_turns
         from rolecast.diagnostics.metrics import episode_metrics
-        from rolecast.objectives.advantages import episode_turn_advantages
         from rolecast.rollout.engine import run_episodes, step_seed
-        from rolecast.scoring import attribute, score_episodes
-        from rolecast.train.update import update_policy
+        from rolecast.scoring import assign_advantages, attribute, score_episodes
+        from rolecast.training.update import update_policy
 
         a, step = self.args, self.step_no
         t0 = time.perf_counter()
@@ -172,7 +171,7 @@ class RolecastRunner:
         t_roll = time.perf_counter()
         score_episodes(episodes, {p.id: p for p in probs}, self.task)
         attribute(episodes, "team")
-        episode_turn_advantages(group_turns(episodes, "role"), "grpo")
+        assign_advantages(group_turns(episodes, "role"), "grpo")
         turns = [t for ep in episodes for t in ep.turns]
         update_policy(
             self.pid,

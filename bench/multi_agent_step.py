@@ -9,7 +9,7 @@ with (configs/testbed_matrix.yaml: 8 problems x group 8 per step, one pass per b
 steps, evaluation on 200 problems x 4 samples at temperature 0.7; one torch thread, as the pool runs each cell).
 
 For each tree and cell a fresh process (PYTHONPATH=<tree>/src, the tree's own python if given) trains `--steps`
-steps through `rolecast.train.grpo.train` (the public entry point, so the same script runs on an older or a
+steps through `rolecast.training.grpo.train` (the public entry point, so the same script runs on an older or a
 refactored tree), reads `time/rollout`, `time/reward` and `time/update` of each step from metrics.jsonl, then times
 one evaluation (`eval.size` problems x `eval.n_samples`) on the trained weights. The first step is a warm-up; step 1
 (0-based 0) is a diagnosed step in the matrix settings (diagnostics.gradients.every 5 counts steps from 1: steps 5,
@@ -50,7 +50,7 @@ def worker(cell: str, steps: int, eval_size: int, threads: int, out: Path) -> No
     import torch
 
     from rolecast.runtime import build_runtime
-    from rolecast.train.grpo import train
+    from rolecast.training.grpo import train
 
     try:  # since issue 24: config/load.py, and sampling parameters passed per evaluation
         from rolecast.config.load import load_config

@@ -3,9 +3,9 @@
     python scripts/cliff_lab.py collect runs/cliff_lab --out docs/experiments/cliff_lab/raw
     python scripts/cliff_lab.py tables docs/experiments/cliff_lab/raw --out docs/experiments/cliff_lab
 
-`collect` copies what the tables need and nothing else (sweep.json; per cell config.yaml, metrics.jsonl,
-eval.jsonl, DONE.json / ERROR.txt, resumes.jsonl: no checkpoints, no episodes), so the committed raw results
-regenerate every table without retraining. `tables` writes tables.md, analysis.json (per run: curve, cliff,
+`collect` copies what the tables need and nothing else (report/labs.py `collect_sweep`: sweep.json and
+registration.jsonl; per cell config.yaml, metrics.jsonl, eval.jsonl, DONE.json / ERROR.txt, resumes.jsonl: no
+checkpoints, no episodes), so the committed raw results regenerate every table without retraining. `tables` writes tables.md, analysis.json (per run: curve, cliff,
 first firing of every warning) and the figures.
 
 The analysis rule, fixed before the runs were looked at:
@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import shutil
 import sys
 from collections import defaultdict
 from collections.abc import Sequence
@@ -43,26 +42,21 @@ from rolecast.core.metric_keys import (
     parse_policy_key,
     parse_policy_role_key,
 )
-from rolecast.core.rundir import CONFIG, DONE, ERROR, EVAL, METRICS, RESUMES, SWEEP_STATUS, RunPaths, read_jsonl
-from rolecast.diagnostics.curves import CurvePoint, mean_over_seeds, paired_difference
+from rolecast.core.rundir import METRICS, RunPaths, read_jsonl
+from rolecast.diagnostics.curves import paired_difference
 from rolecast.diagnostics.warnings import GRADIENT_SIGNALS, SIGNATURE_SIGNALS
 from rolecast.report.html import CellView, collect_map
+from rolecast.report.labs import band as _band
+from rolecast.report.labs import collect_sweep, curve_point, mean, point_record, seed_pairs
+from rolecast.report.labs import seeds_text as _seeds_text
 
 TRAIN_DROP = 0.15
-KEEP = (CONFIG, METRICS, EVAL, DONE, ERROR, RESUMES)
 
 
 def collect(sweeps: Sequence[Path], out: Path) -> None:
     for sweep in sweeps:
         dest = out / sweep.name
-        dest.mkdir(parents=True, exist_ok=True)
-        if (sweep / SWEEP_STATUS).is_file():
-            shutil.copy2(sweep / SWEEP_STATUS, dest / SWEEP_STATUS)
-        for cell in sorted(p for p in sweep.iterdir() if (p / CONFIG).is_file()):
-            (dest / cell.name).mkdir(exist_ok=True)
-            for name in KEEP:
-                if (cell / name).is_file():
-                    shutil.copy2(cell / name, dest / cell.name / name)
+        collect_sweep(sweep, dest)
         print(f"{sweep} -> {dest}")
 
 
@@ -105,19 +99,15 @@ def run_record(sweep: str, c: CellView) -> dict[str, Any]:
         "seed": c.axes.get("seed"),
         "steps": len(metrics),
         "done": c.complete,
-        "base": _pt(cur.base) if cur and cur.base else None,
-        "peak": _pt(cur.peak) if cur else None,
-        "final": _pt(cur.final) if cur else None,
-        "points": [_pt(p) for p in cur.points] if cur else [],
+        "base": point_record(cur.base) if cur and cur.base else None,
+        "peak": point_record(cur.peak) if cur else None,
+        "final": point_record(cur.final) if cur else None,
+        "points": [point_record(p) for p in cur.points] if cur else [],
         "cliff": cur.cliff.step if cur and cur.cliff else None,
         "fired": dict(fired),
         "capture": grad_capture,
         "lrs": {pid: [r.get(k) for r in metrics] for pid, k in _lr_keys(metrics)},
     }
-
-
-def _pt(p: CurvePoint) -> dict[str, Any]:
-    return {"step": p.step, "value": p.value, "se": p.se, "n": p.n}
 
 
 def _lr_keys(metrics: list[dict[str, Any]]) -> list[tuple[str, str]]:
@@ -161,12 +151,8 @@ def records(raw: Path) -> list[dict[str, Any]]:
 # Tables
 
 
-def _cp(p: dict[str, Any]) -> CurvePoint:
-    return CurvePoint(p["step"], p["value"], p["se"], p["n"])
-
-
 def _fmt_diff(pairs: list[tuple[dict[str, Any], dict[str, Any]]], which: str) -> str:
-    d = paired_difference([(_cp(a[which]), _cp(b[which])) for a, b in pairs])
+    d = paired_difference([(curve_point(a[which]), curve_point(b[which])) for a, b in pairs])
     return (
         f"{d.mean:+.3f} [{d.low:+.3f}, {d.high:+.3f}] (n={d.seeds}, ±{d.high - d.mean:.3f}, detect {d.detectable:.3f})"
     )
@@ -182,10 +168,10 @@ def map_table(recs: list[dict[str, Any]]) -> list[str]:
     ]
     for (wf, lr, arm), rs in sorted(cells.items(), key=lambda kv: (kv[0][0], _lr_value(kv[0][1]), kv[0][2])):
         rs = sorted(rs, key=lambda r: r["seed"])
-        base = _mean(r["base"]["value"] for r in rs if r["base"])
-        peak = _mean(r["peak"]["value"] for r in rs)
-        pstep = _mean(r["peak"]["step"] for r in rs)
-        final = _mean(r["final"]["value"] for r in rs)
+        base = mean(r["base"]["value"] for r in rs if r["base"])
+        peak = mean(r["peak"]["value"] for r in rs)
+        pstep = mean(r["peak"]["step"] for r in rs)
+        final = mean(r["final"]["value"] for r in rs)
         cl = [f"s{r['seed']}@{r['cliff']}" for r in rs if r["cliff"]]
         lines.append(
             f"| {wf} | {lr} | {arm} | {len(rs)} | {base:.3f} | {peak:.3f} ({pstep:.0f}) | {final:.3f} | "
@@ -205,13 +191,6 @@ def _by_workflow_lr(recs: list[dict[str, Any]]) -> list[tuple[tuple[Any, Any], A
     return sorted(by.items(), key=lambda kv: (kv[0][0], _lr_value(kv[0][1])))
 
 
-def _seed_pairs(arms: Arms, a: str | None, b: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    """(arm a's run, arm b's run) for every seed both ran; empty when either arm is missing."""
-    if a not in arms or b not in arms:
-        return []
-    return [(arms[a][s], arms[b][s]) for s in sorted(set(arms[a]) & set(arms[b]))]
-
-
 def diff_table(recs: list[dict[str, Any]], pairs_of: Sequence[tuple[str, str]]) -> list[str]:
     lines = [
         "| workflow | lr | difference | final [95%] | peak [95%] |",
@@ -219,7 +198,7 @@ def diff_table(recs: list[dict[str, Any]], pairs_of: Sequence[tuple[str, str]]) 
     ]
     for (wf, lr), arms in _by_workflow_lr(recs):
         for a, b in pairs_of:
-            pairs = _seed_pairs(arms, a, b)
+            pairs = seed_pairs(arms, a, b)
             if not pairs:
                 continue
             lines.append(f"| {wf} | {lr} | {b} - {a} | {_fmt_diff(pairs, 'final')} | {_fmt_diff(pairs, 'peak')} |")
@@ -252,7 +231,7 @@ def warning_table(recs: list[dict[str, Any]]) -> list[str]:
         warned_calm = sum(any(r["fired"].get(n) for n in members) for r in calm)
         calm_steps = sum(r["steps"] for r in calm)
         firings = sum(len({s for n in members for s in r["fired"].get(n, [])}) for r in calm)
-        lead = f"{_mean(leads):.1f} ({min(leads)}-{max(leads)})" if leads else "-"
+        lead = f"{mean(leads):.1f} ({min(leads)}-{max(leads)})" if leads else "-"
         per100 = f"{100 * firings / calm_steps:.1f}" if calm_steps else "-"
         lines.append(f"| {rule} | {len(leads)}/{len(cliff_runs)} | {lead} | {warned_calm}/{len(calm)} | {per100} |")
     return lines
@@ -312,7 +291,7 @@ def capture_table(recs: list[dict[str, Any]]) -> list[str]:
     for wf in sorted(roles_seen):
         n = sum(roles_seen[wf].values())
         who = ", ".join(f"{k} ({v})" for k, v in sorted(roles_seen[wf].items(), key=lambda kv: -kv[1]))
-        cells = [f"{_mean(hits[(wf, m)]):.2f}" if hits[(wf, m)] else "-" for m in MASS_MEASURES]
+        cells = [f"{mean(hits[(wf, m)]):.2f}" if hits[(wf, m)] else "-" for m in MASS_MEASURES]
         lines.append(f"| {wf} | {n} | {who} | " + " | ".join(cells) + f" | {max(roles_seen[wf].values()) / n:.2f} |")
     return lines
 
@@ -330,7 +309,7 @@ def intervention_table(recs: list[dict[str, Any]], arms: Sequence[str]) -> list[
     for (wf, lr), by_arm in _by_workflow_lr(recs):
         for arm in arms:
             baseline = next((arm.removesuffix(x) for x in INTERVENTIONS if arm.endswith(x)), None)
-            pairs = _seed_pairs(by_arm, baseline, arm)
+            pairs = seed_pairs(by_arm, baseline, arm)
             if not pairs:
                 continue
             n = len(pairs)
@@ -351,11 +330,6 @@ def intervention_table(recs: list[dict[str, Any]], arms: Sequence[str]) -> list[
     return lines
 
 
-def _mean(xs: Any) -> float:
-    xs = list(xs)
-    return sum(xs) / len(xs) if xs else math.nan
-
-
 def _lr_value(label: Any) -> float:
     try:
         return float(str(label).removeprefix("lr"))
@@ -365,29 +339,6 @@ def _lr_value(label: Any) -> float:
 
 # ---------------------------------------------------------------------------------------------------------
 # Figures
-
-
-def _band(rs: list[dict[str, Any]]) -> dict[int, tuple[float, float, float]]:
-    """step -> (mean, low, high): the mean over the seeds that evaluated the step with its 95% interval (t over
-    seeds, its SE the larger of their spread and the evaluations' own noise; one seed: the evaluation's own
-    interval, so one evaluation's noise never reads as signal)."""
-    by_step: dict[int, list[dict[str, Any]]] = defaultdict(list)
-    for r in rs:
-        for p in r["points"]:
-            by_step[p["step"]].append(p)
-    out = {}
-    for step, ps in sorted(by_step.items()):
-        m = mean_over_seeds([p["value"] for p in ps], [p["se"] for p in ps])
-        out[step] = (m.mean, m.low, m.high)
-    return out
-
-
-def _seeds_text(counts: set[int]) -> str:
-    n = min(counts), max(counts)
-    if n == (1, 1):
-        return "1 seed: its evaluation's 95% interval"
-    seeds = f"{n[0]} seeds" if n[0] == n[1] else f"{n[0]}-{n[1]} seeds"
-    return f"mean of {seeds}, 95% interval" if n[0] > 1 else f"{seeds}: mean, 95% interval"
 
 
 LrLine = tuple[list[str], list[int], list[float], str, int]  # labels, steps, lrs, arm, policy index

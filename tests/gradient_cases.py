@@ -13,9 +13,9 @@ from rolecast.core.episode import Turn
 from rolecast.diagnostics.gradients import flat_grad, flat_params
 from rolecast.objectives.losses import clipped_surrogate
 from rolecast.policies.models import PolicySet, load_tokenizer
-from rolecast.train.batching import collate
-from rolecast.train.logprobs import completion_logprobs
-from rolecast.train.update import update_policy
+from rolecast.training.batching import collate
+from rolecast.training.logprobs import completion_logprobs
+from rolecast.training.update import update_policy
 
 
 def config(model_dir: str, **overrides):

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from rolecast.core.episode import Episode, Turn, group_turns
-from rolecast.objectives.advantages import ADVANTAGES, compute_advantages, episode_turn_advantages
+from rolecast.objectives.advantages import ADVANTAGES, compute_advantages, group_advantages
+from rolecast.scoring import assign_advantages
 
 EPS = 1e-6
 # Two groups of 4: [1,0,0,1] (mean .5, unbiased var 1/3) and [1,1,1,0] (mean .75, unbiased var .25).
@@ -97,15 +98,17 @@ def _turn(role: str, reward: float) -> Turn:
     )
 
 
-def test_episode_turn_advantages_sets_turns_per_group() -> None:
+def test_group_advantages_are_pure_and_written_onto_turns_per_group() -> None:
+    assert group_advantages([[1.0, 0.0], [1.0, 1.0], [2.0]], "dr_grpo") == [[0.5, -0.5], [0.0, 0.0], [0.0]]
+    assert group_advantages([], "grpo") == []
     # Two problems x two samples, generator + verifier roles; grouping by (problem, role).
     rewards = {("p1", 0): (1.0, 0.0), ("p1", 1): (0.0, 1.0), ("p2", 0): (1.0, 1.0), ("p2", 1): (1.0, 0.0)}
     episodes = [
         Episode(problem_id=p, sample=s, turns=[_turn("gen", rg), _turn("ver", rv)])
         for (p, s), (rg, rv) in rewards.items()
     ]
-    episode_turn_advantages(group_turns(episodes, by="role"), "dr_grpo")
+    assign_advantages(group_turns(episodes, by="role"), "dr_grpo")  # scoring writes them, one place
     got = {(ep.problem_id, ep.sample): tuple(t.advantage for t in ep.turns) for ep in episodes}
     # p1/gen [1,0] -> ±.5; p1/ver [0,1] -> ∓.5; p2/gen [1,1] -> 0; p2/ver [1,0] -> ±.5
     assert got == {("p1", 0): (0.5, -0.5), ("p1", 1): (-0.5, 0.5), ("p2", 0): (0.0, 0.5), ("p2", 1): (0.0, -0.5)}
-    episode_turn_advantages({}, "grpo")  # empty step is a no-op
+    assign_advantages({}, "grpo")  # empty step is a no-op

@@ -242,7 +242,7 @@ def test_analyze_empty_dir_and_missing_dir(tmp_path, capsys):
 
 
 def test_analyze_a_real_testbed_run(tmp_path, capsys):
-    from rolecast.train.grpo import train
+    from rolecast.training.grpo import train
 
     run = tmp_path / "tb"
     # the embedded testbed with the cheapest settings that still train: LoRA r=4, 2 steps of 2x2 episodes

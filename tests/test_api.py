@@ -65,11 +65,14 @@ def test_the_example_trains_and_reports_its_run_dir_and_accuracy(tiny_model_dir,
 
 
 def test_train_is_the_function_whatever_is_imported_first():
-    """`rolecast.train` is also a subpackage (the training code): importing its modules, before or after, leaves the
-    package's `train` the API function."""
+    """`rolecast.train` is the API function and `rolecast.training` the subpackage of the training code: importing
+    its modules, in any form and before or after, leaves the package's `train` the function (issue 37: `import
+    rolecast.train.grpo as g` raised ImportError while the subpackage shared the function's name)."""
     code = (
-        "import rolecast.train.grpo, rolecast.train.checkpoint\n"
-        "from rolecast.train.grpo import train as loop\n"
+        "import rolecast.training.grpo as g\n"
+        "import rolecast.training.grpo, rolecast.training.checkpoint\n"
+        "assert g is rolecast.training.grpo and callable(g.train)\n"
+        "from rolecast.training.grpo import train as loop\n"
         "import rolecast\n"
         "from rolecast import TrainResult, load_config, train\n"
         "import rolecast.api, rolecast.config.load\n"

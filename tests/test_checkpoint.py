@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rolecast.train.checkpoint import (
+from rolecast.training.checkpoint import (
     CheckpointError,
     capture_rng_state,
     latest_step,
@@ -25,14 +25,14 @@ from rolecast.train.checkpoint import (
     restore_rng_state,
     save_checkpoint,
 )
-from rolecast.train.optimizer import constant, warmup_cosine
+from rolecast.training.optimizer import constant, warmup_cosine
 
 # ---------------------------------------------------------------------------------------------------------
 # Crash safety: a real writer process, killed at chosen points
 
 WRITER = r"""
 import sys, time, torch
-from rolecast.train import checkpoint
+from rolecast.training import checkpoint
 run_dir, stop_at = sys.argv[1], sys.argv[2]
 g = torch.Generator().manual_seed(0)
 step1 = {"policies/gen": {"w": torch.randn(64, 64, generator=g)}, "trainer": {"step": 1}}

@@ -74,7 +74,7 @@ def test_eval_of_a_checkpoint_reads_the_runs_own_config(tiny_model_dir, tmp_path
     isolated run's two adapters), not the embedded default's single shared policy."""
     from test_trainer import tiny_config
 
-    from rolecast.train.grpo import train
+    from rolecast.training.grpo import train
 
     run = tmp_path / "run"
     train(tiny_config(tiny_model_dir, run, **{"workflow.name": "voting", "routing.sharing": "isolated"}))

@@ -13,7 +13,7 @@ from test_trainer import tiny_config
 
 from rolecast.cli import main
 from rolecast.config import CONFIG_DIR
-from rolecast.train.grpo import train
+from rolecast.training.grpo import train
 
 PROC = Path("/proc")
 needs_proc = pytest.mark.skipif(not (PROC / "self").is_dir(), reason="needs Linux's /proc (a path nothing can write)")
@@ -142,20 +142,21 @@ def test_study_recipe_whose_training_set_is_not_on_disk(capsys, tiny_model_dir, 
 
 
 def test_task_flag_on_a_recipe_resets_the_recipes_task_options(capsys, caplog):
-    """`--task gsm8k` on the DAPO-Math recipe: its task.options (instruction, language, ...) were for dapo_math and
-    made gsm8k fail with "unexpected keyword argument 'instruction'"; now they are dropped, with one warning
-    naming them and how to set the new task's; `--set task.options.X` applies after."""
+    """`--task gsm8k` on the DAPO-Math recipe: its task.options (language, test_size, ...) were for dapo_math and
+    made gsm8k fail with "unexpected keyword argument"; now they are dropped, with one warning naming them and how
+    to set the new task's; `--set task.options.X` applies after. The recipe's profile still applies to the new
+    task: gsm8k is graded by the study's grader."""
     recipe = str(CONFIG_DIR / "study" / "math_voting.yaml")
     assert main(["config", "show", "-c", recipe, "--task", "gsm8k"]) == 0
     shown = yaml.safe_load(capsys.readouterr().out)
-    assert shown["task"]["name"] == "gsm8k" and shown["task"]["options"] == {}
-    assert shown["workflow"]["options"] == {"n": 3, "parsers": "study"}  # the rest of the recipe stays
+    assert shown["task"]["name"] == "gsm8k" and shown["task"]["options"] == {"grader": "rllm"}
+    assert shown["workflow"]["options"] == {"n": 3, "parsers": "first_match"}  # the rest of the recipe stays
     warning = [r.getMessage() for r in caplog.records if r.name == "rolecast.config.load"]
     assert len(warning) == 1
     assert warning[0].startswith(f"--task gsm8k: task.options of {recipe} were for task dapo_math")
-    assert "instruction='keep'" in warning[0] and "--set task.options.NAME=VALUE" in warning[0]
+    assert "language='en'" in warning[0] and "--set task.options.NAME=VALUE" in warning[0]
     assert main(["config", "show", "-c", recipe, "--task", "gsm8k", "--set", "task.options.limit=5"]) == 0
-    assert yaml.safe_load(capsys.readouterr().out)["task"]["options"] == {"limit": 5}
+    assert yaml.safe_load(capsys.readouterr().out)["task"]["options"] == {"limit": 5, "grader": "rllm"}
     caplog.clear()
     assert main(["config", "show", "-c", recipe, "--task", "dapo_math"]) == 0  # the same task keeps its options
     assert yaml.safe_load(capsys.readouterr().out)["task"]["options"]["instruction"] == "keep"

@@ -25,8 +25,8 @@ from rolecast.config.load import load_config
 from rolecast.config.schema import dump_config
 from rolecast.core.rundir import read_jsonl
 from rolecast.envinfo import OPTIONAL, EnvInfo, Gpu, TaskData, format_env, missing_features, task_data
-from rolecast.train.grpo import train
-from rolecast.train.sinks import Console
+from rolecast.training.grpo import train
+from rolecast.training.sinks import Console
 
 # what third-party noise looks like: a tqdm bar ("Loading weights:  50%|#####     | 23/46 [00:00<...]"), a
 # warnings.warn line ("...py:3312: FutureWarning: ..."), transformers' own logger lines

@@ -1,4 +1,4 @@
-"""The study's code grader (code task option `grader: study`) against the study's own runner, program by program.
+"""The study's code grader (code task option `grader: rllm`) against the study's own runner, program by program.
 
 tests/fixtures/study_code_grading.jsonl holds completions and DeepCoder-style tests, each with the verdict the
 study's code gives (`study`, with the study function that decides it in `decided_by`: rllm/rewards/code_reward.py
@@ -31,10 +31,12 @@ def pool():
         yield p
 
 
-def _grade(pool: SandboxPool, grader: str) -> dict[str, str]:
-    tests = [_deepcoder_tests(r["tests"], None, 3.0, "stdin" if grader == "study" else "call") for r in ROWS]
+def _grade(pool: SandboxPool, column: str) -> dict[str, str]:
+    """The verdicts for the fixture's column "study" (the rllm grader, the study's way) or "rolecast"."""
+    study = column == "study"
+    tests = [_deepcoder_tests(r["tests"], None, 3.0, "stdin" if study else "call") for r in ROWS]
     scores = score_code_many(
-        [r["text"] for r in ROWS], tests, pool=pool, grader=grader, reliability_guard=grader == "study"
+        [r["text"] for r in ROWS], tests, pool=pool, grader="rllm" if study else "rolecast", reliability_guard=study
     )
     return {r["id"]: "pass" if s.reward == 1.0 else "fail" for r, s in zip(ROWS, scores, strict=True)}
 
@@ -56,6 +58,9 @@ def test_fixture_covers_the_known_differences():
         "exit_call",
         "quit_call",
         "primeintellect_function_call",
+        "stdin_class_solution",  # issue 37: the three study-grader cases a side-by-side run found
+        "stdout_close",
+        "functional_numpy_scalar",
     ):
         assert must in ids
     assert all(r["study"] in ("pass", "fail") and r["rolecast"] in ("pass", "fail") and r["decided_by"] for r in ROWS)
@@ -75,7 +80,7 @@ def test_default_mode_gives_its_own_verdict(verdicts, row):
 ADD = CodeTests(kind="stdio", inputs=("1 2\n", "10 -4\n"), outputs=("3\n", "6\n"))
 
 
-@pytest.mark.parametrize("grader", ["rolecast", "study"])
+@pytest.mark.parametrize("grader", ["rolecast", "rllm"])
 @pytest.mark.parametrize("ender", ["exit()", "quit()", "exit(0)", "quit(0)"])
 def test_exit_and_quit_work_in_every_mode(pool, grader, ender):
     text = f"```python\na, b = map(int, input().split())\nprint(a + b)\n{ender}\nprint('unreached')\n```"
@@ -85,9 +90,9 @@ def test_exit_and_quit_work_in_every_mode(pool, grader, ender):
 
 def test_quit_is_none_only_under_the_study_guard(pool):
     text = "```python\na, b = map(int, input().split())\nprint(a + b)\nquit()\n```"
-    assert score_code(text, ADD, pool=pool, grader="study", reliability_guard=True).reward == 0.0
+    assert score_code(text, ADD, pool=pool, grader="rllm", reliability_guard=True).reward == 0.0
     exits = "```python\na, b = map(int, input().split())\nprint(a + b)\nexit()\n```"
-    assert score_code(exits, ADD, pool=pool, grader="study", reliability_guard=True).reward == 1.0
+    assert score_code(exits, ADD, pool=pool, grader="rllm", reliability_guard=True).reward == 1.0
 
 
 PI_FN = [
@@ -145,7 +150,7 @@ def test_study_wraps_the_program_in_a_function_after_its_imports():
 def test_study_grader_refuses_asserts_tests():
     mbpp = CodeTests(kind="asserts", asserts=("assert f() == 1",))
     with pytest.raises(ValueError, match="stdio/functional"):
-        build_job("def f(): return 1\n", mbpp, grader="study")
+        build_job("def f(): return 1\n", mbpp, grader="rllm")
     with pytest.raises(ValueError, match="grader"):
         score_code_many(["x"], [ADD], grader="verl")
 
@@ -159,6 +164,6 @@ def test_task_options_are_checked():
         DeepCoder(reliability_guard=True)
     with pytest.raises(ValueError, match="function_call_tests"):
         DeepCoder(function_call_tests="stdio")
-    t = DeepCoder(grader="study", reliability_guard=True, function_call_tests="stdin")
-    assert (t.grader, t.reliability_guard, t.function_call_tests) == ("study", True, "stdin")
+    t = DeepCoder(grader="rllm", reliability_guard=True, function_call_tests="stdin")
+    assert (t.grader, t.reliability_guard, t.function_call_tests) == ("rllm", True, "stdin")
     assert t.extract_answer("``` python\nx = 1\n```") is None

@@ -25,12 +25,12 @@ PROBES: dict[str, tuple[str, dict[str, str]]] = {
             # diagnostics and objectives are pure: no runtime, rollout, workflows, tasks or train
             "rolecast/diagnostics/probe_runtime.py": "import rolecast.runtime",
             "rolecast/diagnostics/probe_rollout.py": "import rolecast.rollout.engine",
-            "rolecast/diagnostics/probe_train.py": "import rolecast.train.update",
+            "rolecast/diagnostics/probe_train.py": "import rolecast.training.update",
             "rolecast/objectives/probe_workflows.py": "import rolecast.workflows.api",
             "rolecast/objectives/probe_tasks.py": "import rolecast.tasks.base",
             # core imports nothing of rolecast; train never imports report, sweep or the CLI; nothing imports upwards
             "rolecast/core/probe_config.py": "import rolecast.config.schema",
-            "rolecast/train/probe_sweep.py": "import rolecast.sweep.matrix",
+            "rolecast/training/probe_sweep.py": "import rolecast.sweep.matrix",
             "rolecast/rewards/probe_runtime.py": "import rolecast.runtime",
         },
     ),

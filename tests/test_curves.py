@@ -21,7 +21,7 @@ from rolecast.diagnostics.curves import (
     summarize_curve,
     training_points,
 )
-from rolecast.train.checkpoint import list_checkpoints, save_checkpoint
+from rolecast.training.checkpoint import list_checkpoints, save_checkpoint
 
 
 def curve(values, n=400, every=10):
@@ -287,7 +287,7 @@ def test_auto_is_accepted_explicitly_and_bad_values_still_name_their_field(tmp_p
 def test_a_run_with_periodic_evaluations_keeps_only_keep_last_checkpoints(tiny_model_dir, tmp_path):
     """`make run` kept all six checkpoints of every cell (keep_every "auto" followed eval.every); now keep_last
     decides, and the latest checkpoint (what a resume needs) is among them."""
-    from rolecast.train.grpo import train
+    from rolecast.training.grpo import train
 
     over = {
         "model.path": tiny_model_dir,

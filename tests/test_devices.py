@@ -15,9 +15,9 @@ from rolecast.core.devices import resolve_device, resolve_dtype, resolve_mixed_a
 from rolecast.core.errors import ConfigError
 from rolecast.policies.models import PolicySet
 from rolecast.runtime import build_runtime
-from rolecast.train.checkpoint import load_checkpoint, restore_trainer_state, save_checkpoint, trainer_state
-from rolecast.train.grpo import train
-from rolecast.train.optimizer import PolicyOptimizers
+from rolecast.training.checkpoint import load_checkpoint, restore_trainer_state, save_checkpoint, trainer_state
+from rolecast.training.grpo import train
+from rolecast.training.optimizer import PolicyOptimizers
 
 no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")
 

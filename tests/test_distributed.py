@@ -1,4 +1,4 @@
-"""Data-parallel training (train/distributed.py): 2 processes over gloo equal 1 process on the same global batch.
+"""Data-parallel training (training/distributed.py): 2 processes over gloo equal 1 process on the same global batch.
 
 The 2-process run is a real `torchrun` launch (python -m torch.distributed.run, rendezvous on 127.0.0.1) of
 `rolecast.cli train`; the 1-process run is `train()` in this process with the same config. Rollouts use
@@ -21,9 +21,9 @@ import torch
 from test_trainer import tiny_config
 
 from rolecast.config import dump_config
-from rolecast.train.checkpoint import load_checkpoint
-from rolecast.train.distributed import Dist
-from rolecast.train.grpo import train
+from rolecast.training.checkpoint import load_checkpoint
+from rolecast.training.distributed import Dist
+from rolecast.training.grpo import train
 
 TESTS = Path(__file__).parent
 

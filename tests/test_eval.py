@@ -20,7 +20,7 @@ from rolecast.rollout.engine import Sampling, step_seed
 from rolecast.rollout.scripted import ScriptedBackend
 from rolecast.runtime import Runtime
 from rolecast.tasks.base import Problem
-from rolecast.train.grpo import train
+from rolecast.training.grpo import train
 from rolecast.workflows import get_workflow
 
 

@@ -10,8 +10,8 @@ from test_trainer import tiny_config
 
 from rolecast.cli import main
 from rolecast.policies.models import PolicySet
-from rolecast.train.checkpoint import load_checkpoint, restore_policies
-from rolecast.train.grpo import train
+from rolecast.training.checkpoint import load_checkpoint, restore_policies
+from rolecast.training.grpo import train
 
 INPUT = "solve: 3 + 4 - 2 \\boxed{"
 # a random model is never correct: reward even token ids (tests/token_rewards.py) so every step has a gradient

@@ -18,7 +18,7 @@ from rolecast.diagnostics.gradients import (
     gradient_mass,
     gradient_statistics,
 )
-from rolecast.train.role_batches import InstanceGradients
+from rolecast.training.role_batches import InstanceGradients
 
 # ---------------------------------------------------------------------------------------------------------
 # Statistics on hand-built vectors
@@ -275,7 +275,7 @@ def test_minibatch_schedule_counts_role_steps_and_sums_the_first_pass(tiny_model
     opt = torch.optim.AdamW(params, lr=1e-3)
     import random as _random
 
-    from rolecast.train.update import update_policy
+    from rolecast.training.update import update_policy
 
     rng = _random.Random(5)
     stats = update_policy(
@@ -331,7 +331,7 @@ def test_sketched_statistics_track_the_exact_ones(tiny_model_dir):
 
 def _run(run_dir, stop_after=None, resume=False, **over):
     from rolecast.config.load import load_config
-    from rolecast.train.grpo import train
+    from rolecast.training.grpo import train
 
     # the trained testbed model (a random one never scores, so every advantage and gradient would be 0)
     base = {
@@ -360,7 +360,7 @@ def _run(run_dir, stop_after=None, resume=False, **over):
 
 
 def _weights(run_dir, step):
-    from rolecast.train.checkpoint import load_checkpoint
+    from rolecast.training.checkpoint import load_checkpoint
 
     return load_checkpoint(run_dir, step)[1]["policy/shared"]
 

@@ -114,7 +114,7 @@ def test_math_completions(text, gold, boxed):
     problem = Problem("fuzz/0", "?", gold)
     if boxed:
         text = "\\boxed{" + text[:1000] + "}"
-    for grader in ("rolecast", "study"):
+    for grader in ("rolecast", "rllm"):
         # a hostile answer (a power tower) may run out the verifier's time (5 s), and a new worker starts (~2 s)
         scored_in_time(_build("math", grader=grader), problem, [text], bound_s=30.0)
     arithmetic = make_task("testbed")
@@ -143,8 +143,8 @@ CODE_CASES = [
     ("mbpp_sanitized", {"partial": True}, CodeTests.mbpp({**MBPP_ROW, "test_imports": ["import math"]})),
     ("humaneval", {}, CodeTests.humaneval(HUMANEVAL_ROW)),
     ("deepcoder", {}, STDIO),
-    ("deepcoder", {"grader": "study"}, STDIO),
-    ("deepcoder", {"grader": "study", "reliability_guard": True, "partial": True}, FUNCTIONAL),
+    ("deepcoder", {"grader": "rllm"}, STDIO),
+    ("deepcoder", {"grader": "rllm", "reliability_guard": True, "partial": True}, FUNCTIONAL),
     ("code_jsonl", {"partial": True}, FUNCTIONAL),
 ]
 
@@ -200,7 +200,7 @@ def test_program_outputs(text, raw, expected_stdout, expected_value):
             CaseResult(rc=0, stdout=raw + text.encode(), stderr=b"", value=raw.decode("utf-8", "replace"), reason=None),
         ]
         res = JobResult(mode=tests.kind, cases=cases, done=True)
-        for grader in ("rolecast", "study"):
+        for grader in ("rolecast", "rllm"):
             for partial in (False, True):
                 t = time.process_time()
                 s = judge(res, tests, partial=partial, grader=grader)

@@ -72,7 +72,7 @@ DEEP = (
 )
 
 
-@pytest.mark.parametrize("grader", ["rolecast", "study"])
+@pytest.mark.parametrize("grader", ["rolecast", "rllm"])
 @pytest.mark.parametrize("partial", [False, True])
 def test_3_a_5000_deep_return_value_is_a_wrong_answer(pool, grader, partial):
     """879f012: RecursionError from value_matches (json.loads) under both graders, partial credit included."""
@@ -88,7 +88,7 @@ def test_4_a_signalling_nan_is_a_failed_test_under_the_study_grader(pool, partia
     tests = CodeTests.livecodebench(
         [{"input": "1\n", "output": "1 2\n" if " " in printed else "1\n", "testtype": "stdin"}]
     )
-    s = score_code(f"```python\nprint({printed!r})\n```", tests, pool=pool, grader="study", partial=partial)
+    s = score_code(f"```python\nprint({printed!r})\n```", tests, pool=pool, grader="rllm", partial=partial)
     assert s.reward == 0.0 and s.reason is None
 
 

@@ -24,7 +24,7 @@ from rolecast.sandbox import SandboxPool
 from rolecast.scoring import GraderBug, score_batch, score_episodes
 from rolecast.tasks import make_task
 from rolecast.tasks.base import Problem, Task
-from rolecast.train.step_metrics import rollout_metrics
+from rolecast.training.step_metrics import rollout_metrics
 
 
 class Picky(Task):
@@ -130,7 +130,7 @@ def test_the_study_graders_sympy_step_never_runs_in_the_trainer():
     """The study's rule evaluates an answer as a Python expression with sympy; at 879f012 it did so in the
     trainer's own process, where `9**9**9` ran for minutes (a run of 40 s was stopped). Now in the verifier's
     worker: a timeout after 5 s."""
-    task = make_task("math", grader="study")
+    task = make_task("math", grader="rllm")
     t = time.monotonic()
     score = task.score(Problem("q", "?", "\\frac{1}{2}"), "\\boxed{9**9**9}")
     assert (score.reward, score.reason) == (0.0, "timeout")

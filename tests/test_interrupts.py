@@ -19,7 +19,7 @@ import torch
 
 from rolecast.config import dump_config
 from rolecast.config.load import load_config
-from rolecast.train.checkpoint import DiskFullError, latest_step, list_checkpoints, load_checkpoint, save_checkpoint
+from rolecast.training.checkpoint import DiskFullError, latest_step, list_checkpoints, load_checkpoint, save_checkpoint
 
 ROLECAST = str(Path(sys.executable).parent / "rolecast")
 
@@ -202,7 +202,7 @@ def test_a_disk_that_fills_during_a_write_keeps_the_previous_checkpoint(small_di
 def test_rolecast_train_on_a_full_disk_says_one_line_and_the_printed_command_resumes(
     tiny_model_dir, tmp_path, small_disk
 ):
-    from rolecast.train.grpo import train
+    from rolecast.training.grpo import train
 
     settings = {"model.trainable": "full", "train.steps": 2, "checkpoint.every": 1, "checkpoint.keep_last": 2}
     # one checkpoint's size, from the same run on an ordinary disk

@@ -12,7 +12,7 @@ from gradient_cases import config, on_policy, reference_grad, setup, sgd_update,
 from rolecast.config.load import load_config
 from rolecast.core.errors import ConfigError
 from rolecast.diagnostics.gradients import DirectionEMA, RoleEMAs, gram
-from rolecast.train.interventions import Interventions, balance_coefficients, damping_factor, projection_shares
+from rolecast.training.interventions import Interventions, balance_coefficients, damping_factor, projection_shares
 
 # ---------------------------------------------------------------------------------------------------------
 # Hand-built cases
@@ -194,7 +194,7 @@ def test_balance_shares_on_the_real_update(tiny_model_dir):
 def test_interventions_that_change_nothing_leave_the_update_bit_identical(tiny_model_dir, over, one_instance_per_role):
     import random
 
-    from rolecast.train.update import update_policy
+    from rolecast.training.update import update_policy
 
     results = []
     for extra in ({}, over):

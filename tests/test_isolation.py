@@ -14,9 +14,9 @@ from rolecast.core.errors import ConfigError
 from rolecast.policies.models import load_tokenizer
 from rolecast.policies.router import build_routing
 from rolecast.runtime import build_runtime
-from rolecast.train.batching import collate
-from rolecast.train.logprobs import completion_logprobs
-from rolecast.train.update import update_policy
+from rolecast.training.batching import collate
+from rolecast.training.logprobs import completion_logprobs
+from rolecast.training.update import update_policy
 
 
 def _turns(policies, tok, pid: str, n: int = 4) -> list[Turn]:

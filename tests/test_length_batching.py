@@ -1,10 +1,10 @@
-"""Length-aware micro-batches (train/batching.py plan_micro_batches): same rows, a prompt's rows together, less padding."""
+"""Length-aware micro-batches (training/batching.py plan_micro_batches): same rows, a prompt's rows together, less padding."""
 
 from __future__ import annotations
 
 from rolecast.core.episode import Turn
-from rolecast.train import batching
-from rolecast.train.batching import batching_order, micro_batches, plan_micro_batches
+from rolecast.training import batching
+from rolecast.training.batching import batching_order, micro_batches, plan_micro_batches
 
 
 def _turn(prompt: list[int], n: int, role: str = "r") -> Turn:

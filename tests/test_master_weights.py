@@ -6,9 +6,9 @@ import pytest
 import torch
 from test_trainer import tiny_config
 
-from rolecast.train.checkpoint import load_checkpoint
-from rolecast.train.grpo import train
-from rolecast.train.master_weights import MASTER_KEY, MasterWeightAdamW, needs_master
+from rolecast.training.checkpoint import load_checkpoint
+from rolecast.training.grpo import train
+from rolecast.training.master_weights import MASTER_KEY, MasterWeightAdamW, needs_master
 
 
 def _steps(opt, params, grads):

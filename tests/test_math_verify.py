@@ -251,7 +251,7 @@ def test_a_dead_worker_is_named_and_replaced(verifier):
     assert verifier.equivalent("1/2", "0.5") == (True, None)
 
 
-@pytest.mark.parametrize("grader", ["rolecast", "study"])
+@pytest.mark.parametrize("grader", ["rolecast", "rllm"])
 def test_study_and_rolecast_answers_in_the_same_workers(verifier, grader):
     """The study's rules run in the verifier's workers too: 3+4 is 7 for rolecast, not for the study (it compares
     the boxed answer, an integer gold needs an integer answer)."""

@@ -8,14 +8,18 @@ import math
 import pytest
 import torch
 
+from rolecast.core.episode import Episode, Turn
+from rolecast.core.errors import ConfigError
 from rolecast.core.metric_keys import PrecursorKey, parse_precursor_key, precursor_key
 from rolecast.diagnostics.intervals import clopper_pearson, poisson_interval
 from rolecast.diagnostics.precursors import (
     PRECURSORS,
     LabelledRun,
+    ProbeSums,
     alarm_onsets,
     canary_accuracy,
     change_from_base,
+    fired_at,
     fit_threshold,
     get_precursor,
     kl_estimate,
@@ -23,14 +27,18 @@ from rolecast.diagnostics.precursors import (
     logged_series,
     mean_token_entropy,
     probe_log_likelihood,
+    probe_sums,
     register_precursor,
+    resolve_precursor,
     run_series,
     score_combined,
     score_precursor,
+    select_probes,
     slope,
     split_by_seed,
     update_ratio,
     update_to_weight_ratio,
+    values_at,
 )
 
 # --- measurements -----------------------------------------------------------------------------------------
@@ -150,6 +158,87 @@ def test_a_user_registers_a_precursor():
             get_precursor("no_such_precursor")
     finally:
         PRECURSORS._entries.pop("test_reward_drop", None)
+
+
+def test_probe_sums_add_up_over_chunks_to_the_whole_sets_log_likelihood_and_kl():
+    # two positions over a 3-token vocabulary; worked by hand: log_softmax([0, 0, ln 2]) = ln([1/4, 1/4, 1/2])
+    logits = torch.tensor([[0.0, 0.0, math.log(2.0)], [0.0, 0.0, 0.0]])
+    base = torch.tensor([[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
+    targets = torch.tensor([2, 0])
+    mask = torch.tensor([1, 1])
+    whole = probe_sums(logits, base, targets, mask)
+    assert whole.tokens == 2
+    assert whole.ll == pytest.approx(math.log(0.5) + math.log(1 / 3))
+    # KL([1/4, 1/4, 1/2] || uniform) = 2 (1/4) ln(3/4) + (1/2) ln(3/2); the second position's distributions agree
+    assert whole.kl == pytest.approx(0.5 * math.log(0.75) + 0.5 * math.log(1.5))
+    chunks = probe_sums(logits[:1], base[:1], targets[:1], mask[:1]) + probe_sums(
+        logits[1:], base[1:], targets[1:], mask[1:]
+    )
+    assert (chunks.ll, chunks.kl, chunks.tokens) == pytest.approx((whole.ll, whole.kl, whole.tokens))
+    # the means are the set-level measures
+    logp = torch.log_softmax(logits, -1).gather(-1, targets[:, None])[:, 0]
+    assert whole.mean_ll == pytest.approx(probe_log_likelihood(logp[None], mask[None]))
+    assert whole.mean_kl == pytest.approx(kl_exact(logits[None], base[None], mask[None]))
+    masked = probe_sums(logits, base, targets, torch.tensor([0, 1]))  # a padding position adds nothing
+    assert (masked.tokens, masked.kl) == (1.0, pytest.approx(0.0))
+    with pytest.raises(ValueError, match="no token"):
+        _ = ProbeSums().mean_ll
+
+
+def _turn(pid: str, role: str, completion: list[int]) -> Turn:
+    return Turn(role, role, pid, [1, 2], completion, [-0.1] * len(completion), "", "stop")
+
+
+def test_probes_are_turns_of_correct_episodes_spread_over_problems():
+    eps = [
+        Episode("p1", 0, [_turn("a", "solver", [11]), _turn("b", "judge", [12])], reward=1.0),
+        Episode("p1", 1, [_turn("a", "solver", [13]), _turn("b", "judge", [])], reward=1.0),  # empty: left out
+        Episode("p2", 0, [_turn("a", "solver", [21])], reward=0.0),  # wrong: left out
+        Episode("p3", 0, [_turn("a", "solver", [31])], reward=1.0),
+        Episode("p3", 1, [_turn("a", "solver", [33])], reward=1.0),
+    ]
+    probes = select_probes(eps, k=3)
+    # first each problem's first correct turn (p1, p3), then the second ones in episode order (p1's)
+    assert [t.completion_ids for t in probes["a"]["solver"]] == [[11], [31], [13]]
+    assert [t.completion_ids for t in probes["b"]["judge"]] == [[12]]
+    assert [t.completion_ids for t in select_probes(eps, k=10)["a"]["solver"]] == [[11], [31], [13], [33]]
+    assert select_probes([eps[2]], k=3) == {}
+    with pytest.raises(ValueError, match="k must be"):
+        select_probes(eps, k=0)
+
+
+def test_a_trigger_fires_on_the_most_alarming_subject_at_its_step():
+    series = {"a": [(1, 0.1), (2, 0.5)], "b": [(2, 0.7)], "c": [(1, 0.9)]}
+    assert values_at(series, 2) == {"a": 0.5, "b": 0.7}
+    assert fired_at(series, "above", 0.6, 2) == ("b", 0.7)
+    assert fired_at(series, "above", 0.7, 2) is None  # strictly past the threshold
+    assert fired_at(series, "above", 0.6, 2, subject="a") is None
+    assert fired_at(series, "below", 0.6, 2) == ("a", 0.5)
+    assert fired_at(series, "above", 0.0, 3) is None  # no value at the step: no alarm
+
+
+def plain_reward(rows):
+    return {"run": [(r["step"], r["reward"]) for r in rows]}
+
+
+def test_a_precursor_named_by_its_function(tmp_path):
+    plugin = tmp_path / "plugin.py"
+    plugin.write_text("def reward_level(rows):\n    return {'run': [(r['step'], r['reward']) for r in rows]}\n")
+    p = resolve_precursor(f"{plugin}:reward_level", "below")
+    assert (p.name, p.direction) == ("reward_level", "below")
+    assert p.series([{"step": 3, "reward": 0.25}]) == {"run": [(3, 0.25)]}
+    with pytest.raises(ValueError, match="needs its direction"):
+        resolve_precursor(f"{plugin}:reward_level")
+    with pytest.raises(ConfigError, match="no function 'nope'"):
+        resolve_precursor(f"{plugin}:nope", "below")
+    assert resolve_precursor("kl_to_base") is get_precursor("kl_to_base")
+    # a function registered with @register_precursor keeps its registered name and direction
+    register_precursor("test_named_reward", "above")(plain_reward)
+    try:
+        p = resolve_precursor(f"{__name__}:plain_reward")
+        assert (p.name, p.direction) == ("test_named_reward", "above")
+    finally:
+        PRECURSORS._entries.pop("test_named_reward", None)
 
 
 # --- scoring against labelled runs ------------------------------------------------------------------------

@@ -17,10 +17,10 @@ from rolecast.cli import main
 from rolecast.config.load import load_config
 from rolecast.core.errors import ConfigError
 from rolecast.core.rundir import read_jsonl
-from rolecast.train import grpo
-from rolecast.train.checkpoint import load_checkpoint
-from rolecast.train.grpo import train
-from rolecast.train.run_dir import RunDirError, prepare_new_run_dir
+from rolecast.training import grpo
+from rolecast.training.checkpoint import load_checkpoint
+from rolecast.training.grpo import train
+from rolecast.training.run_dir import RunDirError, prepare_new_run_dir
 
 
 def tiny(run_dir: Path, **overrides):

@@ -13,7 +13,7 @@ import torch
 from rolecast.config.load import load_config
 from rolecast.core.errors import ConfigError
 from rolecast.diagnostics.warnings import Alert, EarlyWarning
-from rolecast.train.rollback import Rollback, best_checkpoint
+from rolecast.training.rollback import Rollback, best_checkpoint
 
 
 def _row(step, acc, tag="periodic"):
@@ -100,7 +100,7 @@ def forced_warning(monkeypatch):
 
 
 def _run(run_dir, stop_after=None, resume=False, **over):
-    from rolecast.train.grpo import train
+    from rolecast.training.grpo import train
 
     base = {
         "model.path": "testbed",  # trained: it scores, so advantages and updates are not 0
@@ -127,7 +127,7 @@ def _run(run_dir, stop_after=None, resume=False, **over):
 
 
 def _ckpt(run_dir, step):
-    from rolecast.train.checkpoint import load_checkpoint
+    from rolecast.training.checkpoint import load_checkpoint
 
     return load_checkpoint(run_dir, step)[1]
 
@@ -145,7 +145,7 @@ ROLLBACK = {
 
 
 def test_forced_warning_rolls_back_to_the_best_checkpoint(tmp_path, forced_warning, caplog):
-    caplog.set_level(logging.WARNING, logger="rolecast.train")
+    caplog.set_level(logging.WARNING, logger="rolecast.training")
     rb_dir, plain_dir = tmp_path / "rollback", tmp_path / "plain"
     rows = _run(rb_dir, stop_after=5, **ROLLBACK)  # the session ends at step 5 and checkpoints it
 

@@ -126,9 +126,8 @@ def test_role_attribution_aggregator_without_a_correct_candidate_gets_team_rewar
     assert ep.turns[3].claim.correct is None and ep.turns[3].reward == ep.reward == 0.0
 
 
-def double_reward(ep):  # custom attribution hook used below
-    for t in ep.turns:
-        t.reward = 2.0 * ep.reward + (0.5 if t.role == "evaluator" else 0.0)
+def double_reward(ep):  # custom attribution hook used below: one reward per turn
+    return [2.0 * ep.reward + (0.5 if t.role == "evaluator" else 0.0) for t in ep.turns]
 
 
 def test_custom_attribution_hook():
@@ -136,6 +135,30 @@ def test_custom_attribution_hook():
     score_episodes([ep], {"q": Problem("q", "2+2", "4")}, BoxTask())
     attribute([ep], f"{__name__}:double_reward")
     assert [t.reward for t in ep.turns] == [2.0, 2.5]
+
+
+def sets_turns_itself(ep):  # the former form of a hook: it wrote turn.reward and returned nothing
+    for t in ep.turns:
+        t.reward = 1.0
+
+
+def one_reward_too_few(ep):
+    return [1.0] * (len(ep.turns) - 1)
+
+
+@pytest.mark.parametrize("hook", ["sets_turns_itself", "one_reward_too_few"])
+def test_a_hook_that_does_not_return_one_reward_per_turn_is_named(hook):
+    ep = evalopt_episode()
+    score_episodes([ep], {"q": Problem("q", "2+2", "4")}, BoxTask())
+    with pytest.raises(
+        ValueError, match=rf"train.attribution '{__name__}:{hook}' returned .* one finite reward per turn"
+    ):
+        attribute([ep], f"{__name__}:{hook}")
+
+
+def test_ended_reward_is_checked():
+    with pytest.raises(ValueError, match="ended_reward must be one of"):
+        attribute([evalopt_episode()], "team", ended_reward="study")
 
 
 def test_turns_by_policy_keeps_every_policy():

@@ -10,7 +10,7 @@ import re
 import pytest
 
 from rolecast.config.load import load_config
-from rolecast.train.grpo import train
+from rolecast.training.grpo import train
 
 
 def tiny(model_dir, run_dir, **overrides):

@@ -504,8 +504,12 @@ def test_code_task_without_bubblewrap_stops_before_the_model_loads(tmp_path, mon
     from rolecast.runtime import SandboxUnavailable, build_runtime
 
     monkeypatch.setenv("ROLECAST_SANDBOX", "fallback")
-    empty_model = tmp_path / "model"  # no tokenizer, no weights: loading it fails, so reaching it shows
+    # a directory that looks like a model (config validation accepts it) but whose files are not readable: loading
+    # it fails, so reaching the load shows that the sandbox check let the run through
+    empty_model = tmp_path / "model"
     empty_model.mkdir()
+    for name in ("config.json", "model.safetensors", "tokenizer.json"):
+        (empty_model / name).write_text("not a model file")
     over = {"task.name": "testbed_code", "model.path": str(empty_model)}
     with pytest.raises(SandboxUnavailable, match="runs model-written code") as e:
         build_runtime(load_config(None, over))

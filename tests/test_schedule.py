@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from rolecast.config.load import load_config
-from rolecast.train.grpo import train
-from rolecast.train.optimizer import build, warmup_cosine
-from rolecast.train.schedule import verl_constant_factor, verl_cosine_factor
+from rolecast.training.grpo import train
+from rolecast.training.optimizer import build, warmup_cosine
+from rolecast.training.schedule import verl_constant_factor, verl_cosine_factor
 
 # verl's cosine with warmup 2 over 6 steps (min lr ratio 0), by hand: warmup c / 2 for c = 0, 1; then
 # 0.5 (1 + cos(pi p)) with p = (c - 2) / 4, NOT clamped at p = 1: cos(pi/4) = 0.70711 gives 0.85355 and

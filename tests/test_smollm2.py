@@ -8,7 +8,7 @@ import pytest
 
 from rolecast.config import CONFIG_DIR
 from rolecast.config.load import load_config
-from rolecast.train.grpo import train
+from rolecast.training.grpo import train
 
 
 @pytest.mark.slow

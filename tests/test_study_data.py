@@ -68,7 +68,7 @@ def test_dapo_missing_file_names_the_expected_path(tmp_path, monkeypatch):
 
 
 def test_study_grader_compares_the_box_not_its_value():
-    study = make_task("dapo_math", path=str(PROCESSED), grader="study")
+    study = make_task("dapo_math", path=str(PROCESSED), grader="rllm")
     seven = next(p for p in list(study.problems("train")) + list(study.problems("test")) if "3+4" in p.text)
     assert study.score(seven, r"So the answer is \boxed{7}.").reward == 1.0
     assert study.score(seven, r"\boxed{3+4}").reward == 0.0  # rolecast's grader evaluates it: 1.0
@@ -77,7 +77,7 @@ def test_study_grader_compares_the_box_not_its_value():
     assert study.score(seven, r"\boxed{7").reward == 0.0
     assert study.score(seven, "The answer is 7").reward == 0.0  # no last-number fallback
     with pytest.raises(ValueError, match="no last-number fallback"):
-        make_task("dapo_math", path=str(PROCESSED), grader="study", last_number=True)
+        make_task("dapo_math", path=str(PROCESSED), grader="rllm", last_number=True)
 
 
 @pytest.fixture(scope="module")
@@ -137,3 +137,23 @@ def test_deepcoder_defaults_and_missing_file(tmp_path, monkeypatch):
     assert t.subset == "primeintellect" and t.test_size == 1000
     with pytest.raises(FileNotFoundError, match=r"deepcoder/primeintellect/train\.parquet not found"):
         t.problems("train")
+
+
+@pytest.mark.parametrize(
+    "task,rel,fixture", [("dapo_math", "dapo_math", PROCESSED), ("deepcoder", "deepcoder/primeintellect", DEEPCODER)]
+)
+def test_offline_file_or_its_jsonl_sibling_one_rule(tmp_path, monkeypatch, task, rel, fixture):
+    """Both tasks whose hub copy is Parquet read the offline .parquet, else its .jsonl sibling (one rule in
+    DatasetTask), and say what to put there when neither exists; the rows read are the same either way."""
+    monkeypatch.setenv("ROLECAST_DATA_DIR", str(tmp_path))
+    options = {"test_size": 2} if task == "deepcoder" else {}
+    with pytest.raises(
+        FileNotFoundError, match=r"not found \(offline\)\. Put .* there as train\.parquet or train\.jsonl"
+    ):
+        make_task(task, **options).problems("train")
+    (tmp_path / rel).mkdir(parents=True)
+    shutil.copy(fixture, tmp_path / rel / "train.jsonl")
+    from_jsonl = [p.id for p in make_task(task, **options).problems("test")]
+    _to_parquet(fixture, tmp_path / rel / "train.parquet")
+    (tmp_path / rel / "train.jsonl").unlink()
+    assert [p.id for p in make_task(task, **options).problems("test")] == from_jsonl and from_jsonl

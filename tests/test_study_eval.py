@@ -9,7 +9,7 @@ import pytest
 
 from rolecast.config.load import load_config
 from rolecast.core.errors import ConfigError
-from rolecast.train.grpo import train
+from rolecast.training.grpo import train
 
 
 def _run(tmp_path, name, **overrides):

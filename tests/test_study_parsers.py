@@ -133,14 +133,14 @@ def _run(name, respond, prompts=None, **options):
 def test_orch_workers_worker_count_depends_on_the_parser():
     plan = CASES["numbered"]
     respond = lambda pid, m: plan if pid == "orchestrator" else r"\boxed{5}"  # noqa: E731
-    for parsers, workers in (("rolecast", 1), ("study", 3)):
+    for parsers, workers in (("rolecast", 1), ("first_match", 3)):
         eps, _ = _run("orch_workers", respond, parsers=parsers)
         assert sum(t.role == "worker" for t in eps[0].turns) == workers
 
 
 def test_study_unknown_verdict_never_counts_as_right_under_role_rewards():
     respond = lambda pid, m: "2 + 3 = \\boxed{6}" if pid == "generator" else "Hmm."  # noqa: E731
-    for parsers, expected in (("rolecast", True), ("study", False)):
+    for parsers, expected in (("rolecast", True), ("first_match", False)):
         eps, _ = _run("eval_opt", respond, max_rounds=1, parsers=parsers)
         score_episodes(eps, {PROBLEM.id: PROBLEM}, EchoTask())
         attribute(eps, "role")
@@ -159,7 +159,7 @@ def test_eval_opt_multi_turn_is_one_conversation(tmp_path):
         respond,
         prompts=PromptBook("testbed", override),
         max_rounds=3,
-        parsers="study",
+        parsers="first_match",
         conversation="multi_turn",
     )
     calls = [r for batch in backend.batches for r in batch]

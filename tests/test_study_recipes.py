@@ -159,7 +159,7 @@ def test_every_study_recipe_runs_one_step_on_a_random_qwen3_0_6b(recipe, qwen3_0
     """One step of each study recipe on a random-weight Qwen3 at the study's 0.6B shape with the real Qwen3
     tokenizer, the generation cap and the batch scaled down by overrides only (the fixture data stand in for
     the datasets, which are not available offline)."""
-    from rolecast.train.grpo import train
+    from rolecast.training.grpo import train
 
     task = recipe.split("_")[0]
     data = {

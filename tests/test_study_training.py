@@ -16,10 +16,10 @@ from rolecast.policies.models import PolicySet, load_tokenizer
 from rolecast.rollout.engine import GenRequest, run_episodes
 from rolecast.rollout.hf import HFBackend
 from rolecast.rollout.scripted import ScriptedBackend
-from rolecast.train.batching import collate, generation_caps
-from rolecast.train.grpo import train
-from rolecast.train.logprobs import completion_logprobs
-from rolecast.train.sampling import step_problems
+from rolecast.training.batching import collate, generation_caps
+from rolecast.training.grpo import train
+from rolecast.training.logprobs import completion_logprobs
+from rolecast.training.sampling import step_problems
 
 
 def _cfg(model_dir, run_dir, **overrides):

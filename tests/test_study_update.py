@@ -16,17 +16,18 @@ from echo_task import PROBLEM, EchoTask
 from rolecast.config.load import load_config
 from rolecast.core.episode import Episode, Turn, group_turns
 from rolecast.core.errors import ConfigError
-from rolecast.objectives.advantages import compute_advantages, episode_turn_advantages
+from rolecast.objectives.advantages import compute_advantages
 from rolecast.objectives.losses import clipped_surrogate
 from rolecast.policies.models import PolicySet, load_tokenizer
 from rolecast.policies.router import build_routing
 from rolecast.prompts import PromptBook
 from rolecast.rollout.engine import run_episodes
 from rolecast.rollout.scripted import ScriptedBackend
-from rolecast.train.batching import collate
-from rolecast.train.grpo import train
-from rolecast.train.logprobs import completion_logprobs, trainer_logprobs
-from rolecast.train.update import update_policy
+from rolecast.scoring import assign_advantages
+from rolecast.training.batching import collate
+from rolecast.training.grpo import train
+from rolecast.training.logprobs import completion_logprobs, trainer_logprobs
+from rolecast.training.update import update_policy
 from rolecast.workflows import get_workflow
 
 # ------------------------------------------------------------------------------------------------ dual-clip
@@ -97,13 +98,13 @@ def test_per_position_voting_groups_hand_values():
     per_position = _voting_episodes([1.0, 0.0])
     groups = group_turns(per_position, "instance")
     assert sorted(len(g) for g in groups.values()) == [2, 2, 2, 2]
-    episode_turn_advantages(groups, "grpo")
+    assign_advantages(groups, "grpo")
     one = 0.5 / (math.sqrt(0.5) + 1e-6)
     assert [t.advantage for t in per_position[0].turns] == pytest.approx([one] * 4)
     assert [t.advantage for t in per_position[1].turns] == pytest.approx([-one] * 4)
 
     shared = _voting_episodes([1.0, 0.0])
-    episode_turn_advantages(group_turns(shared, "role"), "grpo")
+    assign_advantages(group_turns(shared, "role"), "grpo")
     six = 0.5 / (math.sqrt(1.5 / 5) + 1e-6)
     assert [t.advantage for t in shared[0].turns] == pytest.approx([six] * 3 + [one])
     assert [t.advantage for t in shared[1].turns] == pytest.approx([-six] * 3 + [-one])
@@ -276,7 +277,7 @@ def _exchange(tmp_path, conversation):
         prompts=PromptBook("testbed", override),
         router=build_routing(spec.roles, "isolated"),
         backend=backend,
-        options={"max_rounds": 3, "parsers": "study", "conversation": conversation},
+        options={"max_rounds": 3, "parsers": "first_match", "conversation": conversation},
     )
     return [(r.role, [(m["role"][0], m["content"]) for m in r.messages]) for b in backend.batches for r in b]
 
@@ -286,7 +287,7 @@ def test_eval_opt_study_history_exact_messages(tmp_path):
     or refine prompts to the history: each call sees the first prompt, every earlier reply as consecutive
     assistant messages, then only its own prompt."""
     I1, I2 = r"\boxed{Incorrect}", r"\boxed{Incorrect}"
-    assert _exchange(tmp_path, "study") == [
+    assert _exchange(tmp_path, "replies") == [
         ("generator", [("u", "S")]),
         ("evaluator", [("u", "S"), ("a", "g1"), ("u", "E")]),
         ("generator", [("u", "S"), ("a", "g1"), ("a", I1), ("u", "R")]),
@@ -320,7 +321,7 @@ def test_study_update_options_train_and_log(tiny_model_dir, tmp_path):
         "rollout.max_new_tokens": 6,
         "rollout.temperature": 1.0,
         "rollout.max_prompt_tokens": 4096,
-        "rollout.ended_reward": "study",
+        "rollout.ended_reward": "committed",
         "eval.at_start": False,
         "eval.at_end": False,
         "logging.progress": False,
@@ -370,7 +371,7 @@ def test_ended_episode_rewards_team_or_study():
     solutions) exceeds a cap of 20, so the episode ends with the three voter turns and no answer. team: every turn
     gets the episode's 0; study: each voter keeps its own correctness, 1, 1, 0, as the study's committed
     trajectories do; on a code task the study's are 0 too."""
-    from rolecast.scoring import attribute, score_episodes, study_ended_rewards
+    from rolecast.scoring import attribute, score_episodes
 
     def episode():
         answers = iter([r"\boxed{5}", r"\boxed{5}", r"\boxed{6}"])
@@ -393,8 +394,8 @@ def test_ended_episode_rewards_team_or_study():
     assert [t.role for t in team.turns] == ["generator"] * 3 and team.metadata["ended"] == "max_prompt_tokens"
     assert [t.reward for t in team.turns] == [0.0, 0.0, 0.0]
     study = episode()
-    study_ended_rewards([study], "testbed")
+    attribute([study], "team", ended_reward="committed", family="testbed")
     assert [t.reward for t in study.turns] == [1.0, 1.0, 0.0]
     code = episode()
-    study_ended_rewards([code], "code")
+    attribute([code], "team", ended_reward="committed", family="code")
     assert [t.reward for t in code.turns] == [0.0, 0.0, 0.0]

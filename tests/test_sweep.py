@@ -21,7 +21,7 @@ import torch
 from rolecast.cli import main
 from rolecast.sweep import LocalExecutor, MatrixError, PoolExecutor, cell_summary, executors, load_matrix, run_sweep
 from rolecast.sweep.cell import CellJob
-from rolecast.train.checkpoint import latest_step, load_checkpoint
+from rolecast.training.checkpoint import latest_step, load_checkpoint
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
@@ -526,7 +526,7 @@ KILLER = """\
 import os, signal, sys
 from pathlib import Path
 from rolecast.sweep import LocalExecutor, load_matrix, run_sweep
-from rolecast.train import checkpoint
+from rolecast.training import checkpoint
 
 matrix, out = sys.argv[1], Path(sys.argv[2])
 victim = out / "testbed-single-testbed-shared-s1" / "checkpoints" / "step_2"

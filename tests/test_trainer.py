@@ -11,10 +11,10 @@ import torch
 from rolecast.config.load import load_config
 from rolecast.core.episode import Turn
 from rolecast.policies.models import PolicySet
-from rolecast.train.batching import batching_order, collate, micro_batches
-from rolecast.train.grpo import train
-from rolecast.train.logprobs import completion_logprobs
-from rolecast.train.update import update_policy
+from rolecast.training.batching import batching_order, collate, micro_batches
+from rolecast.training.grpo import train
+from rolecast.training.logprobs import completion_logprobs
+from rolecast.training.update import update_policy
 
 
 def tiny_config(model_dir, run_dir, **overrides):
@@ -99,7 +99,7 @@ def test_voting_isolated_lora_writes_per_role_metrics(tiny_model_dir, tmp_path):
 def test_resumed_run_equals_uninterrupted(tmp_path, cell):
     """The embedded testbed model solves about half the problems, so groups carry advantages and the weights
     really move (a random model's rewards are all 0: nothing would move, and nothing could differ)."""
-    from rolecast.train.checkpoint import load_checkpoint
+    from rolecast.training.checkpoint import load_checkpoint
 
     def config(run_dir):
         return load_config(
@@ -437,7 +437,7 @@ def test_training_at_temperature_zero_is_refused_at_load():
 
 
 def test_divergence_guard_counts_streaks_per_policy():
-    from rolecast.train.guard import DivergenceGuard
+    from rolecast.training.guard import DivergenceGuard
 
     settings = load_config(
         None, {"train.max_skipped_updates": 3, "train.max_entropy_steps": 2, "train.max_entropy_tol": 0.01}
@@ -501,7 +501,7 @@ def test_a_diverging_run_stops_and_keeps_its_last_good_checkpoint(one_good_testb
     import shutil
 
     from rolecast.cli import main
-    from rolecast.train.checkpoint import latest_step, list_checkpoints
+    from rolecast.training.checkpoint import latest_step, list_checkpoints
 
     run_dir = shutil.copytree(one_good_testbed_step, tmp_path / "run")
     good = load_checkpoint_weights(run_dir)
@@ -519,6 +519,6 @@ def test_a_diverging_run_stops_and_keeps_its_last_good_checkpoint(one_good_testb
 
 
 def load_checkpoint_weights(run_dir):
-    from rolecast.train.checkpoint import load_checkpoint
+    from rolecast.training.checkpoint import load_checkpoint
 
     return load_checkpoint(run_dir)[1]["policy/shared"]

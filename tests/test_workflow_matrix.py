@@ -7,7 +7,7 @@ import json
 import pytest
 
 from rolecast.config.load import load_config
-from rolecast.train.grpo import train
+from rolecast.training.grpo import train
 
 WF_METRICS = {
     "single": [],

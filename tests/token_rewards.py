@@ -7,7 +7,8 @@ from __future__ import annotations
 from rolecast.core.episode import Episode
 
 
-def even_tokens(ep: Episode) -> None:
-    for t in ep.turns:
-        ids = t.completion_ids
-        t.reward = sum(1 for i in ids if i % 2 == 0) / len(ids) if ids else 0.0
+def even_tokens(ep: Episode) -> list[float]:
+    return [
+        sum(1 for i in t.completion_ids if i % 2 == 0) / len(t.completion_ids) if t.completion_ids else 0.0
+        for t in ep.turns
+    ]

@@ -8,14 +8,13 @@ The Python API (README, "From Python"):
     result.run_dir, result.final_accuracy
 
 `train`, `load_config`, `TrainResult` and `RunConfig` are bound on first use (PEP 562), so that importing any
-module of the package (the command line's parser, the report) does not load torch and the trainer.
+module of the package (the command line's parser, the report) does not load torch and the trainer. The training
+code itself is the subpackage `rolecast.training` (`import rolecast.training.grpo`).
 """
 
 from __future__ import annotations
 
 import importlib
-import sys
-import types
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -38,22 +37,6 @@ def __getattr__(name: str) -> Any:
     value = getattr(importlib.import_module(_API[name]), name)
     globals()[name] = value
     return value
-
-
-class _Package(types.ModuleType):
-    """`rolecast.train` is the API's function, while `rolecast/train/` is the subpackage of the training code. The
-    import system binds a subpackage on its parent when it is first imported; this keeps the name for the function.
-    The subpackage's modules stay importable as `from rolecast.train import grpo` or `from rolecast.train.grpo import
-    ...`; not as `import rolecast.train.grpo as grpo`, nor by the attribute path `rolecast.train.grpo`, which Python
-    resolves through the attribute `rolecast.train`: the function."""
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name == "train" and isinstance(value, types.ModuleType):
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package
 
 
 __all__ = ["RunConfig", "TrainResult", "__version__", "load_config", "train"]

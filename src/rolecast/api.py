@@ -20,7 +20,7 @@ from rolecast.config.schema import RunConfig
 from rolecast.config.validate import check_run_config
 from rolecast.core.errors import ConfigError
 from rolecast.core.quiet import quiet_libraries
-from rolecast.train.grpo import train as run_training
+from rolecast.training.grpo import train as run_training
 
 __all__ = ["TrainResult", "load_config", "train"]
 

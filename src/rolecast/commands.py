@@ -14,7 +14,7 @@ from typing import Any
 from rich.console import Console
 
 from rolecast import testbed
-from rolecast.config.load import load_config, parse_override
+from rolecast.config.load import load_config, parse_override, profile_lines
 from rolecast.config.schema import dump_config
 from rolecast.core.errors import ConfigError
 from rolecast.core.quiet import quiet_libraries
@@ -29,9 +29,9 @@ from rolecast.report.html import text_map, write_report
 from rolecast.sweep import load_matrix, make_executor, run_sweep, summary_table
 from rolecast.sweep.matrix import describe
 from rolecast.testbed.rollouts import rollout_competence
-from rolecast.train.checkpoint import DiskFullError, latest_step
-from rolecast.train.grpo import train
-from rolecast.train.interrupt import StopRequest, TrainingInterrupted
+from rolecast.training.checkpoint import DiskFullError, latest_step
+from rolecast.training.grpo import train
+from rolecast.training.interrupt import StopRequest, TrainingInterrupted
 
 # Common flags map onto config fields; `--set section.field=value` reaches every other field.
 FLAG_FIELDS = {
@@ -148,8 +148,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def cmd_config(args: argparse.Namespace) -> int:
     """`rolecast config show`: the recipe with the flags and --set applied, validated as `train` validates it, printed
-    as the run's config.yaml would hold it. Nothing is loaded or written."""
-    print(dump_config(load_config(args.config, *_overrides(args))), end="")
+    as the run's config.yaml would hold it, then (as YAML comments) what its profile set. Nothing is loaded or
+    written."""
+    cfg = load_config(args.config, *_overrides(args))
+    print(dump_config(cfg), end="")
+    for line in profile_lines(cfg):
+        print(line)
     return 0
 
 

@@ -16,7 +16,7 @@ from rolecast.core.rundir import EVAL
 from rolecast.core.writable import check_writable_dir
 from rolecast.evaluation import EvalResult, append_eval_row, eval_key, eval_plan
 from rolecast.runtime import build_runtime
-from rolecast.train.checkpoint import list_checkpoints, load_checkpoint, restore_policies
+from rolecast.training.checkpoint import list_checkpoints, load_checkpoint, restore_policies
 
 
 def _targets(checkpoint: str | None, every: int) -> list[tuple[int, Path | None]]:

@@ -24,6 +24,7 @@ from rolecast.tasks.base import Problem, Task
 from rolecast.workflows.api import WorkflowSpec
 
 EVAL_SEED_STREAM = 2  # `step_seed`'s stream of evaluations (1: a training step's rollouts)
+CANARY_SEED_STREAM = 6  # the precursors' canary (training/precursors.py; 5: the probe set's base rollouts)
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,15 @@ def eval_plan(cfg: RunConfig, step: int, n_samples: int | None = None) -> EvalPl
         ks=tuple(sorted({1, n})),
         sampling=Sampling(temperature=cfg.eval.temperature, top_p=cfg.eval.top_p),
         seed=step_seed(cfg.seed, step, EVAL_SEED_STREAM),
+    )
+
+
+def canary_plan(cfg: RunConfig, step: int) -> EvalPlan:
+    """The precursors' canary evaluation at training step `step` (0: the base): greedy, one sample per problem, so
+    its pass@1 is the share of the canary problems answered right, whatever eval.protocol says; seeded from its own
+    stream of (run seed, step), which only breaks ties."""
+    return EvalPlan(
+        n_samples=1, ks=(1,), sampling=Sampling(temperature=0.0), seed=step_seed(cfg.seed, step, CANARY_SEED_STREAM)
     )
 
 

@@ -8,7 +8,7 @@
                             full fine-tune: a Hugging Face model directory (`AutoModelForCausalLM.from_pretrained`)
                             each with the tokenizer (and its chat template) beside it
 
-The weights come from the run's checkpoint (`train/checkpoint.py`: the latest intact one, or `--step`), restored
+The weights come from the run's checkpoint (`training/checkpoint.py`: the latest intact one, or `--step`), restored
 into the policies the run's own config builds, then written with PEFT's / transformers' `save_pretrained`.
 
 Portable: an adapter's `base_model_name_or_path` (what `AutoPeftModelForCausalLM` loads) is the base as the run's
@@ -36,7 +36,7 @@ from rolecast.core.writable import check_writable_dir
 from rolecast.policies.models import PolicySet, load_tokenizer
 from rolecast.policies.router import build_routing
 from rolecast.policies.shipped import MODEL_NAMES
-from rolecast.train.checkpoint import load_checkpoint, restore_policies
+from rolecast.training.checkpoint import load_checkpoint, restore_policies
 from rolecast.workflows import get_workflow
 
 

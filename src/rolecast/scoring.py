@@ -1,14 +1,21 @@
-"""From outcomes to per-turn rewards.
+"""From outcomes to per-turn rewards and advantages: the one module that writes them.
+
+Each is written in one place: `score_episodes` writes an episode's `reward` (and its final answer and its claims'
+truth), `attribute` every `turn.reward`, `assign_advantages` every `turn.advantage`; what they write is computed
+by pure functions (the attributions below, `objectives.advantages.group_advantages`).
 
 `score_episodes` scores every episode's final text and every turn's claim (what the turn asserted:
 an answer, a verdict on a reviewed answer, a pick among candidates) in one batch through the task's
-verifier. Attribution modes then set `turn.reward`:
+verifier. An attribution gives each turn its reward (one per turn, in order):
 - ``team``: the final 0/1 outcome copied to every turn of every role (the study's default);
 - ``role``: a role-local reward where one is defined (a generator's own answer, an evaluator's verdict
   matching the truth of the answer it reviewed, an aggregator picking a correct candidate when one
   existed, a synthesizer's final answer); turns without one (e.g. the orchestrator) get the team reward;
 - ``package.module:function`` or ``path/to/file.py:function``: your own, called as ``fn(episode)`` after claims
-  are scored (`resolve_attribution` finds it; config validation calls it, so a typo fails before a model loads).
+  are scored, returning one reward per turn (`resolve_attribution` finds it; config validation calls it, so a typo
+  fails before a model loads).
+An episode that a prompt cap ended (`rollout.max_prompt_tokens`) takes the attribution's rewards too, or, with
+``rollout.ended_reward: committed``, what the reference study's committed trajectories keep (`committed_rewards`).
 
 One episode's content never ends a run (docs/sandbox.md, "Grader errors"): an unexpected exception while scoring
 one text scores that text 0 with reason ``grader_error``; the episode's metadata keeps the exception
@@ -21,17 +28,20 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
-from rolecast.core.episode import AnswerClaim, Episode, PickClaim, VerdictClaim
+from rolecast.core.episode import AnswerClaim, Episode, PickClaim, Turn, VerdictClaim
 from rolecast.core.registry import Registry, is_reference, load_callable
+from rolecast.objectives.advantages import group_advantages
 from rolecast.rewards.score import GRADER_ERROR, GraderFault, Score, grader_error
 from rolecast.tasks.base import Problem, Task
 
 log = logging.getLogger(__name__)
 
-AttributionFn = Callable[[Episode], None]
+AttributionFn = Callable[[Episode], Sequence[float]]  # one reward per turn of the episode, in order
 ATTRIBUTIONS: Registry[AttributionFn] = Registry("reward attribution")
 register_attribution = ATTRIBUTIONS.register
 
@@ -66,7 +76,7 @@ def score_episodes(episodes: Sequence[Episode], problems: dict[str, Problem], ta
                 c.correct = correct(ep.problem_id, c.text)
             elif isinstance(c, VerdictClaim):
                 c.reviewed_correct = correct(ep.problem_id, c.reviewed)
-                # the study's parsers report an unparseable verdict as "unknown": never right (rolecast's: Incorrect)
+                # the first_match parsers report an unparseable verdict as "unknown": never right (rolecast's: Incorrect)
                 c.correct = c.verdict != "unknown" and bool(c.accept) == c.reviewed_correct
             elif isinstance(c, PickClaim):
                 flags = [correct(ep.problem_id, cand) for cand in c.candidates]
@@ -134,29 +144,32 @@ def _note_faults(ep: Episode, faults: list[GraderFault]) -> None:
 
 
 @register_attribution("team")
-def team(ep: Episode) -> None:
-    for t in ep.turns:
-        t.reward = ep.reward
+def team(ep: Episode) -> list[float]:
+    return [ep.reward] * len(ep.turns)
 
 
 @register_attribution("role")
-def role_local(ep: Episode) -> None:
+def role_local(ep: Episode) -> list[float]:
+    rewards = []
     for t in ep.turns:
         correct = t.claim.correct if t.claim is not None else None
-        t.reward = ep.reward if correct is None else float(correct)
+        rewards.append(ep.reward if correct is None else float(correct))
+    return rewards
 
 
-def study_ended_rewards(episodes: Sequence[Episode], family: str) -> None:
-    """rollout.ended_reward study: the turns of an episode an over-long prompt ended get what the reference
-    study's committed trajectories keep (rllm applies use_final_outcome_reward only at the end of a completed
-    run): a turn's role-local reward where its claim was set before the episode ended (a voter's own answer, an
+def committed_rewards(ep: Episode, family: str) -> list[float]:
+    """rollout.ended_reward committed, for an episode an over-long prompt ended: what the reference study's
+    committed trajectories keep (rllm applies use_final_outcome_reward only at the end of a completed run): a
+    turn's role-local reward where its claim was set before the episode ended (a voter's own answer, an
     evaluator's verdict), else 0; on code tasks 0 throughout (the study's code workflows commit placeholders)."""
-    for ep in episodes:
-        if ep.metadata.get("ended") != "max_prompt_tokens":
-            continue
-        for t in ep.turns:
-            correct = t.claim.correct if t.claim is not None and family != "code" else None
-            t.reward = float(correct) if correct is not None else 0.0
+    rewards = []
+    for t in ep.turns:
+        correct = t.claim.correct if t.claim is not None and family != "code" else None
+        rewards.append(float(correct) if correct is not None else 0.0)
+    return rewards
+
+
+ENDED_REWARDS = ("team", "committed")  # rollout.ended_reward
 
 
 def resolve_attribution(name: str, field: str = "train.attribution") -> AttributionFn:
@@ -177,8 +190,40 @@ def _load_reference(ref: str, field: str) -> AttributionFn:
     return load_callable(ref, field)
 
 
-def attribute(episodes: Sequence[Episode], mode: str) -> None:
-    """Set every turn's reward by attribution `mode` (train.attribution)."""
+def attribute(episodes: Sequence[Episode], mode: str, *, ended_reward: str = "team", family: str = "") -> None:
+    """Write every turn's reward (the one place that does): by attribution `mode` (train.attribution), or, for an
+    episode a prompt cap ended under `ended_reward` "committed" (rollout.ended_reward), `committed_rewards` of the
+    task's prompt `family`."""
+    if ended_reward not in ENDED_REWARDS:
+        raise ValueError(f"ended_reward must be one of {ENDED_REWARDS}, got {ended_reward!r}")
     fn = resolve_attribution(mode)
     for ep in episodes:
-        fn(ep)
+        ended = ended_reward == "committed" and ep.metadata.get("ended") == "max_prompt_tokens"
+        rewards = committed_rewards(ep, family) if ended else _checked(fn(ep), ep, mode)
+        for t, r in zip(ep.turns, rewards, strict=True):
+            t.reward = r
+
+
+def _checked(rewards: Any, ep: Episode, mode: str) -> list[float]:
+    """An attribution's rewards for `ep`, or a ValueError naming the attribution: one finite number per turn."""
+    try:
+        out = [float(r) for r in rewards]
+    except TypeError:
+        out = None
+    if out is None or len(out) != len(ep.turns) or not all(map(math.isfinite, out)):
+        raise ValueError(
+            f"train.attribution {mode!r} returned {rewards!r:.200} for an episode of {len(ep.turns)} turns; an "
+            f"attribution returns one finite reward per turn, in order (it does not set turn.reward itself)"
+        )
+    return out
+
+
+def assign_advantages(
+    groups: Mapping[Any, Sequence[Turn]], name: str = "grpo", eps: float = 1e-6, singleton: str = "zero"
+) -> None:
+    """Write every turn's advantage (the one place that does): `name`'s estimator (train.advantage) over each
+    group's rewards (objectives/advantages.py)."""
+    values = group_advantages([[t.reward for t in g] for g in groups.values()], name, eps, singleton)
+    for group, advantages in zip(groups.values(), values, strict=True):
+        for t, a in zip(group, advantages, strict=True):
+            t.advantage = a

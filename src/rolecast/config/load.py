@@ -13,11 +13,13 @@ from typing import Any
 
 import yaml
 
+from rolecast.config.profiles import PROFILES, apply_profile
 from rolecast.config.schema import DEFAULT_CONFIG, RunConfig, field_origin, parse_config, yaml_mapping
 from rolecast.config.validate import check_run_config
 from rolecast.core.errors import ConfigError, FieldError
+from rolecast.tasks import TASKS
 
-__all__ = ["load_config", "parse_override", "validate_config"]
+__all__ = ["load_config", "parse_override", "profile_lines", "validate_config"]
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +101,42 @@ def _task_options_follow_the_task(
     )
 
 
+def _run_names(data: dict[str, Any]) -> tuple[str, str]:
+    """The task's and the workflow's names in raw config data (the schema's defaults where absent)."""
+    defaults = RunConfig()
+    task, workflow = data.get("task"), data.get("workflow")
+    return (
+        task.get("name", defaults.task.name) if isinstance(task, dict) else defaults.task.name,
+        workflow.get("name", defaults.workflow.name) if isinstance(workflow, dict) else defaults.workflow.name,
+    )
+
+
+def _task_family(name: str) -> str | None:
+    """A task's prompt family, None when `name` is no registered task (the task check says so, naming the field)."""
+    family = getattr(TASKS.get(name), "family", None) if isinstance(name, str) else None
+    return family if isinstance(family, str) else None
+
+
+def profile_lines(cfg: RunConfig) -> list[str]:
+    """What the config's profile set for this run, one comment line per option (`rolecast config show` prints
+    them under the config): its value and what it switches, or the value the config holds instead."""
+    profile = PROFILES.get(cfg.profile) if cfg.profile else None
+    if profile is None:
+        return []
+    dump = cfg.model_dump(mode="json")
+    lines = [f"# profile {profile.name}: {profile.about}"]
+    for opt in profile.for_run(_task_family(cfg.task.name), cfg.task.name, cfg.workflow.name):
+        node: Any = dump
+        for key in opt.field.split("."):
+            node = node.get(key) if isinstance(node, dict) else None
+        value = yaml.safe_dump(opt.value, default_flow_style=True).strip().removesuffix("...").strip()
+        said = f"{opt.field}: {value}"
+        if node != opt.value:
+            said += f" -> {node!r} here (set by the config)"
+        lines.append(f"#   {said}  ({opt.switches}{'; kept: ' + opt.kept if opt.kept else ''})")
+    return lines
+
+
 def validate_config(
     data: dict[str, Any],
     source: str | Path = "<config>",
@@ -108,8 +146,10 @@ def validate_config(
 ) -> RunConfig:
     """The typed config of raw data, checked against what it names (config/validate.py); every error is a
     `ConfigError` naming `source` or the override in `labels` that set the field, except a prompt file or a
-    workflow at fault (`PromptFileError`, `WorkflowError`), which name their own files."""
+    workflow at fault (`PromptFileError`, `WorkflowError`), which name their own files. A `profile` is filled in
+    first (config/profiles.py), where the task's prompt family is known."""
     labels = labels or {}
+    data, _ = apply_profile(data, *_run_names(data), _task_family)
     cfg = parse_config(data, source, labels)
     try:
         check_run_config(cfg, environment=environment)

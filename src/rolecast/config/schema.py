@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from rolecast.config.profiles import ProfileName, rename_former
 from rolecast.core.errors import ConfigError, FieldError
 from rolecast.core.registry import closest_name
 
@@ -94,10 +95,10 @@ class RolloutSettings(_Strict):
     # made, the workflow stops, the turns made so far stay and the episode has no final answer (reward 0).
     max_prompt_tokens: int | None = Field(None, gt=0)
     # the rewards of an episode such a prompt ended: team (the episode's outcome, 0: it has no answer, to every
-    # turn it made) or study (what the reference study's committed trajectories keep: each turn's role-local
+    # turn it made) or committed (what the reference study's committed trajectories keep: each turn's role-local
     # reward where its workflow had set a claim, else 0; 0 throughout on code tasks, whose study workflows
     # score only after their loop). docs/study_recipe.md
-    ended_reward: Literal["team", "study"] = "team"
+    ended_reward: Literal["team", "committed"] = "team"
 
 
 class TrainSettings(_Strict):
@@ -107,7 +108,7 @@ class TrainSettings(_Strict):
     lr: float = Field(2e-5, gt=0)
     # cosine | constant: rolecast's (warmup (k + 1) / (warmup + 1), cosine flat after train.steps);
     # verl_cosine | verl_constant: verl's, as the reference study trains (warmup k / warmup from lr 0, a cosine
-    # not clamped at its end, so it climbs back up past it). train/schedule.py
+    # not clamped at its end, so it climbs back up past it). training/schedule.py
     lr_schedule: Literal["cosine", "constant", "verl_cosine", "verl_constant"] = "cosine"
     # What advances the schedule. step: each policy's own schedule, once per training step (rolecast's default).
     # role_update: the study's Isolated-Policy behaviour (one verl actor, one scheduler, stepped inside every
@@ -118,7 +119,7 @@ class TrainSettings(_Strict):
     min_lr_ratio: float = Field(0.0, ge=0, le=1)
     weight_decay: float = Field(0.0, ge=0)
     betas: tuple[float, float] = (0.9, 0.999)
-    # Full fine-tuning of bf16/fp16 weights: AdamW steps float32 master copies (train/master_weights.py), so
+    # Full fine-tuning of bf16/fp16 weights: AdamW steps float32 master copies (training/master_weights.py), so
     # updates below the weights' rounding step still add up. No effect on float32 weights or LoRA adapters
     # (PEFT keeps those float32). Off: the optimizer steps the low-precision weights themselves.
     fp32_master_weights: bool = True
@@ -136,7 +137,7 @@ class TrainSettings(_Strict):
     mini_batch_size: int = Field(64, gt=0)
     epochs: int = Field(1, gt=0)  # passes over each step's batch
     # random: problems_per_step drawn afresh each step; epoch: each training problem once per epoch, reshuffled
-    # every epoch (train/sampling.py). Both are a pure function of (seed, step), so a resumed run sees the same.
+    # every epoch (training/sampling.py). Both are a pure function of (seed, step), so a resumed run sees the same.
     sampling: Literal["random", "epoch"] = "random"
     micro_batch_tokens: int = Field(8192, gt=0)  # gradient accumulation by token budget
     mask_truncated: bool = False  # drop completions that hit max_new_tokens from the loss
@@ -171,7 +172,7 @@ class EvalSetSettings(_Strict):
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")  # names the file and the metric
     task: str  # a registered task of the same prompt family as task.name, e.g. aime2024 beside dapo_math
-    options: dict[str, Any] = {}  # its constructor options, e.g. {grader: study}
+    options: dict[str, Any] = {}  # its constructor options, e.g. {grader: rllm}
     split: str = "test"
     size: int | None = Field(None, gt=0)  # problems from the split (None: all of them)
 
@@ -275,15 +276,66 @@ class GradientDiagnosticsSettings(_Strict):
     ema_decay: float = Field(0.9, ge=0, lt=1)  # of each role's past gradients, for direction persistence
 
 
+class PrecursorUse(_Strict):
+    """A further precursor the trainer computes from the metric rows at every step and logs: a name registered
+    in diagnostics/precursors.PRECURSORS, or a 'package.module:function' / 'file.py:function' over metric rows
+    (a plain function needs its `direction`; one decorated with @register_precursor has its own)."""
+
+    name: str = Field(min_length=1)
+    direction: Literal["above", "below"] | None = None
+
+
+def _named(v: Any) -> Any:
+    """A bare name stands for {name: ...} in a list of precursors."""
+    return [{"name": x} if isinstance(x, str) else x for x in v] if isinstance(v, list) else v
+
+
+class PrecursorSettings(_Strict):
+    """Precursors of a cliff, computed in the loop (training/precursors.py; docs/analysis.md, "Precursors"): off
+    while `every` is 0, and then the training step is what it was without them."""
+
+    # 0: off. N: the probe log-likelihood, KL to the base and the canary every N steps (the update ratios and
+    # the derived precursors: every step)
+    every: int = Field(0, ge=0)
+    probe_size: int = Field(16, gt=0)  # K: known-correct outputs per (policy, role) in its fixed probe set
+    # training problems of the one base rollout batch the probes are drawn from (x train.group_size samples)
+    probe_problems: int = Field(16, gt=0)
+    canary_size: int = Field(16, ge=0)  # held-out problems of task.eval_split, evaluated greedily (0: no canary)
+    # precursors computed from the metric rows at every step, besides the built-in entropy_slope
+    use: list[PrecursorUse] = []
+
+    @field_validator("use", mode="before")
+    @classmethod
+    def _bare_names(cls, v: Any) -> Any:
+        return _named(v)
+
+
 class DiagnosticsSettings(_Strict):
     gradients: GradientDiagnosticsSettings = GradientDiagnosticsSettings()
+    precursors: PrecursorSettings = PrecursorSettings()
+
+
+class PrecursorTrigger(_Strict):
+    """A precursor as a trigger of the rollback (or lr cut): it fires at a step where its value is strictly past
+    `threshold` (above or below, its own direction unless given), for `subject` (a policy, "pid/role", a role,
+    "run") or "any" (the most alarming subject), as diagnostics/precursors.score_precursor judges it."""
+
+    name: str = Field(min_length=1)  # a precursor the run computes (diagnostics.precursors)
+    threshold: float
+    subject: str = "any"
+    direction: Literal["above", "below"] | None = None
 
 
 class RollbackSettings(_Strict):
-    """Rollback on early warning (train/rollback.py; docs/training.md): off while `signals` is empty."""
+    """Rollback on early warning (training/rollback.py; docs/training.md): off while `signals` and `precursors`
+    are empty."""
 
     # early-warning signal names (diagnostics/warnings.py SIGNALS) that trigger a rollback to the best checkpoint
     signals: list[str] = []
+    # precursors that trigger it too (diagnostics.precursors computes them), each with its threshold
+    precursors: list[PrecursorTrigger] = []
+    # rollback: restore the best checkpoint and lower the lr; lr_cut: only lower the lr (by lr_factor), in place
+    action: Literal["rollback", "lr_cut"] = "rollback"
     lr_factor: float = Field(0.5, gt=0, le=1)  # train.lr is multiplied by this at each rollback
     max_rollbacks: int = Field(1, ge=1)
     patience: int = Field(1, ge=1)  # consecutive steps a configured signal must fire
@@ -302,6 +354,9 @@ class InterventionSettings(_Strict):
 
 
 class RunConfig(_Strict):
+    # a declared set of options filled in where the config does not set them (config/profiles.py): `study` is the
+    # reference study's behaviour (configs/study/); the filled-in options are in the run's config.yaml
+    profile: ProfileName | None = None
     seed: int = 0
     run_dir: str | None = None  # default: runs/<task>-<workflow>-<sharing>-<timestamp>
     threads: int | None = None  # torch CPU threads (None = torch default)
@@ -321,7 +376,7 @@ class RunConfig(_Strict):
     @model_validator(mode="before")
     @classmethod
     def _resolve_auto(cls, data: Any) -> Any:
-        return resolve_auto_eval(data) if isinstance(data, dict) else data
+        return resolve_auto_eval(rename_former(data)) if isinstance(data, dict) else data
 
 
 AUTO_EVAL_MIN_STEPS = 20  # shorter runs (tests, `--steps 3`) evaluate only at start and end
@@ -342,8 +397,9 @@ def resolve_auto_eval(data: dict[str, Any]) -> dict[str, Any]:
     eval.every "auto": 0 when train.steps < AUTO_EVAL_MIN_STEPS; else the smallest multiple of checkpoint.every
     that is >= steps / AUTO_EVAL_POINTS (so every evaluated step has a checkpoint), or max(5, ceil(steps / 10))
     when checkpoint.every is 0. checkpoint.keep_every "auto": the resolved eval.every when
-    interventions.rollback.signals is set (a rollback goes back to the best evaluated checkpoint, so those are
-    kept), else 0: checkpoint.keep_last alone decides what stays on disk (the latest is all a resume needs).
+    interventions.rollback.signals or .precursors is set and its action is a rollback (it goes back to the best
+    evaluated checkpoint, so those are kept), else 0: checkpoint.keep_last alone decides what stays on disk (the
+    latest is all a resume needs).
     Values that are neither "auto" nor absent are left for field validation."""
     every, keep = _field(data, "eval", "every"), _field(data, "checkpoint", "keep_every")
     if every != "auto" and keep != "auto":
@@ -369,16 +425,20 @@ def resolve_auto_eval(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def _rollback_configured(data: dict[str, Any]) -> bool:
-    """Raw config data with interventions.rollback.signals set (non-empty)."""
-    node: Any = data
-    for name in ("interventions", "rollback", "signals"):
-        if isinstance(node, BaseModel):
-            node = getattr(node, name, None)
-        elif isinstance(node, dict):
-            node = node.get(name)
-        else:  # absent, or malformed (reported by its own field)
-            return False
-    return bool(node)
+    """Raw config data with interventions.rollback.signals or .precursors set (non-empty), and its action a
+    rollback (an lr cut goes back to no checkpoint)."""
+    rollback: Any = data
+    for name in ("interventions", "rollback"):
+        rollback = _member(rollback, name)
+    if _member(rollback, "action") == "lr_cut":
+        return False
+    return bool(_member(rollback, "signals")) or bool(_member(rollback, "precursors"))
+
+
+def _member(node: Any, name: str) -> Any:
+    if isinstance(node, BaseModel):
+        return getattr(node, name, None)
+    return node.get(name) if isinstance(node, dict) else None  # absent, or malformed (reported by its own field)
 
 
 def _is_section(section: Any) -> bool:
@@ -507,6 +567,7 @@ RESUME_CHANGEABLE = (
     "model.device",
     "rollout.decode_threads",
     "run_dir",
+    "profile",  # a name only: what it set is in the fields it filled, which are compared one by one
 )
 
 
@@ -538,4 +599,4 @@ def resume_changes(old: RunConfig, new: RunConfig, source: str | Path = "config.
             f"({'; '.join(lines)}). Only these may change on resume: "
             f"{', '.join(k.rstrip('.') + ('.*' if k.endswith('.') else '') for k in RESUME_CHANGEABLE)}"
         )
-    return {k: v for k, v in changes.items() if k != "run_dir"}
+    return {k: v for k, v in changes.items() if k not in ("run_dir", "profile")}

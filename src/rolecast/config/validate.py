@@ -4,7 +4,7 @@
 Two kinds, so a config can be checked where it is written and again where it runs:
 - the definition (`check_definition`): the workflow and its options, routing, the task and its options, the
   prompts the workflow declares, the update's registries (advantage estimator, loss aggregation, attribution),
-  extra evaluation sets, interventions and rollback signals. The same on every machine.
+  extra evaluation sets, interventions, rollback signals and precursors. The same on every machine.
 - this machine (`check_environment`): the model path (a local path exists, a hub id is cached when the hub is
   off), the device (cuda needs a CUDA GPU here) and the optional packages switched-on features need. A sweep
   lists cells for other machines without them and runs them where a cell is about to run.
@@ -30,6 +30,13 @@ from rolecast.core.errors import (
     require,
 )
 from rolecast.core.registry import Registry
+from rolecast.diagnostics.precursors import (
+    DERIVED_EACH_STEP,
+    LOGGED,
+    MEASURED_EACH_STEP,
+    MEASURED_PERIODICALLY,
+    resolve_precursor,
+)
 from rolecast.diagnostics.warnings import GRADIENT_SIGNALS, SIGNALS
 from rolecast.objectives.advantages import ADVANTAGES, SINGLETON_REWARD_ESTIMATORS
 from rolecast.objectives.losses import AGGREGATIONS
@@ -65,6 +72,7 @@ def check_definition(cfg: RunConfig) -> None:
     _check_update(cfg)
     _check_eval_sets(cfg, task.family)
     _check_interventions(cfg.interventions, spec.roles)
+    _check_precursors(cfg)
     _check_rollback(cfg)
     _check_backend(cfg)
 
@@ -223,16 +231,59 @@ def _check_rollback(cfg: RunConfig) -> None:
     unknown = [s for s in rb.signals if s not in SIGNALS]
     if unknown:
         raise FieldError("interventions.rollback.signals", f"unknown signal(s) {unknown}; known: {list(SIGNALS)}")
-    if rb.signals and cfg.checkpoint.every == 0:
-        raise FieldError(
-            "interventions.rollback.signals", "a rollback needs checkpoints to go back to; set checkpoint.every > 0"
-        )
+    if (rb.signals or rb.precursors) and rb.action == "rollback" and cfg.checkpoint.every == 0:
+        field = "interventions.rollback." + ("signals" if rb.signals else "precursors")
+        raise FieldError(field, "a rollback needs checkpoints to go back to; set checkpoint.every > 0")
     needs_grads = [s for s in rb.signals if s in GRADIENT_SIGNALS and s != "grad_spike"]
     if needs_grads and cfg.diagnostics.gradients.every == 0:
         raise FieldError(
             "interventions.rollback.signals",
             f"{needs_grads} come from gradient diagnostics, which are off; set diagnostics.gradients.every > 0",
         )
+
+
+def _check_precursors(cfg: RunConfig) -> None:
+    """diagnostics.precursors.use: each precursor known (or a loadable function with its direction), named once
+    and not one the loop computes anyway; interventions.rollback.precursors: each one this run computes."""
+    pre, triggers = cfg.diagnostics.precursors, cfg.interventions.rollback.precursors
+    computed = set(MEASURED_PERIODICALLY) | set(MEASURED_EACH_STEP) | set(DERIVED_EACH_STEP)
+    for i, u in enumerate(pre.use):
+        field = f"diagnostics.precursors.use[{i}]"
+        if u.name in computed or u.name in {n for n, _, _ in LOGGED}:
+            raise FieldError(field, f"{u.name!r} is computed by the loop anyway (remove it from use)")
+        try:
+            p = resolve_precursor(u.name, u.direction)
+        except ValueError as e:
+            raise FieldError(field, str(e)) from None
+        except ConfigError as e:
+            raise FieldError(field, str(e).removeprefix("precursor: ")) from None
+        if "/" in p.name or p.name in {n for n, _, _ in LOGGED} | computed:
+            raise FieldError(field, f"its name {p.name!r} must be one path segment and not a built-in precursor's")
+    names = [u.name for u in pre.use]
+    if len(set(names)) < len(names):
+        raise FieldError("diagnostics.precursors.use", f"a precursor is named twice: {names}")
+    if not triggers:
+        return
+    field = "interventions.rollback.precursors"
+    if not pre.every:
+        raise FieldError(field, "precursors are computed only with diagnostics.precursors.every > 0")
+    for t in triggers:
+        if t.name not in computed and t.name not in names:
+            raise FieldError(
+                field,
+                f"{t.name!r} is not a precursor this run computes: {sorted(computed)} or one of "
+                f"diagnostics.precursors.use",
+            )
+        if t.name in SIGNALS:
+            raise FieldError(field, f"{t.name!r} is also an early-warning signal's name; list it under signals")
+        if t.name == "head_update_ratio" and cfg.model.trainable == "lora":
+            raise FieldError(field, "head_update_ratio is not logged with LoRA (the adapter leaves the head as it is)")
+        if t.name in MEASURED_PERIODICALLY and pre.every > 1 and cfg.interventions.rollback.patience > 1:
+            raise FieldError(
+                field,
+                f"{t.name} is measured every {pre.every} steps, so it cannot fire on "
+                f"{cfg.interventions.rollback.patience} consecutive steps (interventions.rollback.patience)",
+            )
 
 
 # ---------------------------------------------------------------------------------------------------------

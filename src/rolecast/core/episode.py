@@ -35,8 +35,8 @@ class VerdictClaim:
 
     accept: bool
     reviewed: str
-    # the parsed verdict where a parser tells more than accept/reject: the study's parsers give "correct",
-    # "incorrect" or "unknown" (unparseable, an outcome of its own); None under rolecast's parsers
+    # the parsed verdict where a parser tells more than accept/reject: the first_match parsers (the study's) give
+    # "correct", "incorrect" or "unknown" (unparseable, an outcome of its own); None under rolecast's parsers
     verdict: str | None = None
     correct: bool | None = None  # set by scoring: the verdict matches the truth of `reviewed`
     reviewed_correct: bool | None = None  # set by scoring: `reviewed` is correct

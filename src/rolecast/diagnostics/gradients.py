@@ -4,7 +4,7 @@ A policy's loss is a sum over its rows (every aggregation divides by mini-batch-
 splits exactly into one part per agent instance (`generator/0`, `generator/1`, ..., `aggregator`). On a step
 where diagnostics run, the trainer groups a mini-batch's rows by instance, micro-batches each instance on its
 own (rows of one prompt still share its forward) and, after the instance's backwards, moves the accumulated
-`.grad` into a flat vector (`InstanceGradients.capture`, train/role_batches.py). Each vector is therefore
+`.grad` into a flat vector (`InstanceGradients.capture`, training/role_batches.py). Each vector is therefore
 exactly the gradient of that instance's part of the loss as the update computes it (same normalisers, before
 clipping), at the cost of one flat copy per instance, not one extra backward per role. The sum goes back into
 `.grad` for clipping and the optimizer. This module holds the statistics of those vectors.

@@ -30,8 +30,9 @@ from typing import Any, Literal
 
 import torch
 
+from rolecast.core.episode import Episode, Turn
 from rolecast.core.metric_keys import parse_precursor_key, parse_role_key
-from rolecast.core.registry import Registry
+from rolecast.core.registry import Registry, is_reference, load_callable
 from rolecast.diagnostics.intervals import Proportion, Rate, proportion, rate_interval
 
 Direction = Literal["above", "below"]  # which side of its threshold a precursor warns on
@@ -66,33 +67,47 @@ def change_from_base(value: float, base: float) -> float:
     return value - base
 
 
+def _squared_norms(before: torch.Tensor, after: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """|after - before|^2 and |before|^2, summed in float64. The difference is taken in the tensors' own dtype
+    (exact where the update is smaller than the weight, by Sterbenz's lemma; a float64 copy of every tensor would
+    cost the trainer, which calls this every step, 2.5x the time), or in float64 when their dtypes differ."""
+    b, a = before.detach(), after.detach()
+    delta = a - b if a.dtype == b.dtype else a.to(torch.float64) - b.to(torch.float64)
+    return (
+        torch.linalg.vector_norm(delta, dtype=torch.float64) ** 2,
+        torch.linalg.vector_norm(b, dtype=torch.float64) ** 2,
+    )
+
+
+def _ratio(delta_sq: float, norm_sq: float) -> float:
+    if norm_sq == 0.0:
+        return math.inf if delta_sq > 0 else 0.0
+    return math.sqrt(delta_sq / norm_sq)
+
+
 def update_ratio(before: torch.Tensor, after: torch.Tensor) -> float:
-    """|after - before| / |before| (Frobenius norms, in float64) of one tensor, e.g. the output head's weight
-    before and after an optimizer step. inf when `before` is zero and the tensor moved, 0 when neither."""
+    """|after - before| / |before| (Frobenius norms, accumulated in float64) of one tensor, e.g. the output head's
+    weight before and after a step's update. inf when `before` is zero and the tensor moved, 0 when neither."""
     if before.shape != after.shape:
         raise ValueError(f"update_ratio: shapes differ, {tuple(before.shape)} and {tuple(after.shape)}")
-    b = before.detach().to(torch.float64)
-    delta = float(torch.linalg.vector_norm(after.detach().to(torch.float64) - b))
-    norm = float(torch.linalg.vector_norm(b))
-    if norm == 0.0:
-        return math.inf if delta > 0 else 0.0
-    return delta / norm
+    delta_sq, norm_sq = torch.stack(_squared_norms(before, after)).tolist()
+    return _ratio(delta_sq, norm_sq)
 
 
 def update_to_weight_ratio(before: Mapping[str, torch.Tensor], after: Mapping[str, torch.Tensor]) -> float:
     """sqrt(sum |dW_i|^2) / sqrt(sum |W_i|^2) over a policy's trainable tensors (the same names before and
-    after one step): the update's size relative to the weights, one number per policy."""
+    after one step): the update's size relative to the weights, one number per policy. The sums stay on the
+    tensors' device until the end (one transfer, not one per tensor: the trainer calls it every step)."""
     if set(before) != set(after):
         missing = sorted(set(before) ^ set(after))
         raise ValueError(f"update_to_weight_ratio: tensors differ before and after: {missing[:5]}")
-    delta_sq = norm_sq = 0.0
-    for name, b in before.items():
-        b64 = b.detach().to(torch.float64)
-        delta_sq += float(torch.sum((after[name].detach().to(torch.float64) - b64) ** 2))
-        norm_sq += float(torch.sum(b64**2))
-    if norm_sq == 0.0:
-        return math.inf if delta_sq > 0 else 0.0
-    return math.sqrt(delta_sq / norm_sq)
+    if not before:
+        return 0.0
+    parts = [_squared_norms(b, after[name]) for name, b in before.items()]
+    delta_sq, norm_sq = torch.stack(
+        [torch.stack([d for d, _ in parts]).sum(), torch.stack([n for _, n in parts]).sum()]
+    ).tolist()
+    return _ratio(delta_sq, norm_sq)
 
 
 def mean_token_entropy(logits: torch.Tensor, mask: torch.Tensor) -> float:
@@ -122,16 +137,64 @@ def slope(points: Series, window: int) -> float | None:
     return sum((s - mx) * (v - my) for s, v in last) / sxx
 
 
-def kl_exact(logits: torch.Tensor, base_logits: torch.Tensor, mask: torch.Tensor) -> float:
-    """KL(pi || pi_base) of the next-token distributions, summed over the vocabulary and averaged over masked
-    positions: exact at each position of fixed probe sequences (no sampling), from both models' logits."""
+def kl_per_position(logits: torch.Tensor, base_logits: torch.Tensor) -> torch.Tensor:
+    """KL(pi || pi_base) of the next-token distributions at each position (summed over the vocabulary, the last
+    dimension), in float64: `logits[..., v]` the policy's, `base_logits[..., v]` the base's."""
     if logits.shape != base_logits.shape:
         raise ValueError(f"kl_exact: logits {tuple(logits.shape)} and base {tuple(base_logits.shape)} differ")
     logp = torch.log_softmax(logits.to(torch.float64), dim=-1)
     logq = torch.log_softmax(base_logits.to(torch.float64), dim=-1)
-    per_position = (logp.exp() * (logp - logq)).sum(-1)
-    weighted, m = _masked(per_position, mask, "kl_exact")
+    return (logp.exp() * (logp - logq)).sum(-1)
+
+
+def kl_exact(logits: torch.Tensor, base_logits: torch.Tensor, mask: torch.Tensor) -> float:
+    """KL(pi || pi_base) of the next-token distributions, summed over the vocabulary and averaged over masked
+    positions: exact at each position of fixed probe sequences (no sampling), from both models' logits."""
+    weighted, m = _masked(kl_per_position(logits, base_logits), mask, "kl_exact")
     return float(weighted.sum() / m.sum())
+
+
+@dataclass
+class ProbeSums:
+    """Sums over the output tokens of probe sequences, so that chunks of positions add up exactly: the
+    log-probability of each probe token under the policy (`ll`), KL(pi || pi_base) at its position (`kl`), and
+    the number of tokens. Their means are `probe_log_likelihood` and `kl_exact` of the whole set."""
+
+    ll: float = 0.0
+    kl: float = 0.0
+    tokens: float = 0.0
+
+    def __add__(self, other: ProbeSums) -> ProbeSums:
+        return ProbeSums(self.ll + other.ll, self.kl + other.kl, self.tokens + other.tokens)
+
+    @property
+    def mean_ll(self) -> float:
+        if self.tokens <= 0:
+            raise ValueError("probe_sums: the probe set has no token")
+        return self.ll / self.tokens
+
+    @property
+    def mean_kl(self) -> float:
+        if self.tokens <= 0:
+            raise ValueError("probe_sums: the probe set has no token")
+        return self.kl / self.tokens
+
+
+def probe_sums(logits: torch.Tensor, base_logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> ProbeSums:
+    """`ProbeSums` of positions `[..., V]` (the policy's `logits` and the base's `base_logits` at the positions
+    that predict `targets[...]`, with `mask[...]` 1 on output tokens): the sum of log pi(target) and of
+    KL(pi || pi_base) over the masked positions, in float64."""
+    if logits.shape[:-1] != targets.shape or targets.shape != mask.shape:
+        raise ValueError(
+            f"probe_sums: logits {tuple(logits.shape)}, targets {tuple(targets.shape)} and mask "
+            f"{tuple(mask.shape)} do not match"
+        )
+    m = mask.to(torch.float64)
+    logp = torch.log_softmax(logits.to(torch.float64), dim=-1)
+    ll = logp.gather(-1, targets.long().unsqueeze(-1)).squeeze(-1)
+    kl = kl_per_position(logits, base_logits)
+    sums = torch.stack([(ll * m).sum(), (kl * m).sum(), m.sum()]).tolist()
+    return ProbeSums(sums[0], sums[1], sums[2])
 
 
 def kl_estimate(
@@ -168,6 +231,32 @@ def canary_accuracy(correct: Iterable[float]) -> float:
     if any(not 0.0 <= s <= 1.0 for s in scores):
         raise ValueError("canary_accuracy: scores must be in [0, 1]")
     return sum(scores) / len(scores)
+
+
+def select_probes(episodes: Sequence[Episode], k: int) -> dict[str, dict[str, list[Turn]]]:
+    """Per policy and role, up to `k` of its turns from the episodes whose final answer scored 1 (`reward >= 1`):
+    known-correct outputs of that role. Turns without completion tokens are left out. Spread over problems:
+    first every problem's first such turn, then every problem's second, ..., each round in episode order, so
+    `k` below the count draws from as many problems as it can; deterministic in the episodes' order."""
+    if k < 1:
+        raise ValueError(f"select_probes: k must be >= 1, got {k}")
+    ranked: dict[tuple[str, str], list[tuple[int, int, Turn]]] = {}
+    seen: dict[tuple[str, str, str], int] = {}  # (pid, role, problem) -> turns taken so far
+    position = 0
+    for ep in episodes:
+        if not ep.reward >= 1.0:
+            continue
+        for t in ep.turns:
+            if not t.completion_ids:
+                continue
+            rank = seen.get((t.policy_id, t.role, ep.problem_id), 0)
+            seen[(t.policy_id, t.role, ep.problem_id)] = rank + 1
+            ranked.setdefault((t.policy_id, t.role), []).append((rank, position, t))
+            position += 1
+    out: dict[str, dict[str, list[Turn]]] = {}
+    for (pid, role), turns in sorted(ranked.items()):
+        out.setdefault(pid, {})[role] = [t for _, _, t in sorted(turns, key=lambda x: (x[0], x[1]))[:k]]
+    return out
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -274,6 +363,12 @@ LOGGED: tuple[tuple[str, Direction, str], ...] = (
 for _name, _direction, _what in LOGGED:
     PRECURSORS.add(_name, Precursor(_name, _direction, _logged(_name), _what))
 
+# What the trainer computes in its loop (training/precursors.py, config diagnostics.precursors): measured every
+# `every` steps, measured at every step, and derived from the metric rows at every step (besides the user's `use`)
+MEASURED_PERIODICALLY = ("probe_ll", "probe_ll_change", "kl_to_base", "canary_accuracy", "canary_change")
+MEASURED_EACH_STEP = ("update_ratio", "head_update_ratio")
+DERIVED_EACH_STEP = ("entropy_slope",)
+
 
 @register_precursor("entropy", "below", "each role's mean token entropy (role/<role>/entropy)")
 def _entropy(rows: Sequence[MetricRow]) -> dict[str, list[tuple[int, float]]]:
@@ -293,6 +388,47 @@ def get_precursor(name: str) -> Precursor:
     if p is None:
         raise ValueError(f"unknown precursor {name!r}; known: {PRECURSORS.names()}")
     return p
+
+
+def resolve_precursor(name: str, direction: Direction | None = None) -> Precursor:
+    """The precursor `name` names: a registered one, or a "module:function" / "file.py:function" over metric
+    rows, named by its function (a function registered with `@register_precursor` keeps its registered name and
+    direction; a plain function needs `direction`). ValueError / ConfigError naming what is wrong."""
+    if not is_reference(name):
+        return get_precursor(name)
+    fn = load_callable(name, "precursor")
+    for p in PRECURSORS.values():
+        if p.series is fn:
+            return p
+    if direction not in ("above", "below"):
+        raise ValueError(f"precursor {name!r}: a precursor given as a function needs its direction (above|below)")
+    return Precursor(getattr(fn, "__name__", name.rpartition(":")[2]), direction, fn, (fn.__doc__ or "").strip())
+
+
+def values_at(series_by_subject: Mapping[str, Series], step: int) -> dict[str, float]:
+    """{subject: its value at `step`} for the subjects with a point there."""
+    out: dict[str, float] = {}
+    for subject, pts in series_by_subject.items():
+        for s, v in pts:
+            if s == step and (x := _number(v)) is not None:
+                out[subject] = x
+    return out
+
+
+def fired_at(
+    series_by_subject: Mapping[str, Series], direction: Direction, threshold: float, step: int, subject: str = "any"
+) -> tuple[str, float] | None:
+    """(subject, value) when the precursor fires at `step` (its value strictly past `threshold`): a named
+    subject's value, or ("any") the most alarming value over the subjects, as `run_series` reduces them and
+    `score_precursor` judges them; None when it does not fire or has no value at `step`."""
+    now = values_at(series_by_subject, step)
+    if subject != "any":
+        now = {subject: now[subject]} if subject in now else {}
+    if not now:
+        return None
+    pick = max if direction == "above" else min
+    worst = pick(sorted(now), key=now.__getitem__)  # ties: the first subject in name order
+    return (worst, now[worst]) if fires(now[worst], threshold, direction) else None
 
 
 def run_series(series_by_subject: Mapping[str, Series], direction: Direction, subject: str = "any") -> Series:

@@ -16,12 +16,10 @@ Conventions (deliberate; tests pin them):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Sequence
 
 import torch
 
-from rolecast.core.episode import Turn
 from rolecast.core.registry import Registry
 
 AdvantageFn = Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor]
@@ -99,13 +97,12 @@ def compute_advantages(
     return adv
 
 
-def episode_turn_advantages(
-    groups: Mapping[Any, list[Turn]], name: str = "grpo", eps: float = 1e-6, singleton: str = "zero"
-) -> None:
-    """Set `turn.advantage` from `turn.reward` within each group, in one vectorised call."""
-    turns = [t for group in groups.values() for t in group]
-    group_ids = [g for g, group in enumerate(groups.values()) for _ in group]
-    rewards = torch.tensor([t.reward for t in turns], dtype=torch.float64)
-    adv = compute_advantages(name, rewards, torch.tensor(group_ids, dtype=torch.long), eps, singleton)
-    for t, a in zip(turns, adv.tolist(), strict=True):
-        t.advantage = a
+def group_advantages(
+    rewards: Sequence[Sequence[float]], name: str = "grpo", eps: float = 1e-6, singleton: str = "zero"
+) -> list[list[float]]:
+    """The advantages of each group's rewards (one list per group, in order), in one vectorised call. Writing them
+    onto turns is scoring.assign_advantages'."""
+    group_ids = [g for g, group in enumerate(rewards) for _ in group]
+    flat = torch.tensor([r for group in rewards for r in group], dtype=torch.float64)
+    adv = iter(compute_advantages(name, flat, torch.tensor(group_ids, dtype=torch.long), eps, singleton).tolist())
+    return [[next(adv) for _ in group] for group in rewards]

@@ -1,6 +1,6 @@
 """Log-probs and entropies of the output head: log softmax(scale * (h W^T + b))[target] per position, as pure tensor
 functions. The loss (objectives/losses.py) takes these log-probs; the trainer computes them through
-train/logprobs.py, which calls `linear_logprobs` for a plain linear head.
+training/logprobs.py, which calls `linear_logprobs` for a plain linear head.
 
 - `linear_logprobs`: a custom autograd kernel. The vocabulary projection, the log-normaliser, the target's log-prob
   and the entropy come from one pass over each chunk of rows (or, on the CPU above FORWARD_MIN_VOCAB ids, over

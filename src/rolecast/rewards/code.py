@@ -29,8 +29,9 @@ Test formats (:class:`CodeTests`, ``kind``):
   compared as JSON values (tuples as lists, numbers by the same rules). The expected outputs never enter
   the sandbox.
 
-``grader="study"`` (stdio and functional tests): the reference study's extraction, program wrapping, stdin
-and comparison rules instead (:mod:`rolecast.rewards.code_study`), run in the same sandbox.
+``grader="rllm"`` (stdio and functional tests): rLLM's LiveCodeBench runner, the reference study's grader: its
+extraction, program wrapping, stdin and comparison rules instead (:mod:`rolecast.rewards.code_study`), run in the
+same sandbox.
 
 Reward: 1.0 only if every test passes; ``partial=True`` gives the fraction that passed (a test that gets
 no verdict — timeout, crash, early exit — counts as failed).
@@ -52,7 +53,7 @@ from rolecast.rewards.score import MAX_TEXT_CHARS, Score, grader_error
 from rolecast.sandbox import CaseResult, Job, JobResult, Limits, SandboxPool, default_pool, parse_quietly
 
 KINDS = ("asserts", "humaneval", "stdio", "functional")
-GRADERS = ("rolecast", "study")
+GRADERS = ("rolecast", "rllm")  # rllm: the reference study's grader, rllm/rewards/code_reward.py
 DEFAULT_TIMEOUT_S = {"asserts": 10.0, "humaneval": 10.0, "stdio": 6.0, "functional": 6.0}  # whole run / per case
 
 # ----------------------------------------------------------------------------------------------------------
@@ -312,9 +313,9 @@ def _defines(program: str, name: str) -> bool:
 def _check_grader(grader: str, tests: CodeTests | None = None) -> None:
     if grader not in GRADERS:
         raise ValueError(f"code grader must be one of {GRADERS}, got {grader!r}")
-    if grader == "study" and tests is not None and tests.kind not in ("stdio", "functional"):
+    if grader == "rllm" and tests is not None and tests.kind not in ("stdio", "functional"):
         raise ValueError(
-            f"the study's code grader runs LiveCodeBench-style tests (stdio/functional), not {tests.kind!r} tests"
+            f"the rllm code grader runs LiveCodeBench-style tests (stdio/functional), not {tests.kind!r} tests"
         )
 
 
@@ -328,7 +329,7 @@ def build_job(
     grader: str = "rolecast",
     reliability_guard: bool = False,
 ) -> Job:
-    """The sandbox job that runs `program` (already extracted) against `tests`. `grader="study"`: as the
+    """The sandbox job that runs `program` (already extracted) against `tests`. `grader="rllm"`: as the
     reference study's runner does (rolecast.rewards.code_study), with its `reliability_guard` if asked."""
     _check_grader(grader, tests)
     t = timeout_s or tests.timeout_s or DEFAULT_TIMEOUT_S[tests.kind]
@@ -364,7 +365,7 @@ def build_job(
             limits=limits,
         )
     stop = None if partial else (lambda i, c: not _case_ok(tests, i, c, grader))
-    if grader == "study":
+    if grader == "rllm":
         wrapped = code_study.stdio_program(program) if tests.kind == "stdio" else code_study.call_program(program)
         return Job(
             mode=tests.kind,
@@ -390,9 +391,9 @@ def _case_ok(tests: CodeTests, i: int, c: CaseResult, grader: str = "rolecast") 
         return False
     if tests.kind == "stdio":
         return compare.stdout_matches(
-            c.stdout, tests.outputs[i], compare.STUDY if grader == "study" else compare.ROLECAST
+            c.stdout, tests.outputs[i], compare.STUDY if grader == "rllm" else compare.ROLECAST
         )
-    if grader == "study":
+    if grader == "rllm":
         return compare.study_json_values_match(c.value, tests.outputs[i])
     return compare.json_values_match(c.value, tests.outputs[i])
 
@@ -431,7 +432,7 @@ def judge(
 
 def extract_for(text: str | None, grader: str = "rolecast") -> str | None:
     """The program a grader reads from a completion: rolecast's :func:`extract_program` or the study's."""
-    if grader == "study":
+    if grader == "rllm":
         return code_study.extract_program(text)
     return extract_program(text)
 
@@ -488,7 +489,7 @@ def score_code_many(
     reliability_guard: bool = False,
 ) -> list[Score]:
     """Score many completions in parallel through the (module-level by default) sandbox pool. `grader`:
-    "rolecast" or "study" (the reference study's rules, stdio/functional tests only).
+    "rolecast" or "rllm" (the reference study's rules, stdio/functional tests only).
 
     One completion cannot fail the others: a text longer than MAX_TEXT_CHARS scores 0 unread ("too_long"), and an
     unexpected exception while extracting, planning, running or judging one completion scores it 0 with reason

@@ -1,4 +1,4 @@
-"""The study's code grader, rule for rule (selected with the code task option ``grader: study``).
+"""The study's code grader, rLLM's, rule for rule (selected with the code task option ``grader: rllm``).
 
 The reference study (XHMY/marl-llm-workflows) grades DeepCoder completions with rLLM's LiveCodeBench runner:
 ``rllm/rewards/code_reward.py`` (``extract_code_from_model``, ``postprocess_lcb_sample``,

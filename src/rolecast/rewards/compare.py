@@ -194,7 +194,7 @@ def _study_line_matches(got: str, expected: str) -> bool:
 # rolecast: trailing whitespace per line and surrounding blank lines ignored, tokens by token_matches
 ROLECAST = OutputRules("rolecast", "strict", _rolecast_lines, _rolecast_line_matches)
 # the study's grade_stdio: each line stripped, then equal text or equal lists of Decimal numbers
-STUDY = OutputRules("study", "surrogatepass", _study_lines, _study_line_matches)
+STUDY = OutputRules("rllm", "surrogatepass", _study_lines, _study_line_matches)
 
 
 def stdout_matches(got: bytes, expected: str, rules: OutputRules = ROLECAST) -> bool:

@@ -26,7 +26,7 @@ comparison that overruns kills the worker (a fresh one starts on the next call) 
 ``"timeout"``. Measured cost: ~0.2 ms of IPC per comparison on top of math_verify's own work (~1-5 ms),
 against ~1.5 s to start a worker, paid once and again only after a timeout.
 
-The same workers run the study's grader (``grader="study"``, :mod:`rolecast.rewards.math_study`), whose sympy
+The same workers run rLLM's grader, the reference study's (``grader="rllm"``, :mod:`rolecast.rewards.math_study`), whose sympy
 step evaluates the answer as a Python expression (``[0]*10**9``, ``9**9**9``): never in the trainer's process.
 A worker has its own limits (1.5 GB of address space, no core file) and is the OOM killer's first choice, so a
 huge power fails there with ``error:MemoryError`` or ``timeout``.
@@ -63,7 +63,7 @@ log = logging.getLogger(__name__)
 logging.getLogger("math_verify").setLevel(logging.ERROR)  # it warns once when timeouts are off
 
 DEFAULT_TIMEOUT_S = 5.0
-GRADERS = ("rolecast", "study")
+GRADERS = ("rolecast", "rllm")  # rllm: the reference study's grader, rllm/rewards/math_reward.py
 # the longest answer compared (the longest gold answer of MATH is 159 characters): a longer one scores 0 unread
 MAX_ANSWER_CHARS = 1024
 WORKER_MEMORY_BYTES = 1536 << 20  # a worker's address space (it starts at ~65 MB)
@@ -165,7 +165,7 @@ def verify_in_process(
 
 def _compare_as(grader: str, gold: str, pred: str) -> tuple[bool, str | None]:
     """(equal, reason) by `grader`'s rules, in this process (the worker's)."""
-    if grader == "study":
+    if grader == "rllm":
         return study_equivalent(gold, pred), None
     return _compare(gold, pred, None)
 
@@ -288,7 +288,7 @@ class MathVerifier:
             raise ValueError(f"math grader must be one of {GRADERS}, got {grader!r}")
         if grader == "rolecast" and _norm(gold) == _norm(pred):
             return True, None  # identical strings need no sympy
-        if grader == "study" and gold == pred and "\\boxed" not in gold:
+        if grader == "rllm" and gold == pred and "\\boxed" not in gold:
             return True, None  # the study's first rule: equal after its normalisation
         if len(pred) > MAX_ANSWER_CHARS:
             return False, "answer_too_long"
@@ -313,7 +313,7 @@ class MathVerifier:
 
     def extract(self, text: str | None, grader: str = "rolecast") -> str | None:
         """The answer `grader` reads from a completion (rolecast's with this verifier's `last_number`)."""
-        return study_extract(text) if grader == "study" else extract_answer(text, last_number=self.last_number)
+        return study_extract(text) if grader == "rllm" else extract_answer(text, last_number=self.last_number)
 
     def score(self, gold: str, text: str | None, grader: str = "rolecast") -> Score:
         if text is not None and len(text) > MAX_TEXT_CHARS:
@@ -357,10 +357,10 @@ def default_verifier() -> MathVerifier:
 
 
 def score_math(text: str | None, gold: str, *, last_number: bool = True, grader: str = "rolecast") -> Score:
-    """Score one completion against a gold answer string with the shared verifier (`grader`: "rolecast" or the
-    study's rules, rolecast.rewards.math_study)."""
+    """Score one completion against a gold answer string with the shared verifier (`grader`: "rolecast" or "rllm",
+    the reference study's rules, rolecast.rewards.math_study)."""
     v = default_verifier()
-    if grader == "study" or last_number == v.last_number:
+    if grader == "rllm" or last_number == v.last_number:
         return v.score(gold, text, grader)
     if text is not None and len(text) > MAX_TEXT_CHARS:
         return Score(0.0, None, "too_long")

@@ -1,4 +1,4 @@
-"""The study's math grader, rule for rule (selected with the math task option ``grader: study``).
+"""The study's math grader, rLLM's, rule for rule (selected with the math task option ``grader: rllm``).
 
 The reference study (XHMY/marl-llm-workflows, ``rllm/rewards/math_reward.py`` and
 ``rllm/rewards/math_utils/utils.py``) scores a completion like this; the rules are carried over, the code is

@@ -698,11 +698,20 @@ def _call_function(
     res = f(*args)
     if study is not None and isinstance(res, tuple):
         res = list(res)
-    data = json.dumps(res).encode()
+    # the study compares the value itself (`==`), so a numpy scalar equals its Python value there: it crosses as one
+    data = json.dumps(res, default=_numpy_scalar if study is not None else None).encode()
     while data:
         data = data[_write(val_fd, data) :]
     _flush()
     return 0
+
+
+def _numpy_scalar(o: "Any") -> "Any":
+    """json's fallback under the study's runner: a numpy scalar (or 0-d array) as its Python value, which it equals
+    under `==`; anything else (an array of more values, which `==` cannot decide) stays a TypeError, a failure."""
+    if type(o).__module__ == "numpy" and getattr(o, "ndim", None) == 0:
+        return o.item()
+    raise TypeError(f"{type(o).__name__} is not JSON serializable")
 
 
 def _wait_child(
@@ -803,19 +812,24 @@ def _study_stdio(prog: str, text: str, out_fd: int) -> int:
     grade_stdio and call_method): the module `tmp_sol` defines `wrapped_function`, called with sys.stdin an
     in-memory text stream of the input, `open` returning that text, and sys.stdout an in-memory stream, whose
     text goes to `out_fd`. SystemExit ends the run normally; another exception (or no `wrapped_function`) is
-    status 1."""
+    status 1. As the runner's compile_code, a program whose text says `class Solution` is taken for a LeetCode
+    class and its function looked up on `Solution()`: wrapping moved the class into `wrapped_function`, so that
+    fails (status 1) whatever the program does."""
     # only for the study's runner, in the case's child (unittest.mock alone costs more than a run's start-up)
     from types import ModuleType
     from unittest.mock import mock_open, patch
 
     status = 0
     buf: Any = io.StringIO()
-    buf.close = lambda *a: 1  # closing it is a no-op, as in the study
+    # the study's Capturing sets `close = lambda x: 1`: closing with one argument is a no-op, and the usual
+    # sys.stdout.close() raises TypeError, a failed test, as there
+    buf.close = lambda x: 1
     real_out = sys.stdout
     try:
         mod = ModuleType("tmp_sol", "")
         exec(compile(prog, "<program>", "exec"), mod.__dict__)
-        method = mod.__dict__["wrapped_function"]
+        holder = mod.Solution() if "class Solution" in prog else mod
+        method = holder.wrapped_function
         with patch("builtins.open", mock_open(read_data=text)), patch("sys.stdin", io.StringIO(text)):
             sys.stdout = buf
             try:
@@ -834,6 +848,7 @@ def _study_stdio(prog: str, text: str, out_fd: int) -> int:
             pass
         status = 1
     data = buf.getvalue().encode("utf-8", "surrogatepass")
+    vars(buf).pop("close", None)  # the finalizer's own close() (no argument) is no test of the program
     while data:
         data = data[os.write(out_fd, data) :]
     _flush()

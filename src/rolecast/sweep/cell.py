@@ -27,9 +27,9 @@ from rich.console import Console as RichConsole
 
 from rolecast.config.load import validate_config
 from rolecast.core.rundir import DONE, ERROR, EVAL, cut_back_jsonl, write_atomic
-from rolecast.train.checkpoint import latest_step
-from rolecast.train.grpo import train
-from rolecast.train.sinks import Console
+from rolecast.training.checkpoint import latest_step
+from rolecast.training.grpo import train
+from rolecast.training.sinks import Console
 
 LOG = "sweep.log"  # the cell's console output, beside (not inside) its run directory: <out>/.logs/<cell>.log
 

@@ -37,7 +37,9 @@ import numpy as np
 
 from rolecast.core.errors import DatasetError, DatasetFileMissing, require
 from rolecast.core.text import last_boxed
+from rolecast.rewards.code import GRADERS as CODE_GRADERS
 from rolecast.rewards.code import CodeTests, extract_for, score_code_many
+from rolecast.rewards.math import GRADERS as MATH_GRADERS
 from rolecast.rewards.math import default_verifier, extract_answer, gsm8k_gold, score_math
 from rolecast.rewards.math_study import study_extract
 from rolecast.tasks.base import Problem, Score, Task, register_task
@@ -87,16 +89,6 @@ def dataset_file(rel: str) -> Path:
             f"(currently {os.environ.get('ROLECAST_DATA_DIR', 'unset')}), pass path=..., or hub=True to download."
         )
     return p
-
-
-def _jsonl_instead(path: Path, missing: str) -> Rows | None:
-    """For a default Parquet file under the data root: None when it exists (read it as usual), the rows of its
-    .jsonl sibling when only that exists, and DatasetFileMissing(`missing`) when neither does."""
-    if path.exists():
-        return None
-    if not path.with_suffix(".jsonl").exists():
-        raise DatasetFileMissing(missing)  # a FileNotFoundError, and a UserError: one line, no traceback
-    return read_rows(path.with_suffix(".jsonl"))
 
 
 def read_rows(path: str | Path) -> Rows:
@@ -240,9 +232,27 @@ class DatasetTask(Task):
         else:
             if split not in self.files:
                 raise DatasetFileMissing(f"{self.name}: no offline file for split {split!r}; pass path=... or hub=True")
-            rows = read_rows(dataset_file(self.files[split]))
+            rows = self._offline_rows(self.files[split])
         self._raw[split] = rows
         return rows
+
+    def offline_what(self) -> str | None:
+        """What belongs in this task's offline file, for the message when it is missing. A task that says so also
+        reads the file's .jsonl sibling when the file itself (Parquet, as on the hub) is not there."""
+        return None
+
+    def _offline_rows(self, rel: str) -> Rows:
+        what = self.offline_what()
+        if what is None:
+            return read_rows(dataset_file(rel))
+        p = data_root() / rel
+        for candidate in (p, p.with_suffix(".jsonl")):
+            if candidate.exists():
+                return read_rows(candidate)
+        raise DatasetFileMissing(  # a FileNotFoundError, and a UserError: one line, no traceback
+            f"{self.name}: {p} not found (offline). Put {what} there as {p.name} or {p.stem}.jsonl; or set "
+            f"task.options.path, ROLECAST_DATA_DIR, or hub: true"
+        )
 
     def _rows(self, split: str) -> list[tuple[int, dict[str, Any], str]]:
         """(index within its source split, row, source split) for one of our splits."""
@@ -350,20 +360,19 @@ class MathTask(DatasetTask):
     family = "math"
 
     def __init__(self, *args: Any, last_number: bool | None = None, grader: str = "rolecast", **kwargs: Any):
-        """`grader`: "rolecast" (math_verify equivalence, `last_number` fallback) or "study" (the reference
+        """`grader`: "rolecast" (math_verify equivalence, `last_number` fallback) or "rllm" (rLLM's, the reference
         study's rules, rewards/math_study.py: last \\boxed{} only, the boxed answer compared as written)."""
         super().__init__(*args, **kwargs)
-        if grader not in ("rolecast", "study"):
-            raise ValueError(f"{self.name}: grader must be 'rolecast' or 'study', got {grader!r}")
-        if grader == "study" and last_number:
+        _one_of(self.name, "grader", grader, MATH_GRADERS)
+        if grader == "rllm" and last_number:
             raise ValueError(
-                f"{self.name}: the study grader has no last-number fallback; drop last_number or use grader: rolecast"
+                f"{self.name}: the rllm grader has no last-number fallback; drop last_number or use grader: rolecast"
             )
         self.last_number = grader == "rolecast" if last_number is None else last_number
         self.grader = grader
 
     def extract_answer(self, text: str | None) -> str | None:
-        return study_extract(text) if self.grader == "study" else extract_answer(text, last_number=self.last_number)
+        return study_extract(text) if self.grader == "rllm" else extract_answer(text, last_number=self.last_number)
 
     def score(self, problem: Problem, text: str | None) -> Score:
         # both graders compare in the verifier's worker processes (the study's sympy step evaluates the answer)
@@ -493,18 +502,11 @@ class DAPOMath(MathTask):
         _one_of("dapo_math", "instruction", instruction, ("strip", "keep"))
         self.test_size, self.split_seed, self.language, self.instruction = test_size, split_seed, language, instruction
 
-    def _source_rows(self, split: str) -> list[dict[str, Any]]:
-        if self.path is None and not self.hub:
-            p = data_root() / self.files["train"]
-            jsonl = _jsonl_instead(
-                p,
-                f"dapo_math: {p} not found (offline). Put DAPO-Math-17k there as train.parquet or train.jsonl, "
-                f"in the layout of open-r1/DAPO-Math-17k-Processed (config 'en', the copy the study trained on) or "
-                f"of BytedTsinghua-SIA/DAPO-Math-17k; or set task.options.path, ROLECAST_DATA_DIR, or hub: true",
-            )
-            if jsonl is not None:
-                return jsonl
-        return super()._source_rows(split)
+    def offline_what(self) -> str:
+        return (
+            "DAPO-Math-17k, in the layout of open-r1/DAPO-Math-17k-Processed (config 'en', the copy the study "
+            "trained on) or of BytedTsinghua-SIA/DAPO-Math-17k,"
+        )
 
     def _prompt_text(self, row: Mapping[str, Any], index: int) -> str:
         prompt = _require(row, "prompt", "the problem (a string, or chat messages)")
@@ -635,13 +637,12 @@ class CodeTask(DatasetTask):
         reliability_guard: bool = False,
         **kwargs: Any,
     ):
-        """`grader`: "rolecast" (rolecast.rewards.code) or "study" (the reference study's LiveCodeBench runner,
-        rolecast.rewards.code_study; LiveCodeBench-style tests only). `reliability_guard` (study grader only):
-        the study's guard too, under which quit() and some os/shutil/subprocess functions are None."""
-        if grader not in ("rolecast", "study"):
-            raise ValueError(f"{self.name}: grader must be 'rolecast' or 'study', got {grader!r}")
-        if reliability_guard and grader != "study":
-            raise ValueError(f"{self.name}: reliability_guard is the study grader's; set grader: study or drop it")
+        """`grader`: "rolecast" (rolecast.rewards.code) or "rllm" (rLLM's LiveCodeBench runner, the reference
+        study's, rolecast.rewards.code_study; LiveCodeBench-style tests only). `reliability_guard` (rllm grader
+        only): the runner's guard too, under which quit() and some os/shutil/subprocess functions are None."""
+        _one_of(self.name, "grader", grader, CODE_GRADERS)
+        if reliability_guard and grader != "rllm":
+            raise ValueError(f"{self.name}: reliability_guard is the rllm grader's; set grader: rllm or drop it")
         super().__init__(*args, **kwargs)
         self.partial = partial
         self.timeout_s = timeout_s
@@ -922,18 +923,8 @@ class DeepCoder(CodeTask):
             )
         return "test" not in self.files
 
-    def _source_rows(self, split: str) -> list[dict[str, Any]]:
-        if self.path is None and not self.hub:
-            p = data_root() / self.files.get(split, self.files["train"])
-            jsonl = _jsonl_instead(
-                p,
-                f"deepcoder ({self.subset}): {p} not found (offline). Put the {self.subset} subset of "
-                f"agentica-org/DeepCoder-Preview-Dataset there (parquet or .jsonl), or set task.options.path, "
-                f"ROLECAST_DATA_DIR, or hub: true",
-            )
-            if jsonl is not None:
-                return jsonl
-        return super()._source_rows(split)
+    def offline_what(self) -> str:
+        return f"the {self.subset} subset of agentica-org/DeepCoder-Preview-Dataset"
 
     def _kept_rows(self) -> list[tuple[int, dict[str, Any]]]:
         cached: list[tuple[int, dict[str, Any]]] | None = getattr(self, "_kept", None)

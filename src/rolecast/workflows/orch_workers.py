@@ -1,26 +1,24 @@
 """Orchestrator-workers: strategies are proposed, workers solve in parallel, a synthesizer decides."""
 
 import re
-from typing import Annotated, Literal
+from typing import Annotated
 
 from pydantic import Field
 
 from rolecast.core.episode import AnswerClaim
 from rolecast.workflows.api import Context, workflow
-from rolecast.workflows.parsing import check_parsers, parse_strategies, study_parse_strategies
+from rolecast.workflows.parsing import ParserSetName, parser_set
 
 # When the orchestrator proposes nothing parseable, one worker still solves the problem directly.
 FALLBACK_STRATEGY = "Solve the problem directly."
 
 
 @workflow("orch_workers", prompts={"orchestrator": ["orchestrate"], "worker": ["work"], "synthesizer": ["synthesize"]})
-async def orch_workers(
-    ctx: Context, k: Annotated[int, Field(ge=1)] = 3, parsers: Literal["rolecast", "study"] = "rolecast"
-) -> str:
-    check_parsers(parsers)
+async def orch_workers(ctx: Context, k: Annotated[int, Field(ge=1)] = 3, parsers: ParserSetName = "rolecast") -> str:
+    rules = parser_set(parsers)
     plan = await ctx.call("orchestrator", ctx.prompt("orchestrate", k=k))
-    # study: STRATEGY lines, then a numbered list, then lines, then the whole reply; rolecast: STRATEGY lines only
-    strategies = (study_parse_strategies if parsers == "study" else parse_strategies)(plan.text, k)
+    # first_match: STRATEGY lines, then a numbered list, then lines, then the whole reply; rolecast: STRATEGY lines
+    strategies = rules.strategies(plan.text, k)
     proposed = len(re.findall(r"STRATEGY\s*\d+\s*:", plan.text, re.I))
     ctx.log("strategy_count", len(strategies))
     ctx.log("strategy_distinct", len(strategies) / proposed if proposed else 0.0)

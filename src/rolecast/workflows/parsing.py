@@ -1,16 +1,22 @@
 """Parsers for role outputs, by parser set (the workflow option `parsers`): rolecast's own (in core/text.py, which
-the diagnostics read too) and the reference study's. Each has a documented fallback so a malformed output still
-yields a decision."""
+the diagnostics read too) and the reference study's, where the first match decides (`first_match`). Each has a
+documented fallback so a malformed output still yields a decision."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
 
 from rolecast.core.text import last_boxed, parse_choice, parse_strategies, parse_verdict
 
 __all__ = [
     "PARSER_SETS",
+    "ParserSet",
+    "ParserSetName",
     "check_parsers",
+    "parser_set",
     "last_boxed",
     "parse_choice",
     "parse_strategies",
@@ -22,9 +28,7 @@ __all__ = [
 
 # ----------------------------------------------------------------------------------------------------------
 # The reference study's parsers (XHMY/marl-llm-workflows, examples/math_reasoning/*_workflow.py), rule for rule;
-# selected with the workflow option `parsers: study`. Side by side with rolecast's in docs/study_recipe.md.
-
-PARSER_SETS = ("rolecast", "study")
+# selected with the workflow option `parsers: first_match`. Side by side with rolecast's in docs/study_recipe.md.
 
 _STUDY_CHOICE_BOX = re.compile(r"\\boxed\{(\d+)\}", re.I)
 _STUDY_CHOICE_DIGIT = re.compile(r"\b([1-9])\b")
@@ -78,6 +82,44 @@ def _number(digits: str) -> int | float:
     return int(digits) if len(digits) <= 4000 else float("inf")
 
 
+# ----------------------------------------------------------------------------------------------------------
+# The sets a workflow chooses from
+
+
+@dataclass(frozen=True)
+class ParserSet:
+    """The rules a workflow reads its roles' outputs with: an aggregator's pick among n candidates (0-based), an
+    evaluator's verdict as (accepted, the parsed verdict where the rules tell more than accept/reject, else None),
+    an orchestrator's strategies (at most k)."""
+
+    choice: Callable[[str | None, int], int]
+    verdict: Callable[[str | None], tuple[bool, str | None]]
+    strategies: Callable[[str | None, int], list[str]]
+
+
+def _accepts(text: str | None) -> tuple[bool, str | None]:
+    return parse_verdict(text), None  # unparseable counts as Incorrect
+
+
+def _first_verdict(text: str | None) -> tuple[bool, str | None]:
+    said = study_parse_verdict(text)  # "correct" | "incorrect" | "unknown" (its own outcome)
+    return said == "correct", said
+
+
+ParserSetName = Literal["rolecast", "first_match"]
+_SETS: dict[str, ParserSet] = {
+    "rolecast": ParserSet(parse_choice, _accepts, parse_strategies),
+    "first_match": ParserSet(study_parse_choice, _first_verdict, study_parse_strategies),
+}
+PARSER_SETS = tuple(_SETS)
+
+
 def check_parsers(parsers: str) -> None:
-    if parsers not in PARSER_SETS:
+    if parsers not in _SETS:
         raise ValueError(f"workflow option parsers must be one of {PARSER_SETS}, got {parsers!r}")
+
+
+def parser_set(name: str) -> ParserSet:
+    """The parser set the workflow option `parsers` names; ValueError naming the choices otherwise."""
+    check_parsers(name)
+    return _SETS[name]

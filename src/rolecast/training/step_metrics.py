@@ -11,11 +11,11 @@ from rolecast.core.episode import Episode
 from rolecast.core.metric_keys import eval_pass_key, grader_errors_key, policy_key, role_key, rollout_key, time_key
 from rolecast.rewards.score import GRADER_ERROR
 from rolecast.rollout.engine import RolloutStats
-from rolecast.train.loss_step import Tally, tally_means
+from rolecast.training.loss_step import Tally, tally_means
 
 
 def policy_metrics(pid: str, stats: Mapping[str, float]) -> dict[str, float]:
-    """`policy/{pid}/{stat}`: one policy's update (train/update.py) and the lr it trained with."""
+    """`policy/{pid}/{stat}`: one policy's update (training/update.py) and the lr it trained with."""
     return {policy_key(pid, k): v for k, v in stats.items()}
 
 

@@ -1,5 +1,5 @@
 """Learning-rate schedules as pure functions of their position: the factor an lr schedule multiplies the base lr by
-at optimizer step k (0-based). Nothing here touches an optimizer: train/optimizer.py turns a factor into the
+at optimizer step k (0-based). Nothing here touches an optimizer: training/optimizer.py turns a factor into the
 `LambdaLR` it owns, and is the only module that sets an lr.
 
 rolecast's warmup ramps linearly to 1 as (k + 1) / (warmup_steps + 1) rather than the common k / warmup_steps,
@@ -9,7 +9,7 @@ The `verl_*` schedules are verl's (`verl/utils/torch_functional.py`), which the 
 warmup k / warmup_steps from lr 0, and a cosine whose progress is not clamped at `total_steps`, so past its
 end the lr climbs back up (0.5 (1 + cos(pi p)) for p in [1, 2] goes from 0 back to 1). Under the study's
 Isolated-Policy the trainer advances that one schedule once per role update (docs/training.md, "Learning-rate
-schedules"): train/optimizer.py's shared clock.
+schedules"): training/optimizer.py's shared clock.
 """
 
 from __future__ import annotations

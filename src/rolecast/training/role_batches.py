@@ -27,7 +27,7 @@ from rolecast.diagnostics.gradients import (
     flat_params,
     norm64,
 )
-from rolecast.train.distributed import Dist
+from rolecast.training.distributed import Dist
 
 
 class InstanceGradients:

@@ -15,7 +15,7 @@ from transformers import DynamicCache
 from rolecast.core.episode import Turn
 from rolecast.objectives.head_logprobs import linear_logprobs, token_entropy, token_logprobs
 from rolecast.policies.models import cache_keyword
-from rolecast.train.batching import Batch, collate, plan_micro_batches, to_device
+from rolecast.training.batching import Batch, collate, plan_micro_batches, to_device
 
 
 def completion_hidden_states(model: Any, batch: Batch) -> torch.Tensor:

@@ -22,8 +22,8 @@ the file, and falls back to the newest intact checkpoint, so a resume never dies
 
 A trainer checkpoint's own entries (each policy's weights, the step and the RNG state) are built by
 `trainer_state` and read back by `restore_trainer_state` / `restore_policies` (which `rolecast eval` and
-`export` use); the optimizers' and lr schedules' entries are train/optimizer.py's, the session components'
-train/resume.py's.
+`export` use); the optimizers' and lr schedules' entries are training/optimizer.py's, the session components'
+training/resume.py's.
 
 `.pt` entries are loaded with `torch.load(weights_only=True)`, so state must be built from tensors,
 dict/list/tuple and Python scalars/str/None (as optimizer and scheduler state dicts are); `save_checkpoint`
@@ -438,7 +438,7 @@ def weights_entry(pid: str) -> str:
 def trainer_state(step: int, policies: PolicySet, **trainer: Any) -> dict[str, Any]:
     """The weights and the run's position: every policy's trainable weights, the step reached (with any other
     JSON-able `trainer` counters) and the process's RNG state. The optimizers' and lr schedules' entries are
-    train/optimizer.py's, the other components' train/resume.py's."""
+    training/optimizer.py's, the other components' training/resume.py's."""
     state: dict[str, Any] = {"trainer": {"step": step, **trainer}, "rng": capture_rng_state()}
     for pid in policies.policy_ids:
         state[weights_entry(pid)] = policies.state_dict(pid)

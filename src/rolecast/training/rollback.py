@@ -1,15 +1,17 @@
-"""Rollback on early warning (config `interventions.rollback`, off while `signals` is empty).
+"""Rollback on early warning (config `interventions.rollback`, off while `signals` and `precursors` are empty).
 
-When configured early-warning signals (diagnostics/warnings.py) fire on `patience` consecutive steps, the loop
-restores the best checkpoint written so far: the highest held-out pass@1 among the periodic evaluations of
-checkpoints still on disk (the later one on ties: less training is thrown away), or, when no kept checkpoint
-was evaluated, the latest one. Weights, optimizer and lr-scheduler state come from that one checkpoint (never
-the weights of one step with the Adam moments of another), the step counter goes on (the run still ends at
-`train.steps`; the schedule keeps its position), and the learning rate is multiplied by `lr_factor` (again at
-each further rollback). At most `max_rollbacks`; after one, `cooldown` steps pass before the next can fire.
+When configured early-warning signals (diagnostics/warnings.py) or precursor triggers (training/precursors.py: a
+precursor past its threshold) fire on `patience` consecutive steps, the loop restores the best checkpoint written
+so far: the highest held-out pass@1 among the periodic evaluations of checkpoints still on disk (the later one on
+ties: less training is thrown away), or, when no kept checkpoint was evaluated, the latest one. Weights, optimizer
+and lr-scheduler state come from that one checkpoint (never the weights of one step with the Adam moments of
+another), the step counter goes on (the run still ends at `train.steps`; the schedule keeps its position), and the
+learning rate is multiplied by `lr_factor` (again at each further rollback). With `action: lr_cut` nothing is
+restored: the learning rate alone is cut, in place. At most `max_rollbacks`; after one, `cooldown` steps pass
+before the next can fire.
 
 Deciding is pure bookkeeping over the step's alerts and the run's files; restoring is the loop's job
-(train/resume.py, `SessionState.roll_back`). The state here (count, lr scale, streaks, events) is plain JSON and
+(training/resume.py, `SessionState.roll_back`). The state here (count, lr scale, streaks, events) is plain JSON and
 travels in every checkpoint, so a resumed run rolls back exactly when an uninterrupted one would.
 """
 
@@ -25,23 +27,25 @@ from rolecast.config.schema import RollbackSettings
 from rolecast.core.metric_keys import rollback_key
 from rolecast.core.rundir import EVAL, read_jsonl
 from rolecast.diagnostics.warnings import Alert
-from rolecast.train.checkpoint import list_checkpoints
+from rolecast.training.checkpoint import list_checkpoints
 
-log = logging.getLogger("rolecast.train")
+log = logging.getLogger("rolecast.training")
 
 
 @dataclass
 class RollbackEvent:
     step: int  # the training step at whose end the rollback happened
-    to_step: int  # the checkpoint restored
+    to_step: int | None  # the checkpoint restored; None: an lr cut, nothing restored
     signals: list[str]  # the configured signals that fired, "name:subject"
     count: int  # rollbacks so far, this one included
     lr_scale: float  # the multiplier on train.lr from now on
     accuracy: float | None  # the held-out pass@1 that made `to_step` the best; None: fallback to the latest
 
     def metrics(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            rollback_key("to_step"): self.to_step,
+        out: dict[str, Any] = {rollback_key("to_step"): self.to_step} if self.to_step is not None else {}
+        if self.to_step is None:
+            out[rollback_key("action")] = "lr_cut"
+        out |= {
             rollback_key("count"): self.count,
             rollback_key("lr_scale"): self.lr_scale,
             rollback_key("signals"): ", ".join(self.signals),
@@ -51,6 +55,11 @@ class RollbackEvent:
         return out
 
     def message(self, max_rollbacks: int) -> str:
+        if self.to_step is None:
+            return (
+                f"step {self.step}: lr cut {self.count}/{max_rollbacks} on {', '.join(self.signals)}; "
+                f"lr x{self.lr_scale:g}"
+            )
         why = f"eval pass@1 {self.accuracy:.3f}" if self.accuracy is not None else "latest; none evaluated"
         return (
             f"step {self.step}: rollback {self.count}/{max_rollbacks} to checkpoint step_{self.to_step} ({why}) on "
@@ -82,7 +91,9 @@ class Rollback:
     """Decides when to roll back and to which checkpoint; see the module docstring."""
 
     def __init__(self, settings: RollbackSettings):
-        self.signals = set(settings.signals)
+        # the early-warning signals and the precursor triggers (their alerts carry the precursor's name)
+        self.signals = set(settings.signals) | {t.name for t in settings.precursors}
+        self.restores = settings.action == "rollback"
         self.lr_factor = float(settings.lr_factor)
         self.max_rollbacks = int(settings.max_rollbacks)
         self.patience = int(settings.patience)
@@ -95,8 +106,8 @@ class Rollback:
 
     @classmethod
     def from_config(cls, settings: RollbackSettings) -> Rollback | None:
-        """The rollback `interventions.rollback` configures, None while its `signals` is empty."""
-        return cls(settings) if settings.signals else None
+        """The rollback `interventions.rollback` configures, None while its `signals` and `precursors` are empty."""
+        return cls(settings) if settings.signals or settings.precursors else None
 
     def due(self, step: int, alerts: Iterable[Alert]) -> list[str]:
         """Count this step's alerts; the "name:subject" of the configured ones that fired when a rollback is due
@@ -110,11 +121,14 @@ class Rollback:
         return sorted({f"{a.name}:{a.subject}" for a in fired if a.name in ready})
 
     def decide(self, step: int, alerts: Iterable[Alert], run_dir: Path) -> RollbackEvent | None:
-        """The rollback to perform at the end of `step`, or None. The caller restores `to_step` and sets the lr."""
+        """The rollback to perform at the end of `step`, or None. The caller restores `to_step` (unless None: an lr
+        cut) and sets the lr."""
         signals = self.due(step, alerts)
         if not signals:
             return None
-        target = best_checkpoint(read_jsonl(run_dir / EVAL), list_checkpoints(run_dir), before=step)
+        target: tuple[int | None, float | None] | None = (None, None)
+        if self.restores:
+            target = best_checkpoint(read_jsonl(run_dir / EVAL), list_checkpoints(run_dir), before=step)
         if target is None:
             log.warning("step %d: rollback due on %s, but no checkpoint precedes this step", step, ", ".join(signals))
             return None

@@ -1,7 +1,7 @@
 """Turning turns into tensors: the padded batch layout, token-budget micro-batches and their order.
 
 A batch is `[left-padded prompt | right-padded completion]`: completions occupy the last L columns, so the model
-only projects the last L + 1 hidden states onto the vocabulary (train/logprobs.py).
+only projects the last L + 1 hidden states onto the vocabulary (training/logprobs.py).
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """What a session's checkpoint holds and how a resume or a rollback restores it, in one place.
 
-A checkpoint holds every policy's weights, the RNG state and the trainer's counters (train/checkpoint.py's
-`trainer_state`), the optimizers' and lr schedules' state with the role-update lr clock (train/optimizer.py), plus
+A checkpoint holds every policy's weights, the RNG state and the trainer's counters (training/checkpoint.py's
+`trainer_state`), the optimizers' and lr schedules' state with the role-update lr clock (training/optimizer.py), plus
 one entry per other stateful component of the session: the early warning's history, the gradient diagnostics' and
-the interventions' EMAs, the rollback's bookkeeping. `SessionState` holds those components; its `checkpoint` builds
+the interventions' EMAs, the rollback's bookkeeping, the precursors' probe sets and base values. `SessionState` holds those components; its `checkpoint` builds
 the state and `restore` reads it back, so each entry is named once. A resume also rewinds the run's logs to the
 step it continues from.
 """
@@ -23,7 +23,7 @@ from rolecast.diagnostics.gradients import GradientMonitor
 from rolecast.diagnostics.signatures import AnswerExtractor
 from rolecast.diagnostics.warnings import EarlyWarning
 from rolecast.policies.models import PolicySet
-from rolecast.train.checkpoint import (
+from rolecast.training.checkpoint import (
     capture_rng_state,
     latest_step,
     load_checkpoint,
@@ -32,16 +32,18 @@ from rolecast.train.checkpoint import (
     restore_trainer_state,
     trainer_state,
 )
-from rolecast.train.guard import DivergenceGuard
-from rolecast.train.interventions import Interventions
-from rolecast.train.optimizer import PolicyOptimizers
-from rolecast.train.rollback import Rollback, RollbackEvent
+from rolecast.training.guard import DivergenceGuard
+from rolecast.training.interventions import Interventions
+from rolecast.training.optimizer import PolicyOptimizers
+from rolecast.training.precursors import Precursors
+from rolecast.training.rollback import Rollback, RollbackEvent
 
 # the checkpoint entries of the session's components (besides trainer_state's and the optimizers')
 EARLY_WARNING = "early_warning"
 GRADIENTS = "diagnostics/gradients"
 INTERVENTIONS = "interventions"
 ROLLBACK = "rollback"
+PRECURSORS = "precursors"
 
 # the eval.jsonl rows the trainer writes (`rolecast eval` writes "checkpoint" rows, which a resume keeps)
 TRAINER_EVAL_TAGS = ("base", "periodic", "final")
@@ -51,8 +53,9 @@ TRAINER_EVAL_TAGS = ("base", "periodic", "final")
 class SessionState:
     """The session's stateful components: what a checkpoint saves and a resume restores. A rollback restores
     part of it (weights, optimizer and schedule state, the divergence streaks, the diagnostics' and
-    interventions' state); the early warning, the rollback's own bookkeeping, the lr clock and the random
-    streams go on (every step reseeds its own streams from (seed, step))."""
+    interventions' state); the early warning, the rollback's own bookkeeping, the precursors (their probe sets and
+    base values are the untrained policy's), the lr clock and the random streams go on (every step reseeds its
+    own streams from (seed, step))."""
 
     policies: PolicySet
     optim: PolicyOptimizers  # every policy's optimizer and lr schedule, and the lr clock
@@ -61,12 +64,13 @@ class SessionState:
     monitor: GradientMonitor | None  # per-role gradient diagnostics (None when off)
     interventions: Interventions | None  # None when all are off
     rollback: Rollback | None  # rollback on early warning (None when off)
+    precursors: Precursors | None  # diagnostics.precursors (None when off)
 
     @classmethod
     def fresh(cls, cfg: RunConfig, policies: PolicySet, extract: AnswerExtractor) -> SessionState:
         """The session's stateful parts, new: the optimizers and lr schedules, the divergence guard, the early
-        warning (reading answers with the task's `extract`), and the gradient diagnostics, interventions and
-        rollback (None when off). Built before a checkpoint is loaded, so the monitor's copy of the starting
+        warning (reading answers with the task's `extract`), and the gradient diagnostics, interventions,
+        rollback and precursors (None when off). Built before a checkpoint is loaded, so the monitor's copy of the starting
         weights (for drift) is the initialisation, not the resumed weights."""
         trainable = {pid: policies.parameters(pid) for pid in policies.policy_ids}
         return cls(
@@ -77,6 +81,7 @@ class SessionState:
             monitor=GradientMonitor.from_config(cfg.diagnostics.gradients, trainable, seed=cfg.seed),
             interventions=Interventions.from_config(cfg.interventions, cfg.train.kl_coef),
             rollback=Rollback.from_config(cfg.interventions.rollback),
+            precursors=Precursors.from_config(cfg, policies),
         )
 
     def checkpoint(self, step: int) -> dict[str, Any]:
@@ -90,6 +95,8 @@ class SessionState:
             state[INTERVENTIONS] = self.interventions.state_dict()
         if self.rollback is not None:
             state[ROLLBACK] = self.rollback.state_dict()
+        if self.precursors is not None and self.precursors.ready:
+            state[PRECURSORS] = self.precursors.state_dict()
         return state
 
     def restore(self, state: Mapping[str, Any], *, rollback: bool = False) -> None:
@@ -109,6 +116,8 @@ class SessionState:
             self.warn.load_state_dict(state[EARLY_WARNING])
         if self.rollback is not None:
             self.rollback.load_state_dict(state.get(ROLLBACK))
+        if self.precursors is not None:
+            self.precursors.load_state_dict(state.get(PRECURSORS))
 
     def resume(self, run_dir: Path, cfg: RunConfig, changes: Mapping[str, tuple[Any, Any]]) -> tuple[int, list[str]]:
         """Restore the newest intact checkpoint of `run_dir` (if any): (its step, or 0, and one line per damaged
@@ -119,6 +128,8 @@ class SessionState:
         if cfg.train.steps < start:
             raise ConfigError(f"train.steps: {cfg.train.steps} is below the step {start} {run_dir} has reached")
         self.restore(state)
+        if self.precursors is not None:
+            self.precursors.read_history(run_dir, start)
         if "train.lr" in changes or "train.steps" in changes:
             scale = self.rollback.lr_scale if self.rollback else 1.0
             self.optim.rebase(cfg.train.lr * scale)
@@ -126,10 +137,11 @@ class SessionState:
 
     def roll_back(self, run_dir: Path, event: RollbackEvent, lr: float) -> None:
         """Restore checkpoint `event.to_step` (all of one checkpoint: never the weights of one step with the Adam
-        moments of another), keep the schedule at the step reached and lower the lr to `event.lr_scale` x `lr`
-        (train.lr)."""
-        _, state = load_checkpoint(run_dir, event.to_step)
-        self.restore(state, rollback=True)
+        moments of another; nothing for an lr cut, `to_step` None), keep the schedule at the step reached and
+        lower the lr to `event.lr_scale` x `lr` (train.lr)."""
+        if event.to_step is not None:
+            _, state = load_checkpoint(run_dir, event.to_step)
+            self.restore(state, rollback=True)
         self.optim.rebase(lr * event.lr_scale, position=event.step)
 
 

@@ -1,8 +1,8 @@
 """Every policy's optimizer and learning rate, over the whole life of a run. The only module that sets an lr.
 
 - **Build**: one AdamW per policy (an update of one policy never touches another's parameters; float32 master
-  weights for a bf16 / fp16 full fine-tune, train/master_weights.py) and one lr schedule per policy
-  (train/schedule.py's factors as a `LambdaLR`, so its state round-trips through checkpoints).
+  weights for a bf16 / fp16 full fine-tune, training/master_weights.py) and one lr schedule per policy
+  (training/schedule.py's factors as a `LambdaLR`, so its state round-trips through checkpoints).
 - **The clock** (`train.lr_clock`): `step` advances each policy's schedule once per training step, with or without
   data; `role_update` (the study's Isolated-Policy) keeps one clock shared by the policies, advanced once per policy
   update that had data, and puts a policy's schedule at the clock before its update (docs/training.md).
@@ -30,8 +30,8 @@ from torch.optim.lr_scheduler import LambdaLR
 from rolecast.config.schema import TrainSettings
 from rolecast.core.errors import CheckpointError
 from rolecast.policies.models import PolicySet
-from rolecast.train.master_weights import MasterWeightAdamW, needs_master
-from rolecast.train.schedule import Factor, constant_factor, schedule_factor, warmup_cosine_factor
+from rolecast.training.master_weights import MasterWeightAdamW, needs_master
+from rolecast.training.schedule import Factor, constant_factor, schedule_factor, warmup_cosine_factor
 
 LR_CLOCK = "lr_clock"  # the checkpoint entry of the shared role-update clock
 
@@ -63,7 +63,7 @@ class Schedule(LambdaLR):
 
 
 def warmup_cosine(optimizer: Optimizer, warmup_steps: int, total_steps: int, min_lr_ratio: float = 0.0) -> Schedule:
-    """rolecast's cosine (train/schedule.py) on `optimizer`."""
+    """rolecast's cosine (training/schedule.py) on `optimizer`."""
     return Schedule(optimizer, warmup_cosine_factor(warmup_steps, total_steps, min_lr_ratio))
 
 

@@ -7,13 +7,13 @@ One training step:
   4. group turns by (problem, role) and compute group-relative advantages;
   5. for each policy: recompute log-probs under the current weights, clipped surrogate (+ optional KL),
      micro-batched backward, gradient clipping, optimizer step (skipped and logged if not finite);
-  6. log metrics / episodes, evaluate, checkpoint atomically.
+  6. log metrics / episodes (and the precursors of a cliff, when on), evaluate, checkpoint atomically.
 The loop never branches on which workflow ran: it only sees episodes, turns, roles and policy ids.
 
-What it calls: train/update.py (one policy's update, in parts: docs/architecture.md), optimizer.py (every policy's
+What it calls: training/update.py (one policy's update, in parts: docs/architecture.md), optimizer.py (every policy's
 optimizer, lr schedule and lr clock), guard.py (divergence), resume.py (what a checkpoint holds, resume and
-rollback), sinks.py (console, metrics.jsonl, TensorBoard / W&B) and step_metrics.py (the names of the loop's
-metrics).
+rollback), precursors.py (diagnostics.precursors: probe sets, update ratios, KL to the base, the canary), sinks.py
+(console, metrics.jsonl, TensorBoard / W&B) and step_metrics.py (the names of the loop's metrics).
 """
 
 from __future__ import annotations
@@ -34,26 +34,26 @@ from rolecast.core.rundir import CONFIG, EPISODES, EVAL, METRICS, RunPaths, read
 from rolecast.diagnostics.metrics import episode_metrics
 from rolecast.diagnostics.warnings import Alert, metric_entries
 from rolecast.evaluation import append_eval_row, eval_key, eval_plan
-from rolecast.objectives.advantages import episode_turn_advantages
 from rolecast.rollout.engine import RolloutStats, run_episodes, step_seed
 from rolecast.runtime import Runtime, build_runtime
-from rolecast.scoring import attribute, score_episodes, study_ended_rewards
+from rolecast.scoring import assign_advantages, attribute, score_episodes
 from rolecast.tasks import make_task
 from rolecast.tasks.base import Problem, Task
-from rolecast.train import distributed
-from rolecast.train.checkpoint import latest_step, save_checkpoint
-from rolecast.train.distributed import Dist
-from rolecast.train.guard import NonFiniteUpdate, weight_norm
-from rolecast.train.interrupt import StopRequest, TrainingInterrupted
-from rolecast.train.loss_step import Tally, merge_tallies
-from rolecast.train.resume import SessionState, record_resume, rewind_logs
-from rolecast.train.run_dir import check_resume_dir, discard_new_run, prepare_new_run_dir
-from rolecast.train.sampling import step_problems
-from rolecast.train.sinks import Console, MetricLoggers, ProgressBar, accuracy_text, append_metrics, write_episodes
-from rolecast.train.step_metrics import eval_metrics, policy_metrics, role_metrics, rollout_metrics, time_metrics
-from rolecast.train.update import PolicyUpdate, update_policy
+from rolecast.training import distributed
+from rolecast.training.checkpoint import latest_step, save_checkpoint
+from rolecast.training.distributed import Dist
+from rolecast.training.guard import NonFiniteUpdate, weight_norm
+from rolecast.training.interrupt import StopRequest, TrainingInterrupted
+from rolecast.training.loss_step import Tally, merge_tallies
+from rolecast.training.precursors import Precursors
+from rolecast.training.resume import SessionState, record_resume, rewind_logs
+from rolecast.training.run_dir import check_resume_dir, discard_new_run, prepare_new_run_dir
+from rolecast.training.sampling import step_problems
+from rolecast.training.sinks import Console, MetricLoggers, ProgressBar, accuracy_text, append_metrics, write_episodes
+from rolecast.training.step_metrics import eval_metrics, policy_metrics, role_metrics, rollout_metrics, time_metrics
+from rolecast.training.update import PolicyUpdate, update_policy
 
-log = logging.getLogger("rolecast.train")
+log = logging.getLogger("rolecast.training")
 
 
 def default_run_dir(cfg: RunConfig) -> Path:
@@ -81,9 +81,9 @@ def train(
     config.yaml only in the fields of `config.RESUME_CHANGEABLE`. A new run refuses a directory that already
     holds one unless `overwrite`. Raises TrainingDiverged when training diverges (docs/training.md).
 
-    `stop` (the command line's Ctrl-C handling, train/interrupt.py): a requested stop checkpoints the step just
+    `stop` (the command line's Ctrl-C handling, training/interrupt.py): a requested stop checkpoints the step just
     finished and raises TrainingInterrupted; so does any KeyboardInterrupt, naming the newest checkpoint."""
-    # one process, or this process's place in a torchrun launch (train/distributed.py)
+    # one process, or this process's place in a torchrun launch (training/distributed.py)
     dist = distributed.from_env(resolve_device(cfg.model.device))
     console = console if dist.is_main and console else Console(enabled=cfg.logging.progress and dist.is_main)
     # --- the run directory, checked before anything is loaded or written ---
@@ -140,7 +140,7 @@ class _Session:
     runtime: Runtime
     train_pool: list[Problem]
     eval_set: list[Problem]
-    state: SessionState  # what a checkpoint holds (train/resume.py)
+    state: SessionState  # what a checkpoint holds (training/resume.py)
     start: int
     console: Console
     loggers: MetricLoggers
@@ -212,6 +212,7 @@ class _Session:
                 try:
                     if cfg.eval.at_start and start == 0 and self.eval_set and self.dist.is_main:
                         summary["base_accuracy"] = self.announce_eval(0, "base", "base accuracy")
+                    self.set_up_precursors()
                     if start < end:
                         with training():
                             self.train_step(start, end, progress)
@@ -273,7 +274,7 @@ class _Session:
         self.rewards(episodes, problems)
         t_reward = time.perf_counter()
         # 4. advantages within groups of turns
-        episode_turn_advantages(
+        assign_advantages(
             group_turns(episodes, cfg.train.group_by), cfg.train.advantage, singleton=cfg.train.singleton_advantage
         )
         # 5. one update per policy, each touching only its own parameters
@@ -298,6 +299,7 @@ class _Session:
         alerts = self.early_warning(step, metrics, episodes)
         stop = self.state.guard.reason(step + 1)  # why the run must stop, or None
         if not stop:
+            alerts += self.measure_precursors(step, metrics)
             self.roll_back_if_due(step, alerts, metrics)
             self.periodic_eval(step, metrics)
         self.log_step(step, metrics, episodes, progress)
@@ -333,9 +335,7 @@ class _Session:
     def rewards(self, episodes: list[Episode], problems: list[Problem]) -> None:
         cfg, task = self.cfg, self.runtime.task
         score_episodes(episodes, {p.id: p for p in problems}, task)
-        attribute(episodes, cfg.train.attribution)
-        if cfg.rollout.max_prompt_tokens and cfg.rollout.ended_reward == "study":
-            study_ended_rewards(episodes, task.family)
+        attribute(episodes, cfg.train.attribution, ended_reward=cfg.rollout.ended_reward, family=task.family)
 
     def update_policies(self, step: int, by_policy: dict[str, list[Turn]]) -> tuple[dict[str, PolicyUpdate], Tally]:
         """Each policy's update (with the lr it trained with in its stats), and the per-role token tallies merged
@@ -347,19 +347,20 @@ class _Session:
         for pid, turns in by_policy.items():
             lr = optim.lr(pid, trains=bool(turns))  # the lr this step trains with
             try:
-                updates[pid] = update_policy(
-                    pid,
-                    turns,
-                    cfg=cfg,
-                    policies=self.runtime.policies,
-                    optimizer=optim.optimizer(pid),
-                    pad_id=self.runtime.tokenizer.pad_token_id,
-                    rng=update_rng,
-                    check_logprobs=(step == self.start),
-                    monitor=monitor if monitor and monitor.due(step) else None,
-                    interventions=self.state.interventions,
-                    dist=self.dist,
-                )
+                with self.watch_update(pid):
+                    updates[pid] = update_policy(
+                        pid,
+                        turns,
+                        cfg=cfg,
+                        policies=self.runtime.policies,
+                        optimizer=optim.optimizer(pid),
+                        pad_id=self.runtime.tokenizer.pad_token_id,
+                        rng=update_rng,
+                        check_logprobs=(step == self.start),
+                        monitor=monitor if monitor and monitor.due(step) else None,
+                        interventions=self.state.interventions,
+                        dist=self.dist,
+                    )
             except NonFiniteUpdate as e:
                 raise self.diverged(step + 1, str(e)) from None
             updates[pid].stats["lr"] = lr
@@ -411,6 +412,31 @@ class _Session:
             log.info("step %d: early warning %s (%s)", step + 1, a.name, a.subject)
         return alerts
 
+    # --- precursors (diagnostics.precursors; training/precursors.py): measured by rank 0, which logs ---
+
+    @property
+    def precursors(self) -> Precursors | None:
+        return self.state.precursors if self.dist.is_main else None
+
+    def set_up_precursors(self) -> None:
+        """Before step 1: the probe sets, the canary and the base values (a resumed run has them from its
+        checkpoint)."""
+        if self.precursors is not None and not self.precursors.ready:
+            self.console.print(self.precursors.set_up(self.runtime, self.train_pool))
+
+    def watch_update(self, pid: str) -> contextlib.AbstractContextManager[None]:
+        """The update ratios of policy `pid`'s update run in this block."""
+        return self.precursors.watch_update(pid) if self.precursors is not None else contextlib.nullcontext()
+
+    def measure_precursors(self, step: int, metrics: dict[str, Any]) -> list[Alert]:
+        """The step's precursors (into `metrics`), and the alerts of the rollback's precursor triggers, which every
+        process of a data-parallel run gets from rank 0 (each `warn/<name>` too)."""
+        alerts = self.precursors.measure(step + 1, self.runtime, metrics) if self.precursors is not None else []
+        if self.dist.active and self.state.precursors is not None and self.state.precursors.triggers:
+            alerts = self.dist.gather(alerts)[0]
+        metrics.update(metric_entries(alerts))
+        return alerts
+
     def roll_back_if_due(self, step: int, alerts: list[Alert], metrics: dict[str, Any]) -> None:
         """interventions.rollback: go back to the best checkpoint when its signals fired (its metrics go into
         `metrics`)."""
@@ -444,6 +470,8 @@ class _Session:
         cfg, run_dir = self.cfg, self.run_dir
         if self.dist.is_main:
             append_metrics(run_dir / METRICS, metrics)
+        if self.precursors is not None:
+            self.precursors.record(metrics)  # as logged: what the derived precursors of later steps read
         if cfg.logging.episodes_every and (step + 1) % cfg.logging.episodes_every == 0 and self.dist.is_main:
             write_episodes(RunPaths(run_dir).episodes(step + 1), episodes[: cfg.logging.max_episodes])
         self.loggers.log(metrics, step + 1)
@@ -492,7 +520,7 @@ class _Session:
 
     def save(self, step: int) -> None:
         """Checkpoint the run as it stands after step `step` (0-based): weights, optimizer, scheduler and RNG
-        state, and every counter a resume needs (train/resume.py)."""
+        state, and every counter a resume needs (training/resume.py)."""
         ck = self.cfg.checkpoint
         state = self.state.checkpoint(step + 1)
         save_checkpoint(self.run_dir, step + 1, state, keep_last=ck.keep_last, keep_every=ck.keep_every)

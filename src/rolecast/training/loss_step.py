@@ -4,7 +4,7 @@ update's per-role token tallies.
 The loss of a micro-batch is normalised by its whole mini-batch's token and sequence counts (`MiniBatch.of`, summed
 over the processes of a data-parallel run), so the micro-batches' gradients add up to the mini-batch's exactly,
 however the rows are split. Per row it is the clipped surrogate of objectives/losses.py against the old log-probs
-(train/old_logprobs.py), plus the k3 KL to the starting model where a KL coefficient is set (train.kl_coef, or per
+(training/old_logprobs.py), plus the k3 KL to the starting model where a KL coefficient is set (train.kl_coef, or per
 role with interventions.kl_coef_by_role), each row weighted by interventions.multiplicity_norm.
 """
 
@@ -18,11 +18,11 @@ from rolecast.config.schema import RunConfig
 from rolecast.core.episode import Turn
 from rolecast.objectives.losses import clipped_surrogate, clipped_tokens, k3_kl
 from rolecast.policies.models import PolicySet
-from rolecast.train.batching import collate, generation_caps, to_device
-from rolecast.train.distributed import Dist
-from rolecast.train.interventions import Interventions
-from rolecast.train.logprobs import completion_logprobs
-from rolecast.train.old_logprobs import OldLogprobs
+from rolecast.training.batching import collate, generation_caps, to_device
+from rolecast.training.distributed import Dist
+from rolecast.training.interventions import Interventions
+from rolecast.training.logprobs import completion_logprobs
+from rolecast.training.old_logprobs import OldLogprobs
 
 # per-role token sums an update reports: {role: {key: sum over tokens}}
 TALLY_KEYS = ("tokens", "entropy", "clip_fraction", "approx_kl", "kl")

@@ -7,7 +7,7 @@ its plain path, bit for bit. Two act on the loss, per row:
 - `multiplicity_norm`: a role with N instances on a policy (3 voters, 3 workers) has each row's loss divided
   by N, so parallel copies of one role weigh like one.
 Two act on the gradient between the backward passes and clipping, and so need each role's gradient of the
-mini-batch exactly; the update gets them with the per-instance accumulation of train/role_batches.py:
+mini-batch exactly; the update gets them with the per-instance accumulation of training/role_batches.py:
 - `coherence_damping` (lambda): g_r <- (1 - lambda * max(0, cos(g_r, EMA(g_r)))) g_r, the EMA (decay
   `coherence_ema`) of the role's own undamped mini-batch gradients, updated after each use; a role's first
   gradient (no EMA yet) is left as it is;

@@ -1,13 +1,13 @@
 """One policy's update on its turns of a step, in the order it runs; each part is its own module:
 
-1. the old log-probs (train/old_logprobs.py): the sampler's, or the trainer's own before this update;
-2. per epoch and mini-batch, the loss step (train/loss_step.py): forward and backward over token-budget
+1. the old log-probs (training/old_logprobs.py): the sampler's, or the trainer's own before this update;
+2. per epoch and mini-batch, the loss step (training/loss_step.py): forward and backward over token-budget
    micro-batches, the loss normalised over the whole mini-batch so any split into micro-batches is exact; per agent
-   instance when per-role gradients are captured (train/role_batches.py, `GradientCapture`);
-3. the distributed reduction (train/distributed.py): the gradient summed over processes (per instance when
+   instance when per-role gradients are captured (training/role_batches.py, `GradientCapture`);
+3. the distributed reduction (training/distributed.py): the gradient summed over processes (per instance when
    captured), reported to the gradient diagnostics, each role's rescaled by the interventions
-   (train/interventions.py), clipped; a non-finite loss or gradient skips the optimizer step;
-4. the optimizer step (the optimizer is train/optimizer.py's), and the policy's stats and per-role token tallies.
+   (training/interventions.py), clipped; a non-finite loss or gradient skips the optimizer step;
+4. the optimizer step (the optimizer is training/optimizer.py's), and the policy's stats and per-role token tallies.
 """
 
 from __future__ import annotations
@@ -22,15 +22,15 @@ from rolecast.config.schema import RunConfig
 from rolecast.core.episode import Turn
 from rolecast.diagnostics.gradients import GradientMonitor
 from rolecast.policies.models import PolicySet
-from rolecast.train.batching import plan_micro_batches
-from rolecast.train.distributed import Dist
-from rolecast.train.guard import NonFiniteUpdate
-from rolecast.train.interventions import Interventions
-from rolecast.train.loss_step import TALLY_KEYS, LossStep, MiniBatch, Tally, merge_tallies, tally_means
-from rolecast.train.old_logprobs import OldLogprobs
-from rolecast.train.role_batches import GradientCapture, InstanceGradients, instance_segments
+from rolecast.training.batching import plan_micro_batches
+from rolecast.training.distributed import Dist
+from rolecast.training.guard import NonFiniteUpdate
+from rolecast.training.interventions import Interventions
+from rolecast.training.loss_step import TALLY_KEYS, LossStep, MiniBatch, Tally, merge_tallies, tally_means
+from rolecast.training.old_logprobs import OldLogprobs
+from rolecast.training.role_batches import GradientCapture, InstanceGradients, instance_segments
 
-log = logging.getLogger("rolecast.train")
+log = logging.getLogger("rolecast.training")
 
 
 @dataclass
@@ -65,7 +65,7 @@ def update_policy(
     which changes the summation order of the accumulated gradient (equal to float tolerance, not bit for
     bit); without a monitor and without a rescaling intervention the rows are batched exactly as before.
 
-    `dist` (a data-parallel run, train/distributed.py): `turns` are this process's share; counts, gradients,
+    `dist` (a data-parallel run, training/distributed.py): `turns` are this process's share; counts, gradients,
     losses and tallies are summed over processes, so the step equals one process's on all the turns."""
     if interventions is None:
         interventions = Interventions.from_config(cfg.interventions, cfg.train.kl_coef)
@@ -149,7 +149,7 @@ class _Update:
 
     def backward(self, loss_step: LossStep, mb: MiniBatch, grads: InstanceGradients | None) -> bool:
         """Accumulate the mini-batch's gradient; False at the first micro-batch whose loss is not finite."""
-        # per-instance gradients: each agent instance's rows form their own micro-batches (train/role_batches.py)
+        # per-instance gradients: each agent instance's rows form their own micro-batches (training/role_batches.py)
         segments = instance_segments(mb.turns) if grads is not None else [mb.turns]
         with self.policies.training(self.pid) as model:
             # the loss is normalised over the whole mini-batch, so any split into micro-batches is exact

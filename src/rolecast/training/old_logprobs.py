@@ -20,9 +20,9 @@ import torch
 from rolecast.config.schema import TrainSettings
 from rolecast.core.episode import Turn
 from rolecast.policies.models import PolicySet
-from rolecast.train.batching import padded_rows
-from rolecast.train.distributed import Dist
-from rolecast.train.logprobs import trainer_logprobs
+from rolecast.training.batching import padded_rows
+from rolecast.training.distributed import Dist
+from rolecast.training.logprobs import trainer_logprobs
 
 
 class OldLogprobs:
