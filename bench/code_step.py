@@ -6,7 +6,7 @@
 
 For each tree, workflow and task (`testbed`, the arithmetic task, and `testbed_code`, whose programs are graded in
 the sandbox) a fresh process (PYTHONPATH=<tree>/src, the tree's own python if given) trains `--steps` steps through
-`rolecast.train.grpo.train` with the settings `make run` trains its cells with (configs/testbed_matrix.yaml: 8
+`rolecast.training.grpo.train` with the settings `make run` trains its cells with (configs/testbed_matrix.yaml: 8
 problems x group 8 a step, one pass per batch; gradient diagnostics off, since they cost both tasks alike) and reads
 `time/rollout`, `time/reward`, `time/update` and `time/step` of each step from metrics.jsonl. The first step is a
 warm-up (it starts the sandbox pool and the math verifier's workers) and is left out of the medians.
@@ -54,7 +54,11 @@ def worker(workflow: str, task: str, sharing: str, steps: int, threads: int, out
 
     from rolecast.sandbox import SandboxPool
     from rolecast.tasks.base import Task
-    from rolecast.train.grpo import train
+
+    try:
+        from rolecast.training.grpo import train
+    except ImportError:  # a tree from before issue 37 (the training code was rolecast.train)
+        from rolecast.train.grpo import train
 
     try:
         from rolecast.config.load import load_config
