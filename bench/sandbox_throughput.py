@@ -1,13 +1,15 @@
 """Code sandbox throughput and per-run overhead.
 
-    .venv/bin/python bench/sandbox_throughput.py [--workers 2] [--limit 974] [--reps 30]
+    .venv/bin/python bench/sandbox_throughput.py [--workers 2] [--limit 974] [--reps 30] [--batch 32]
 
 1. Per-run overhead: median wall time of a trivial program (`pass`) run through the sandbox
    (rolecast.sandbox.run_python: cgroup + bwrap + seccomp + harness + uid drop + rlimits) vs a bare
    `subprocess.run([python, "-c", "pass"])`, run one at a time; and of one asserts job (`add(1, 2) == 3`:
    the program's process and the judge's).
 2. Throughput: the MBPP (full) reference solutions with their tests, verified through SandboxPool(workers)
-   vs the same programs as bare `python -c <code + setup + asserts>` subprocesses on as many threads.
+   vs the same programs as bare `python -c <code + setup + asserts>` subprocesses on as many threads. As root with
+   bubblewrap the pool judges them in batches (`--batch`, the pool's default unless given; 1: one container per
+   program).
 Prints both and their ratios.
 """
 
@@ -39,11 +41,12 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--limit", type=int, default=974)
     ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--batch", type=int, default=None, help="programs per container in run_many (default: the pool's)")
     args = ap.parse_args()
 
     rows = [json.loads(line) for line in open(dataset_file("mbpp/mbpp.jsonl"))][: args.limit]
-    with SandboxPool(args.workers) as pool:
-        print(f"sandbox mode: {sandbox_mode()}, workers: {args.workers}")
+    with SandboxPool(args.workers, batch=args.batch) as pool:
+        print(f"sandbox mode: {sandbox_mode()}, workers: {args.workers}, batch: {pool.batch if pool.batching else 1}")
         run_python("pass", pool=pool)  # warm up
         # interleaved, so a neighbour's load on a shared machine hits all variants alike
         variants = {

@@ -267,6 +267,37 @@ def test_score_code_many_keeps_order(pool):
         score_code_many(texts[:3], [tests], pool=pool)
 
 
+class CountingPool(SandboxPool):
+    """A real pool that counts the jobs it is given."""
+
+    jobs = 0
+
+    def run_many(self, jobs, **kw):
+        jobs = list(jobs)
+        self.jobs += len(jobs)
+        return super().run_many(jobs, **kw)
+
+
+def test_score_code_many_grades_a_repeated_program_once():
+    """GRPO groups repeat programs: completions whose programs are the same text, against equal tests, are graded
+    by one sandbox run and each gets that score; the same program against other tests runs again."""
+    tests = CodeTests.mbpp(MBPP_ROW)
+    other = CodeTests.mbpp({**MBPP_ROW, "test_list": ["assert sq(2) == 5"]})
+    good, wrong = "def sq(x):\n    return x * x\n", "def sq(x):\n    return x\n"
+    texts = [
+        f"```python\n{good}```",
+        f"Here it is:\n```python\n{good}```\nDone.",  # another text, the same program
+        f"```python\n{wrong}```",
+        f"```python\n{good}```",
+        f"```python\n{good}```",
+    ]
+    with CountingPool(1) as p:
+        scores = score_code_many(texts, [tests, tests, tests, tests, other], pool=p)
+        assert p.jobs == 3  # good vs tests, wrong vs tests, good vs other
+    assert [rr(s) for s in scores] == [(1.0, None), (1.0, None), (0.0, None), (1.0, None), (0.0, None)]
+    assert scores[1].answer == good
+
+
 def test_module_level_default_pool():
     tests = CodeTests.mbpp(MBPP_ROW)
     assert score_code("```python\ndef sq(x):\n    return x * x\n```", tests).reward == 1.0

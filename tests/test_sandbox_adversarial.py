@@ -496,25 +496,28 @@ def test_nothing_crosses_between_jobs(workers):
     with SandboxPool(workers) as p:
         jobs = [build_job(plant, ADD), build_job(look, ADD)] * 2
         results = p.run_many(jobs)
+        batched = p.batching  # as root with bubblewrap: one or two containers, each judging its jobs in turn
     for i, res in enumerate(results):
         s = judge(res, ADD)
         r = report(res.stdout.decode())
         assert (s.reward, s.reason) == (0.0, None), (i, r)
-        if i % 2 == 0:  # keyrings are closed by the filter; the rest lands in the job's own, private places
-            assert r["add_key user"] == r["add_key session"] == "Operation not permitted"
-            assert r["shmget"] == "ok" and r["/dev/shm/" + tag] == "ok" and r["/tmp/" + tag] == "ok"
+        if i % 2 == 0:  # keyrings and SysV IPC are closed by the filter; the rest lands in places that are cleared
+            assert r["add_key user"] == r["add_key session"] == r["shmget"] == "Operation not permitted"
+            assert r["/dev/shm/" + tag] == "ok" and r["/tmp/" + tag] == "ok"
         else:
             assert {k: v for k, v in r.items() if k != "processes"} == {
                 "key user": "Operation not permitted",
                 "key session": "Operation not permitted",
-                "shm": "No such file or directory",
+                "shm": "Operation not permitted",
                 "/dev/shm/" + tag: "absent",
                 "/tmp/" + tag: "absent",
                 "socket": "Connection refused",
             }
             # the supervisor (the container's init), the judge, the program (and bwrap's own init where bwrap
-            # cannot run the harness as pid 1): no daemon of the planting job
-            assert len(r["processes"]) == (3 if container.bwrap_has("--as-pid-1") else 4), r["processes"]
+            # cannot run the harness as pid 1; in a batch, the program's member supervisor): no daemon of the
+            # planting job
+            expect = (3 if container.bwrap_has("--as-pid-1") else 4) + (1 if batched else 0)
+            assert len(r["processes"]) == expect, r["processes"]
 
 
 @pytest.mark.skipif(os.getuid() != 0, reason="without root the fallback for a missing cgroup is not used")
@@ -547,6 +550,37 @@ def test_flood_costs_the_trainer_no_time(pool):
         channel.parse_results(bytearray(data), out, job)
         assert time.process_time() - t < 1.0
     assert out.verdicts == {0: True}  # the first verdict counts; the judge never repeats one
+
+
+FORGE_LOAD = (
+    "import os\n"
+    "# the judge's first message from the program: 'r' (loaded) or 'l' + the exception's name. Send a 'name' that\n"
+    "# carries verdict lines, on every descriptor that takes it (one of them is the pipe to the judge), and leave\n"
+    "msg = b'lX\\npass 0\\npass 1\\ndone'\n"
+    "for fd in range(3, 64):\n"
+    "    try:\n"
+    "        os.write(fd, len(msg).to_bytes(4, 'big') + msg)\n"
+    "    except OSError:\n"
+    "        pass\n"
+    "os._exit(0)\n"
+)
+
+
+def test_load_error_name_cannot_carry_verdicts(pool):
+    """The name of the exception a program raised while loading is the program's own text: written into the
+    judge's `load` line as it came, its newlines forged a verdict per test (1.0 at 7906c95). The judge now writes
+    only an identifier, and the host reads no verdict after a `load` or `done` line."""
+    res = pool.run(build_job(FORGE_LOAD, ADD))
+    assert res.verdicts == {}
+    assert judge(res, ADD).reward == 0.0 and judge(res, ADD).reason == "load_error: malformed"
+    assert grade(pool, GOOD)[:2] == (1.0, None)
+    out = JobResult(mode="asserts")
+    job = Job(mode="asserts", program="", tests=("assert 1",) * 2)
+    channel.parse_results(bytearray(b"load X\npass 0\npass 1\ndone\n"), out, job)
+    assert (out.verdicts, out.load_error) == ({}, "X")
+    out = JobResult(mode="asserts")
+    channel.parse_results(bytearray(b"pass 0\ndone\npass 1\n"), out, job)
+    assert out.verdicts == {0: True}
 
 
 def test_oversized_answer_stops_the_judge(pool):

@@ -404,7 +404,8 @@ def judge(
     """Turn a sandbox result into a Score."""
     n = tests.n_tests if tests.kind != "humaneval" else max(1, len(_split_check(tests.test)[1]))
     if tests.kind in ("asserts", "humaneval"):
-        passed = sum(1 for i in range(n) if result.verdicts.get(i))
+        # a load error means no test ran: no verdict counts (the judge writes none after one)
+        passed = 0 if result.load_error else sum(1 for i in range(n) if result.verdicts.get(i))
         if result.load_error:
             reason = f"load_error: {result.load_error}"
         elif result.reason:
@@ -493,6 +494,8 @@ def score_code_many(
     One completion cannot fail the others: a text longer than MAX_TEXT_CHARS scores 0 unread ("too_long"), and an
     unexpected exception while extracting, planning, running or judging one completion scores it 0 with reason
     "grader_error" and the exception (rolecast.scoring logs it and stops the run when most of a batch fails so).
+    Completions whose programs are the same text against equal tests are graded by one sandbox run (each gets
+    its own copy of that score), as rolecast.scoring scores a repeated completion once.
     Bad arguments (an unknown grader, tests the grader cannot run) still raise."""
     if len(texts) != len(tests_list):
         raise ValueError(f"score_code_many: {len(texts)} texts but {len(tests_list)} test sets")
@@ -512,9 +515,16 @@ def score_code_many(
             except Exception as e:  # noqa: BLE001 - the belt: one completion's text never fails the batch
                 scores[i] = grader_error(e)
     jobs: dict[int, Job] = {}
+    first: dict[tuple[str, CodeTests], int] = {}  # (program, tests) -> the completion whose job grades it
+    same: dict[int, int] = {}  # a completion -> the earlier one with the same program and tests
     for i, program in enumerate(programs):
         if scores[i] is not None or not (program and program.strip()):
             continue
+        key = (program, tests_list[i])
+        if key in first:  # GRPO groups repeat programs: the same program against the same tests runs once
+            same[i] = first[key]
+            continue
+        first[key] = i
         try:
             jobs[i] = build_job(
                 program,
@@ -534,4 +544,6 @@ def score_code_many(
             scores[i] = judge(res, tests_list[i], partial=partial, program=programs[i], grader=grader)
         except Exception as e:  # noqa: BLE001 - as above (running and judging read what the program wrote)
             scores[i] = grader_error(e, programs[i])
+    for i, j in same.items():
+        scores[i] = scores[j]  # frozen: one Score for both
     return [s if s is not None else Score(0.0, None, "no_code") for s in scores]

@@ -15,7 +15,8 @@ script; :func:`sandbox_status` says which isolation this machine gives. The rest
 ``channel``     reading a run's outputs and result channel (capped, linear time)
 ``uids``        fresh uids per run (as root); cleaning up after a fallback run's uids
 ``cgroups``     the per-slot memory cgroups
-``pool``        the pool of slots; run_python
+``batch``       several jobs one after another in one container (bwrap as root): the host's side
+``pool``        the pool of slots (run_many batches where it may); run_python
 ``harness``     the trusted program that runs inside every sandbox (stdlib only, sent as a code object)
 ==============  ===========================================================================================
 
@@ -61,6 +62,13 @@ one pipe, and:
 - stdio/functional: forks one child per case; the harness (which never runs untrusted code) sends each
   case's captured stdout / JSON return value; the host compares them with the expected outputs, which never
   enter the sandbox.
+
+Batches (bwrap as root; ``SandboxPool(batch=...)``, default 32): ``run_many`` judges several jobs one after another
+in one container, its start-up paid once. The supervisor reads only the batch's head; per program it forks a member
+supervisor that reads that program's payload and runs it as a single job runs, capturing its output and verdicts
+into one record; then it kills and reaps every other process, has the program's uid clear /tmp and /dev/shm and
+checks them back to their start, and waits for the host (which reads the slot's OOM count) before the next. A
+program of a batch can read, leave or forge nothing of another's (docs/sandbox.md, "Batches").
 
 The supervisor then ends and reaps what is left inside the container. Outputs are read at most
 ``output_bytes`` per stream (then the run is killed, reason ``output_limit``), the result channel is parsed

@@ -88,6 +88,8 @@ def _parse_verdicts(buf: bytearray, out: JobResult, job: Job) -> bool:
 
 
 def _verdict_line(words: list[str], out: JobResult, job: Job) -> None:
+    if out.done:
+        return  # the judge writes nothing after `load` or `done`: what follows is not its verdicts
     if words[0] in ("pass", "fail") and len(words) in (2, 3) and words[1].isdigit():
         i = int(words[1])
         if i not in out.verdicts and i < len(job.tests):
@@ -103,26 +105,48 @@ def _verdict_line(words: list[str], out: JobResult, job: Job) -> None:
         out.done = True
 
 
+def next_frame(buf: bytearray) -> dict | None:
+    """The next complete "<len>\\n<marshal record>" frame of `buf` (consumed), None until one is complete. Frames are
+    written only by the trusted harness; ValueError when the bytes are not one."""
+    nl = buf.find(b"\n", 0, 24)
+    if nl < 0:
+        if len(buf) >= 24:
+            raise ValueError("not a frame")
+        return None
+    n = int(buf[:nl])
+    if len(buf) < nl + 1 + n:
+        return None
+    try:
+        msg = marshal.loads(bytes(buf[nl + 1 : nl + 1 + n]))
+    except (EOFError, TypeError) as e:
+        raise ValueError(f"not a record: {e}") from None
+    del buf[: nl + 1 + n]
+    if not isinstance(msg, dict):
+        raise ValueError("not a record")
+    return msg
+
+
+def case_result(msg: dict) -> CaseResult:
+    """A case's record as the harness sent it."""
+    return CaseResult(
+        rc=msg["rc"], stdout=msg["stdout"], stderr=msg["stderr"], value=msg.get("value"), reason=msg.get("reason")
+    )
+
+
 def _parse_frames(buf: bytearray, out: JobResult, job: Job) -> bool:
     """stdio/functional: "<len>\\n<marshal record>" frames, written only by the trusted harness parent."""
     while True:
-        nl = buf.find(b"\n", 0, 24)
-        if nl < 0:
-            if len(buf) >= 24:
-                out.reason = out.reason or "result_limit"
-                return True
+        try:
+            msg = next_frame(buf)
+        except ValueError:
+            out.reason = out.reason or "result_limit"
+            return True
+        if msg is None:
             return False
-        n = int(buf[:nl])
-        if len(buf) < nl + 1 + n:
-            return False
-        msg = marshal.loads(bytes(buf[nl + 1 : nl + 1 + n]))
-        del buf[: nl + 1 + n]
         if msg.get("done"):
             out.done = True
             continue
-        c = CaseResult(
-            rc=msg["rc"], stdout=msg["stdout"], stderr=msg["stderr"], value=msg.get("value"), reason=msg.get("reason")
-        )
+        c = case_result(msg)
         out.cases.append(c)
         if job.stop_on is not None and job.stop_on(len(out.cases) - 1, c):
             out.reason = out.reason or "stopped_early"

@@ -242,34 +242,13 @@ def _run(plan: _Plan) -> JobResult:
     argv = [plan.place.python, "-I", "-S", "-c", _BOOT, str(code_r), str(cand_r), str(judge_r), str(res_w)]
     if plan.mode == "bwrap":
         argv = _in_bwrap(argv, lim, fds, child_fds)
-    if plan.slot is not None:
-        try:
-            procs = plan.slot.begin((lim.memory_mb + _CG_HEADROOM_MB) << 20)
-        except OSError as e:
-            _abandon(fds, plan.place.tmpdir)
-            return JobResult(mode=job.mode, reason=f"sandbox_error: cgroup: {e}")
-        # the shell joins the job's cgroups, then becomes bwrap (or the fallback's python): all it starts is in them
-        join = " && ".join(f"echo $$ > {shlex.quote(p)}" for p in procs)
-        argv = ["/bin/sh", "-c", join + ' && exec "$@"', "sh", *argv]
     out = JobResult(mode=job.mode)
     t0 = time.monotonic()
-    try:
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            pass_fds=tuple(child_fds),
-            start_new_session=True,
-            cwd=plan.place.cwd if plan.mode == "fallback" else None,
-            env=plan.place.env,
-        )
-    except OSError as e:
+    proc = spawn(argv, lim, plan.slot, child_fds, plan.place.cwd if plan.mode == "fallback" else None, plan.place.env)
+    if isinstance(proc, str):
         _abandon(fds, plan.place.tmpdir)
-        out.reason = f"sandbox_error: {e}"
+        out.reason = f"sandbox_error: {proc}"
         return out
-    for fd in child_fds:
-        os.close(fd)
     sends = [(code_w, harness_code()), (cand_w, marshal.dumps(plan.payload))]
     if plan.judge is not None:
         sends.append((judge_w, marshal.dumps(plan.judge)))
@@ -285,6 +264,37 @@ def _run(plan: _Plan) -> JobResult:
             _clean_up_fallback(plan.place.tmpdir, plan.uids)
     _finish(out, proc, plan, t0)
     return out
+
+
+def spawn(
+    argv: list[str], lim: Limits, slot: Slot | None, child_fds: list[int], cwd: str | None, env: dict[str, str]
+) -> subprocess.Popen | str:
+    """Start `argv` (in `slot`'s memory cgroup, capped for `lim`) with `child_fds` passed and then closed here; the
+    process, or why it could not start."""
+    if slot is not None:
+        try:
+            procs = slot.begin((lim.memory_mb + _CG_HEADROOM_MB) << 20)
+        except OSError as e:
+            return f"cgroup: {e}"
+        # the shell joins the job's cgroups, then becomes bwrap (or the fallback's python): all it starts is in them
+        join = " && ".join(f"echo $$ > {shlex.quote(p)}" for p in procs)
+        argv = ["/bin/sh", "-c", join + ' && exec "$@"', "sh", *argv]
+    try:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            pass_fds=tuple(child_fds),
+            start_new_session=True,
+            cwd=cwd,
+            env=env,
+        )
+    except OSError as e:
+        return str(e)
+    for fd in child_fds:
+        os.close(fd)
+    return proc
 
 
 def _in_bwrap(argv: list[str], lim: Limits, fds: list[int], child_fds: list[int]) -> list[str]:

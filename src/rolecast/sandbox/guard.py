@@ -28,6 +28,11 @@ SECCOMP_DENY = {
     ),
     "other processes' memory": ("ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd", "kcmp"),
     "kernel keyrings": ("keyctl", "add_key", "request_key"),
+    # objects that outlive every process of a job inside its ipc namespace, shared by the programs of a batch
+    "SysV and POSIX message-queue IPC": (
+        "shmget", "shmat", "shmctl", "msgget", "msgsnd", "msgrcv", "msgctl", "semget", "semop", "semtimedop",
+        "semctl", "mq_open", "mq_unlink", "mq_timedsend", "mq_timedreceive", "mq_notify", "mq_getsetattr",
+    ),
     "kernel attack surface": (
         "bpf", "perf_event_open", "userfaultfd", "io_uring_setup", "io_uring_enter", "io_uring_register",
         "open_by_handle_at", "name_to_handle_at", "lookup_dcookie", "fanotify_init", "uselib", "personality",

@@ -327,6 +327,9 @@ def _read_payload(fd: int) -> "dict[str, Any]":
 
 def _main() -> None:
     cand_fd, judge_fd, res_fd = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    if len(sys.argv) > 5:  # several programs, one after another (see "batches" below)
+        _batch_main(cand_fd, judge_fd, res_fd, int(sys.argv[5]))
+        return
     _open_oom_adj()  # while this process is still dumpable, so that its /proc files are its own to write
     if os.getuid() != 0:
         # one uid for every process here (no root to drop from): before anything is forked, so that the
@@ -471,9 +474,12 @@ def _set_limits(lim: "dict[str, Any]") -> None:
         resource.setrlimit(resource.RLIMIT_NPROC, (lim["nproc"], lim["nproc"]))
 
 
-def _start_program_and_judge(job: "dict[str, Any]", judge_fd: int, res_fd: int) -> "tuple[int, int]":
+def _start_program_and_judge(
+    job: "dict[str, Any]", judge_fd: int, res_fd: int, index: "int | None" = None
+) -> "tuple[int, int]":
     """asserts: fork the program's process (before the judge's payload has been read), then the judge;
-    (program's pid, judge's pid)."""
+    (program's pid, judge's pid). `index`: in a batch, the program's number (its judge reads that message of the
+    judges' stream, and keeps no other descriptor)."""
     _exit = os._exit
     req_r, req_w = os.pipe()
     rep_r, rep_w = os.pipe()
@@ -498,7 +504,9 @@ def _start_program_and_judge(job: "dict[str, Any]", judge_fd: int, res_fd: int) 
         try:
             _close_oom_adj()
             _set_own_limits(job["trusted_limits"], job["limits"]["cpu_s"] + 1)
-            _judge_process(judge_fd, req_w, rep_r, res_fd)
+            if index is not None:
+                _close_all_but({0, 1, 2, judge_fd, req_w, rep_r, res_fd})
+            _judge_process(judge_fd, req_w, rep_r, res_fd, index)
         finally:
             _exit(0)
     _oom_for_child(None)
@@ -507,8 +515,10 @@ def _start_program_and_judge(job: "dict[str, Any]", judge_fd: int, res_fd: int) 
     return cpid, jpid
 
 
-def _judge_process(judge_fd: int, req_fd: int, rep_fd: int, res_fd: int) -> None:
-    judge = _read_payload(judge_fd)
+def _judge_process(judge_fd: int, req_fd: int, rep_fd: int, res_fd: int, index: "int | None" = None) -> None:
+    judge = _read_payload(judge_fd) if index is None else _recv_indexed(judge_fd, index)
+    if judge is None:
+        return  # the batch's stream ended before this program's tests: no verdicts
     for m in judge["tracked"]:  # the tests' modules, before the uid drop (an unreadable interpreter)
         try:
             __import__(m)
@@ -523,8 +533,13 @@ def _judge_process(judge_fd: int, req_fd: int, rep_fd: int, res_fd: int) -> None
 # stdio / functional: one child per case
 
 
-def _run_cases(job: "dict[str, Any]", res_fd: int) -> None:
+def _run_cases(job: "dict[str, Any]", res_fd: int, tag: "dict[str, int] | None" = None, stop: "Any" = None) -> None:
+    """One child per case, its record on the result channel. In a batch: each record carries `tag` (the program's
+    number), and `stop()` is asked before each case after the first (the host has seen enough)."""
+    tag = tag or {}
     for i, case in enumerate(job["cases"]):
+        if i and stop is not None and stop():
+            break
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         val_r, val_w = os.pipe()
@@ -538,8 +553,8 @@ def _run_cases(job: "dict[str, Any]", res_fd: int) -> None:
             os.close(fd)
         pipes = {"stdout": out_r, "stderr": err_r, "value": val_r}
         got, st, reason = _wait_child(pid, job["case_timeout_s"], pipes, job["limits"]["output_bytes"])
-        _send_result(res_fd, _case_record(i, job, got, st, reason))
-    _send_result(res_fd, {"done": True})
+        _send_result(res_fd, {**_case_record(i, job, got, st, reason), **tag})
+    _send_result(res_fd, {"done": True, **tag})
 
 
 def _stdin_file(text: str) -> int:
@@ -1005,7 +1020,7 @@ def _judge(job: "dict[str, Any]", req_fd: int, rep_fd: int, res_fd: int) -> None
     try:
         pins = _pins(job["prelude"], job["pinned"], job["provided"])
     except BaseException as e:
-        rep("load " + type(e).__name__)
+        rep(_load_line(type(e).__name__))
         return
     modules = {n: sys.modules[n] for n in job["tracked"] if n in sys.modules}
     ask, answer = _connect(req_fd, rep_fd, _by_name(modules, bdict))
@@ -1016,7 +1031,7 @@ def _judge(job: "dict[str, Any]", req_fd: int, rep_fd: int, res_fd: int) -> None
     except (EOFError, OSError, ValueLimit):
         return  # the program's process is gone before any test ran: no verdicts
     if ready[:1] == b"l":
-        rep("load " + ready[1:].decode("ascii", "replace"))
+        rep(_load_line(ready[1:].decode("ascii", "replace")))
         return
     if ready != b"r":
         return
@@ -1031,9 +1046,17 @@ def _judge(job: "dict[str, Any]", req_fd: int, rep_fd: int, res_fd: int) -> None
         rep("stop value_limit")
         return
     except BaseException as e:
-        rep("load " + type(e).__name__)
+        rep(_load_line(type(e).__name__))
         return
     _run_tests(job["tests"], ns, rep)
+
+
+def _load_line(name: str) -> str:
+    """The `load` line for the exception `name`: the name comes from the program's process (its own answer to
+    loading, any text), so only an identifier is written; anything else (a newline followed by verdicts) is
+    `malformed`."""
+    ok = name.isascii() and name.isidentifier() and len(name) <= 100
+    return "load " + (name if ok else "malformed")
 
 
 def _pins(prelude: str, pinned: str, provided: "Any") -> "dict[str, Any]":
@@ -1296,6 +1319,295 @@ def _run_tests(tests: "list[Any]", ns: "dict[str, Any]", rep: "Any") -> None:
             verdict = f"fail {i}"
         rep(verdict)
     rep("done")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# batches: several programs judged one after another in one container (as root; rolecast.sandbox.batch)
+#
+# The supervisor (pid 1) reads only the batch's head (how many programs, their uids and deadlines), never a
+# program, its tests or anything a program sent. For each program it forks a member supervisor, which reads that
+# program's payload from the programs' stream and runs it exactly as a single job runs (the program's process,
+# then the judge, which reads its own message of the judges' stream; or one child per case), capturing the
+# program's output and the judge's verdicts itself and sending one record of them on the result channel. Then
+# the supervisor ends every other process of the container, has the program's uid remove what it left in /tmp and
+# /dev/shm, checks that both are back to their state at the start (inodes and blocks), writes "end" and waits
+# for the host's go-ahead (the host reads the slot's OOM count in between). A member that overruns its deadline,
+# or scratch space that cannot be restored, ends the batch: the host runs the programs left in a new container.
+
+
+def _recv_frame(fd: int) -> bytes:
+    """One length-prefixed message of a stream the host writes (trusted: no cap but the payload's own)."""
+    return _recv_exact(fd, int.from_bytes(_recv_exact(fd, 4), "big"))
+
+
+def _recv_indexed(fd: int, index: int) -> "dict[str, Any] | None":
+    """Program `index`'s message of a batch's stream; earlier ones a member never read are skipped. None when
+    the stream ends first."""
+    while True:
+        try:
+            msg: dict[str, Any] = marshal.loads(_recv_frame(fd))
+        except (EOFError, OSError, ValueError):
+            return None
+        if msg.get("index") == index:
+            return msg
+        if msg.get("index", -1) > index:
+            return None
+
+
+def _close_all_but(keep: "set[int]") -> None:
+    lo = 0
+    for fd in sorted(keep):
+        if lo < fd:  # never an empty range: os.closerange(0, 0) closes every descriptor (CPython 3.11)
+            os.closerange(lo, fd)
+        lo = fd + 1
+    os.closerange(lo, 1024)
+
+
+_SCRATCH = ("/tmp", "/dev/shm")
+
+
+def _scratch_state() -> "tuple[int, ...]":
+    """Free inodes and blocks of the container's /tmp and /dev/shm (tmpfs): equal to the batch's start exactly
+    when nothing is left in them."""
+    out: list[int] = []
+    for d in _SCRATCH:
+        try:
+            v = os.statvfs(d)
+            out += [v.f_ffree, v.f_bfree]
+        except OSError:
+            out += [-1, -1]
+    return tuple(out)
+
+
+def _batch_main(cand_fd: int, judge_fd: int, res_fd: int, ctl_fd: int) -> None:
+    _open_oom_adj()
+    if os.getuid() != 0:
+        _no_dump()  # as in a single job (the host batches only as root, where every program has its own uids)
+    head: dict[str, Any] = marshal.loads(_recv_frame(cand_fd))
+    _set_own_limits(head["trusted_limits"], head["trusted_limits"]["supervisor_cpu_s"])
+    sys.path.extend(head["sys_path"])
+    _install_exit()
+    _preload(head)  # what the members would each import (nothing of a program's: its modules are imported by it)
+    start = _scratch_state()
+    for i, (deadline_s, uids) in enumerate(zip(head["deadlines"], head["uids"], strict=True)):
+        pid = os.fork()
+        if pid == 0:
+            try:
+                _batch_member(i, cand_fd, judge_fd, res_fd, ctl_fd)
+            finally:
+                os._exit(0)
+        on_time = _wait_member(pid, deadline_s)
+        gone = _reap_all()
+        clean = on_time and gone and _restore_scratch(start, uids, head["cleanup_s"])
+        _send_result(res_fd, {"end": i, "clean": clean, "overran": not on_time})
+        if not clean or not _go_ahead(ctl_fd):
+            return  # the container ends with us; the host runs what is left elsewhere
+
+
+def _wait_member(pid: int, deadline_s: float) -> bool:
+    """Wait for a member supervisor; False (and it killed) when it overran `deadline_s`."""
+    pidfd = os.pidfd_open(pid)
+    try:
+        ready, _, _ = select.select([pidfd], [], [], deadline_s)
+    finally:
+        os.close(pidfd)
+    if not ready:
+        try:
+            os.kill(pid, _SIGKILL)
+        except OSError:
+            pass
+    os.waitpid(pid, 0)
+    return bool(ready)
+
+
+def _reap_all(within_s: float = 2.0) -> bool:
+    """Kill every process of the container but this one (its init) and reap them; True when none is left."""
+    end = time.monotonic() + within_s
+    while True:
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0] > 0:
+                pass
+        except ChildProcessError:
+            pass
+        if not [p for p in os.listdir("/proc") if p.isdigit() and p != "1"]:
+            return True
+        if time.monotonic() > end:
+            return False
+        try:
+            os.kill(-1, _SIGKILL)
+        except OSError:
+            pass
+        time.sleep(0.001)
+
+
+def _restore_scratch(start: "tuple[int, ...]", uids: "Any", within_s: float) -> bool:
+    """Have the program's uid (then the judge's) remove what it left in /tmp and /dev/shm, in a child that reads
+    the names (this process never does); True when both are back to `start`."""
+    for uid in uids:
+        if _scratch_state() == start:
+            return True
+        pid = os.fork()
+        if pid == 0:
+            try:
+                _close_oom_adj()
+                _close_all_but({0, 1, 2})
+                _drop(uid)
+                for d in _SCRATCH:
+                    _remove_tree_of(d, uid)
+            finally:
+                os._exit(0)
+        _wait_member(pid, within_s)
+    return _scratch_state() == start
+
+
+def _remove_tree_of(top: str, uid: "int | None") -> None:
+    """Remove the entries of `top` that `uid` owns, with everything below them (iteratively: no depth limit)."""
+    stack = []
+    try:
+        with os.scandir(top) as it:
+            stack = [e.path for e in it if uid is None or e.stat(follow_symlinks=False).st_uid == uid]
+    except OSError:
+        return
+    dirs: list[str] = []
+    while stack:
+        p = stack.pop()
+        try:
+            if os.path.isdir(p) and not os.path.islink(p):
+                os.chmod(p, 0o700)
+                dirs.append(p)
+                with os.scandir(p) as it:
+                    stack.extend(e.path for e in it)
+            else:
+                os.unlink(p)
+        except OSError:
+            pass
+    for d in reversed(dirs):
+        try:
+            os.rmdir(d)
+        except OSError:
+            pass
+
+
+def _go_ahead(ctl_fd: int) -> bool:
+    """Wait for the host's "n" (it has read the slot's OOM count); "s" bytes (a stop that came late) are
+    skipped. False when the host closed the channel."""
+    while True:
+        try:
+            b = os.read(ctl_fd, 64)
+        except OSError:
+            return False
+        if not b:
+            return False
+        if b"n" in b:
+            return True
+
+
+def _batch_member(i: int, cand_fd: int, judge_fd: int, res_fd: int, ctl_fd: int) -> None:
+    """Program `i` of a batch, as a single job runs it, in a process of its own (forked from the supervisor
+    before anything of the program was read)."""
+    _close_oom_adj()
+    _open_oom_adj()  # this process's own (as root its /proc files are its own to write)
+    job = _recv_indexed(cand_fd, i)
+    os.close(cand_fd)
+    if job is None:
+        return
+    _set_own_limits(job["trusted_limits"], job["trusted_limits"]["supervisor_cpu_s"])
+    _preload(job)
+    if job["mode"] == "asserts":
+        _batch_asserts(i, job, judge_fd, res_fd)
+        return
+    os.close(judge_fd)
+
+    def stop() -> bool:  # the host's "s": it has seen enough of this program's cases
+        ready, _, _ = select.select([ctl_fd], [], [], 0)
+        return bool(ready) and b"s" in os.read(ctl_fd, 64)
+
+    _run_cases(job, res_fd, {"i": i}, stop)
+
+
+def _batch_asserts(i: int, job: "dict[str, Any]", judge_fd: int, res_fd: int) -> None:
+    """The program's process and the judge, as in a single job; their output and verdicts captured here (capped,
+    within the job's time) and sent as one record."""
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    ver_r, ver_w = os.pipe()
+    os.dup2(out_w, 1)  # the program's process and the judge inherit these as stdout and stderr
+    os.dup2(err_w, 2)
+    os.close(out_w)
+    os.close(err_w)
+    cap, ver_cap = job["limits"]["output_bytes"], job["result_cap"]
+    end = time.monotonic() + job["timeout_s"]
+    cpid, jpid = _start_program_and_judge(job, judge_fd, ver_w, i)  # closes judge_fd and ver_w here
+    null = os.open("/dev/null", os.O_WRONLY)
+    os.dup2(null, 1)  # ours closed: the pipes end when the program's processes do
+    os.dup2(null, 2)
+    os.close(null)
+    pipes = {"stdout": out_r, "stderr": err_r, "verdicts": ver_r}
+    got = {k: bytearray() for k in pipes}
+    reason = _pump_judged(jpid, pipes, got, {"stdout": cap, "stderr": cap, "verdicts": ver_cap}, end)
+    for pid in (cpid, jpid):
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass
+    record = {"i": i, "reason": reason, "verdicts": bytes(got["verdicts"])}
+    record.update(stdout=bytes(got["stdout"]), stderr=bytes(got["stderr"]))
+    _send_result(res_fd, record)
+
+
+_EXIT_GRACE_S = 0.25  # after the judge: time for the program's process to flush its output and exit
+
+
+def _pump_judged(
+    jpid: int, pipes: "dict[str, int]", got: "dict[str, bytearray]", caps: "dict[str, int]", end: float
+) -> "str | None":
+    """Read the pipes into `got` until the judge has exited and the pipes closed (the program's process gets
+    _EXIT_GRACE_S after the judge), the deadline `end` passes ("timeout") or a pipe passes its cap
+    ("output_limit", "result_limit" for the verdicts); then kill every other process of the container and read
+    what is left. The reason, or None."""
+    open_fds = {fd: k for k, fd in pipes.items()}
+    pidfd = os.pidfd_open(jpid)
+    judged = False
+    reason = None
+    while open_fds and reason is None:
+        left = end - time.monotonic()
+        if left <= 0:
+            reason = None if judged else "timeout"
+            break
+        ready, _, _ = select.select(list(open_fds) + ([] if judged else [pidfd]), [], [], left)
+        for fd in ready:
+            if fd == pidfd:
+                judged = True
+                end = min(end, time.monotonic() + _EXIT_GRACE_S)
+                continue
+            reason = _pump_one(fd, open_fds, got, caps) or reason
+    os.close(pidfd)
+    try:
+        os.kill(-1, _SIGKILL)  # every process of the container but its init and this one
+    except OSError:
+        pass
+    while open_fds and reason is None:  # what they wrote before they died (EOF once all are gone)
+        ready, _, _ = select.select(list(open_fds), [], [], 1.0)
+        if not ready:
+            break
+        for fd in ready:
+            reason = _pump_one(fd, open_fds, got, caps) or reason
+    for fd in pipes.values():
+        os.close(fd)
+    return reason
+
+
+def _pump_one(fd: int, open_fds: "dict[int, str]", got: "dict[str, bytearray]", caps: "dict[str, int]") -> "str | None":
+    b = os.read(fd, 65536)
+    k = open_fds[fd]
+    if not b:
+        del open_fds[fd]
+        return None
+    got[k] += b
+    if len(got[k]) > caps[k]:
+        del got[k][caps[k] :]
+        return "result_limit" if k == "verdicts" else "output_limit"
+    return None
 
 
 if __name__ == "__rolecast_harness__":  # run by the host's boot line, in a namespace of its own
