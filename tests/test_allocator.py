@@ -1,7 +1,8 @@
 """core/allocator.py: malloc keeps freed memory, so a CPU training step stops faulting fresh pages in.
 
 Each case runs in its own process (the settings are process-wide and cannot be undone) and counts the minor page
-faults of five forward + backward passes of a testbed-shaped model, after one warm-up pass."""
+faults of five forward + backward passes of a testbed-shaped model, after three warm-up passes (with freed memory
+kept, the heap reaches its working size in the second pass; measuring from there made the margin depend on the machine)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ ids = torch.randint(3, 2000, (64, 40))
 def step():
     model(input_ids=ids).logits.logsumexp(-1).mean().backward()
     return float(next(model.parameters()).grad.abs().sum())
-step()
+for _ in range(3):  # the kept heap grows to its working size over the first two steps
+    step()
 before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 grads = [step() for _ in range(5)]
 print(applied, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before, repr(grads[-1]))
@@ -50,8 +52,8 @@ def test_kept_memory_means_far_fewer_page_faults_and_the_same_numbers():
     _, faults_default, grad_default = _run("off")
     applied, faults_kept, grad_kept = _run("on")
     assert applied == "True"
-    # ~23,000 faults for the five steps' fresh pages by default, ~5,500 with freed memory kept (measured here)
-    assert faults_kept * 2 < faults_default
+    # measured here: ~30,000-90,000 faults for the five steps' fresh pages by default, ~1,000-3,000 with memory kept
+    assert faults_kept * 4 < faults_default
     assert grad_kept == grad_default  # where the memory comes from changes no number
 
 
