@@ -65,7 +65,7 @@ from rolecast.diagnostics.precursors import (
 from rolecast.diagnostics.signatures import Alert
 from rolecast.evaluation import CANARY_SEED_STREAM, canary_plan
 from rolecast.policies.models import PolicySet, base_model
-from rolecast.rollout.engine import run_episodes, step_seed
+from rolecast.rollout.engine import step_seed
 from rolecast.runtime import Runtime
 from rolecast.scoring import score_episodes
 from rolecast.tasks.base import Problem
@@ -169,15 +169,10 @@ class Precursors:
         self._check_head()
         seed = step_seed(cfg.seed, 0, PROBE_SEED_STREAM)
         problems = random.Random(seed).sample(list(train_pool), min(s.probe_problems, len(train_pool)))
-        runtime.backend.reseed(seed)
-        episodes = run_episodes(
-            runtime.spec,
+        episodes = runtime.rollouts(
             problems,
             cfg.train.group_size,
-            task=runtime.task,
-            prompts=runtime.prompts,
-            router=runtime.routing,
-            backend=runtime.backend,
+            seed=seed,
             options=cfg.workflow.options,
             max_prompt_tokens=cfg.rollout.max_prompt_tokens,
         )
