@@ -49,6 +49,7 @@ from rolecast.report.html import CellView, collect_map
 from rolecast.report.labs import band as _band
 from rolecast.report.labs import collect_sweep, curve_point, mean, point_record, seed_pairs
 from rolecast.report.labs import seeds_text as _seeds_text
+from rolecast.report.plots import draw_lr_lines, lr_lines
 
 TRAIN_DROP = 0.15
 
@@ -341,21 +342,12 @@ def _lr_value(label: Any) -> float:
 # Figures
 
 
-LrLine = tuple[list[str], list[int], list[float], str, int]  # labels, steps, lrs, arm, policy index
-
-
-def _lr_lines(runs: list[tuple[str, dict[str, Any]]]) -> list[LrLine]:
-    """Each arm's policies' lr per step (from its first seed), the lines that coincide merged into one."""
-    from rolecast.report import style
-
-    series: dict[str, tuple[list[int], list[float]]] = {}
-    where: dict[str, tuple[str, int]] = {}
-    for arm, r0 in runs:
-        for k, (pid, lrs) in enumerate(sorted(r0["lrs"].items())):
-            name = arm if len(r0["lrs"]) == 1 else f"{arm}: {pid}"
-            series[name] = (list(range(1, len(lrs) + 1)), [math.nan if v is None else float(v) for v in lrs])
-            where[name] = (arm, k)
-    return [(labels, xs, ys, *where[labels[0]]) for labels, xs, ys in style.merge_identical(series)]
+def _lr_series(run: dict[str, Any]) -> dict[str, tuple[list[int], list[float]]]:
+    """A run record's lr per policy and step (steps 1..n)."""
+    return {
+        pid: (list(range(1, len(lrs) + 1)), [math.nan if v is None else float(v) for v in lrs])
+        for pid, lrs in run["lrs"].items()
+    }
 
 
 def _arm_runs(recs: list[dict[str, Any]], wf: str, lr: str, arms: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
@@ -374,7 +366,10 @@ def lab_figure(recs: list[dict[str, Any]], lr: str, arms: Sequence[str]) -> Any:
         return None
     colors = {arm: f"C{i}" for i, arm in enumerate(arms)}
     by_wf = {wf: _arm_runs(recs, wf, lr, arms) for wf in workflows}
-    lines = {wf: _lr_lines([(a, min(rs, key=lambda r: r["seed"])) for a, rs in by_wf[wf].items()]) for wf in workflows}
+    lines = {  # each arm's policies' lr from its first seed (every seed trains on the same schedule)
+        wf: lr_lines({a: _lr_series(min(rs, key=lambda r: r["seed"])) for a, rs in by_wf[wf].items()})
+        for wf in workflows
+    }
     # room under the panels for the tallest lr legend (its wrapped lines) and the arms' legend
     legend_lines = max(
         sum(len(style.legend_label(style.coincide_label(ln[0], "same lr"))) for ln in lines[wf]) for wf in workflows
@@ -391,15 +386,7 @@ def lab_figure(recs: list[dict[str, Any]], lr: str, arms: Sequence[str]) -> Any:
                 (handles[arm],) = ax.plot(steps, [band[s][0] for s in steps], marker="o", ms=3.5, color=colors[arm])
                 style.band(ax, steps, [band[s][1] for s in steps], [band[s][2] for s in steps], colors[arm])
                 seeds[arm].add(len(rs))
-            for labels, xs, ys, arm, k in lines[wf]:
-                lax.plot(
-                    xs,
-                    ys,
-                    color=colors[arm],
-                    ls=("-", "--", ":")[k % 3],
-                    lw=1.4,
-                    label=style.coincide_label(labels, "same lr"),
-                )
+            draw_lr_lines(lax, lines[wf], colors)
             ax.set_title(wf, fontsize=style.FONT)
             style.bound(ax)
             style.sci_axis(lax)

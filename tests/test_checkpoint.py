@@ -22,6 +22,7 @@ from rolecast.training.checkpoint import (
     latest_step,
     list_checkpoints,
     load_checkpoint,
+    required_entry,
     restore_rng_state,
     save_checkpoint,
 )
@@ -339,3 +340,12 @@ def test_tied_and_repeated_tensors_are_written_once_and_read_back_bit_for_bit(tm
     path = tmp_path / "checkpoints" / "step_1" / "policy%2Fp.safetensors"
     unique_bytes = (256 * 64 + 64 * 8 + 64 * 8 + 8 * 64) * 4 + 5 * 8 + 256 * 64 * 2
     assert unique_bytes < path.stat().st_size < unique_bytes + 4096
+
+
+def test_a_missing_entry_is_named_with_the_entries_of_its_kind_the_checkpoint_holds():
+    state = {"policy/a": {}, "optim/a": {}, "sched/a": {}, "rng": {}}
+    assert required_entry(state, "optim/a", "optim/") == {}
+    with pytest.raises(CheckpointError, match=r"no 'policy/b' entry \(it holds \['policy/a'\]\)"):
+        required_entry(state, "policy/b")
+    with pytest.raises(CheckpointError, match=r"no 'sched/b' entry \(it holds \['optim/a'\]\); was it written by"):
+        required_entry(state, "sched/b", "optim/")

@@ -13,6 +13,10 @@ from rolecast.core.errors import ConfigError
 from rolecast.core.metric_keys import PrecursorKey, parse_precursor_key, precursor_key
 from rolecast.diagnostics.intervals import clopper_pearson, poisson_interval
 from rolecast.diagnostics.precursors import (
+    DERIVED_EACH_STEP,
+    LOGGED,
+    MEASURED_EACH_STEP,
+    MEASURED_PERIODICALLY,
     PRECURSORS,
     LabelledRun,
     ProbeSums,
@@ -133,6 +137,14 @@ def test_series_from_metric_rows_and_the_any_subject_rule():
     assert run_series(series, "above") == [(1, 0.03), (2, 0.05), (3, 0.02)]  # the largest at each step
     assert run_series(series, "below") == [(1, 0.01), (2, 0.05), (3, 0.02)]
     assert run_series(series, "above", subject="a") == [(1, 0.01), (2, 0.05)]
+
+
+def test_the_logged_precursors_are_the_ones_the_loop_measures():
+    """config/validate.py refuses a user precursor named like a built-in one by these lists alone."""
+    measured = set(MEASURED_PERIODICALLY) | set(MEASURED_EACH_STEP)
+    assert {name for name, _, _ in LOGGED} == measured
+    assert len(measured) == len(MEASURED_PERIODICALLY) + len(MEASURED_EACH_STEP)
+    assert not measured & set(DERIVED_EACH_STEP) and all(n in PRECURSORS for n in DERIVED_EACH_STEP)
 
 
 def test_entropy_slope_is_derived_from_the_logged_role_entropy():

@@ -18,8 +18,8 @@ from rolecast.config.load import load_config, parse_override, profile_lines
 from rolecast.config.schema import dump_config
 from rolecast.core.errors import ConfigError
 from rolecast.core.quiet import quiet_libraries
-from rolecast.core.rundir import CONFIG, EVAL, RunPaths, read_jsonl
-from rolecast.core.writable import check_writable_dir
+from rolecast.core.rundir import CONFIG, EVAL, REPORT, RunPaths, read_jsonl
+from rolecast.core.writable import check_writable_dir, check_writable_file
 from rolecast.envinfo import collect_env, format_env
 from rolecast.evaluate_cli import evaluate_steps
 from rolecast.export import export_run
@@ -217,9 +217,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         return 2
     if args.out:
         out = Path(args.out)
-        if out.is_dir():
-            raise ConfigError(f"--out {out} is a directory; give the HTML file to write (e.g. {out / 'report.html'})")
-        check_writable_dir(out.parent, f"--out {out}")
+        check_writable_file(out, f"--out {out}", "the HTML file to write", REPORT)
     else:
         check_writable_dir(args.runs_dir, f"report {args.runs_dir}")  # the default: RUNS_DIR/report.html
     _print_report(args.runs_dir, args.out)

@@ -11,9 +11,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from rolecast.config import RunConfig
-from rolecast.core.errors import CheckpointError, RunDirError
+from rolecast.core.errors import CheckpointError
 from rolecast.core.rundir import EVAL
-from rolecast.core.writable import check_writable_dir
+from rolecast.core.writable import check_writable_file
 from rolecast.evaluation import EvalResult, append_eval_row, eval_key, eval_plan
 from rolecast.runtime import build_runtime
 from rolecast.training.checkpoint import list_checkpoints, load_checkpoint, restore_policies
@@ -56,9 +56,7 @@ def evaluate_steps(
     run_dir = Path(checkpoint) if checkpoint else None
     out_path = Path(out) if out else (run_dir or Path("runs")) / EVAL
     what = f"--out {out_path}" if out else str(out_path)
-    if out_path.is_dir():
-        raise RunDirError(f"{what} is a directory; give the file to append the rows to (e.g. {out_path / EVAL})")
-    check_writable_dir(out_path.parent, what)
+    check_writable_file(out_path, what, "the file to append the rows to", EVAL)
     rt = build_runtime(cfg, data_splits=[cfg.task.eval_split])
     problems = list(rt.task.problems(cfg.task.eval_split))[: size or cfg.eval.size]
     if not problems:

@@ -12,12 +12,13 @@ import torch
 from rolecast.config import RunConfig
 from rolecast.core.allocator import keep_freed_memory
 from rolecast.core.devices import resolve_device, resolve_dtype, resolve_mixed_adapters
+from rolecast.core.episode import Episode
 from rolecast.core.errors import ConfigError, DatasetError, SandboxUnavailable, UserError
 from rolecast.evaluation import EvalPlan, EvalResult, evaluate
 from rolecast.policies.models import PolicySet, load_tokenizer
 from rolecast.policies.router import Routing, routing_for
 from rolecast.prompts import PromptBook
-from rolecast.rollout.engine import Backend
+from rolecast.rollout.engine import Backend, RolloutStats, run_episodes
 from rolecast.rollout.hf import HFBackend
 from rolecast.rollout.vllm_backend import VLLMBackend
 from rolecast.sandbox import UNISOLATED_HELP, sandbox_status
@@ -37,6 +38,33 @@ class Runtime:
     tokenizer: Any
     policies: PolicySet
     backend: Backend
+
+    def rollouts(
+        self,
+        problems: Sequence[Problem],
+        samples: int,
+        *,
+        seed: int,
+        options: dict[str, Any],
+        max_prompt_tokens: int | None,
+        stats: RolloutStats | None = None,
+    ) -> list[Episode]:
+        """This runtime's workflow `samples` times on each problem at the backend's own sampling, the backend
+        reseeded with `seed` first (a training step's rollouts, the precursors' probe batch); `rollout.engine.
+        run_episodes` says the rest."""
+        self.backend.reseed(seed)
+        return run_episodes(
+            self.spec,
+            problems,
+            samples,
+            task=self.task,
+            prompts=self.prompts,
+            router=self.routing,
+            backend=self.backend,
+            options=options,
+            stats=stats,
+            max_prompt_tokens=max_prompt_tokens,
+        )
 
     def evaluate(
         self,

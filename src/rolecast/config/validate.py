@@ -32,7 +32,6 @@ from rolecast.core.errors import (
 from rolecast.core.registry import Registry
 from rolecast.diagnostics.precursors import (
     DERIVED_EACH_STEP,
-    LOGGED,
     MEASURED_EACH_STEP,
     MEASURED_PERIODICALLY,
     resolve_precursor,
@@ -246,10 +245,11 @@ def _check_precursors(cfg: RunConfig) -> None:
     """diagnostics.precursors.use: each precursor known (or a loadable function with its direction), named once
     and not one the loop computes anyway; interventions.rollback.precursors: each one this run computes."""
     pre, triggers = cfg.diagnostics.precursors, cfg.interventions.rollback.precursors
+    # the built-in precursors (the logged ones are the measured ones: tests/test_precursors.py)
     computed = set(MEASURED_PERIODICALLY) | set(MEASURED_EACH_STEP) | set(DERIVED_EACH_STEP)
     for i, u in enumerate(pre.use):
         field = f"diagnostics.precursors.use[{i}]"
-        if u.name in computed or u.name in {n for n, _, _ in LOGGED}:
+        if u.name in computed:
             raise FieldError(field, f"{u.name!r} is computed by the loop anyway (remove it from use)")
         try:
             p = resolve_precursor(u.name, u.direction)
@@ -257,7 +257,7 @@ def _check_precursors(cfg: RunConfig) -> None:
             raise FieldError(field, str(e)) from None
         except ConfigError as e:
             raise FieldError(field, str(e).removeprefix("precursor: ")) from None
-        if "/" in p.name or p.name in {n for n, _, _ in LOGGED} | computed:
+        if "/" in p.name or p.name in computed:
             raise FieldError(field, f"its name {p.name!r} must be one path segment and not a built-in precursor's")
     names = [u.name for u in pre.use]
     if len(set(names)) < len(names):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from rolecast.core.errors import RunDirError
 
-__all__ = ["check_writable_dir"]
+__all__ = ["check_writable_dir", "check_writable_file"]
 
 
 def check_writable_dir(directory: str | Path, what: str) -> None:
@@ -29,3 +29,13 @@ def check_writable_dir(directory: str | Path, what: str) -> None:
         where = "" if existing == directory else f" ({existing} would hold it)"
         raise RunDirError(f"{what}: {directory} cannot be written{where}: {e.strerror or e}") from None
     os.rmdir(probe)
+
+
+def check_writable_file(path: str | Path, what: str, give: str, name: str) -> None:
+    """Raise RunDirError("{what} is a directory; give {give} (e.g. {path}/{name})") when `path` is a directory
+    (`give`: what belongs there, e.g. "the HTML file to write"; `name`: the file's usual name), else check the
+    directory that will hold it as `check_writable_dir` does."""
+    path = Path(path)
+    if path.is_dir():
+        raise RunDirError(f"{what} is a directory; give {give} (e.g. {path / name})")
+    check_writable_dir(path.parent, what)

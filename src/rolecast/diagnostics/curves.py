@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from statistics import NormalDist
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from rolecast.core.rundir import EVAL
 
@@ -162,13 +162,12 @@ class Cliff:
     z: float
 
 
-# The cliff types (docs/analysis.md, "Cliff types"). The study's cliff is a rise then a terminal fall.
-FALL_AFTER_GAIN = "fall_after_gain"  # some evaluation significantly above the base, then the terminal-fall rule
-DECLINE_FROM_BASE = "decline_from_base"  # no evaluation significantly above the base; the end significantly below it
-FALL_WITHOUT_GAIN = "fall_without_gain"  # the terminal-fall rule, but neither a significant gain nor a decline
-NO_CLIFF = "none"
+# The cliff types (docs/analysis.md, "Cliff types"; `classify_cliff`), the study's cliff first:
+# fall_after_gain: some evaluation significantly above the base, then the terminal-fall rule (a rise, then a fall);
+# decline_from_base: no evaluation significantly above the base, and the end significantly below it;
+# fall_without_gain: the terminal-fall rule, but neither a significant gain nor a decline; none: no fall.
 CliffType = Literal["fall_after_gain", "decline_from_base", "fall_without_gain", "none"]
-CLIFF_TYPES: tuple[CliffType, ...] = ("fall_after_gain", "decline_from_base", "fall_without_gain", "none")
+CLIFF_TYPES: tuple[CliffType, ...] = get_args(CliffType)  # in that order
 
 
 @dataclass

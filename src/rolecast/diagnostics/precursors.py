@@ -299,34 +299,42 @@ def _number(v: Any) -> float | None:
     return float(v)
 
 
-def logged_series(rows: Sequence[MetricRow], name: str) -> dict[str, list[tuple[int, float]]]:
-    """Every logged precursor/.../<name> value by subject ("run", "<pid>", "<pid>/<role>"), in step order."""
+def series_by_subject(
+    rows: Sequence[MetricRow], subject_of: Callable[[str], str | None]
+) -> dict[str, list[tuple[int, float]]]:
+    """(step, value) of every finite number in the rows whose key `subject_of` maps to a subject (None: not one of
+    the series), by subject, in step order; rows without an integer step are skipped."""
     out: dict[str, list[tuple[int, float]]] = {}
     for row in rows:
         step = row.get("step")
         if not isinstance(step, int):
             continue
         for k, v in row.items():
-            pk = parse_precursor_key(k)
-            if pk is None or pk.name != name or (x := _number(v)) is None:
+            subject = subject_of(k)
+            if subject is None or (x := _number(v)) is None:
                 continue
-            out.setdefault(pk.subject, []).append((step, x))
+            out.setdefault(subject, []).append((step, x))
     return {s: sorted(pts) for s, pts in out.items()}
+
+
+def logged_series(rows: Sequence[MetricRow], name: str) -> dict[str, list[tuple[int, float]]]:
+    """Every logged precursor/.../<name> value by subject ("run", "<pid>", "<pid>/<role>"), in step order."""
+
+    def subject(key: str) -> str | None:
+        pk = parse_precursor_key(key)
+        return pk.subject if pk is not None and pk.name == name else None
+
+    return series_by_subject(rows, subject)
 
 
 def role_stat_series(rows: Sequence[MetricRow], stat: str) -> dict[str, list[tuple[int, float]]]:
     """role/<role>/<stat> by role, in step order (e.g. the entropy the trainer logs for every role)."""
-    out: dict[str, list[tuple[int, float]]] = {}
-    for row in rows:
-        step = row.get("step")
-        if not isinstance(step, int):
-            continue
-        for k, v in row.items():
-            rk = parse_role_key(k)
-            if rk is None or rk.stat != stat or (x := _number(v)) is None:
-                continue
-            out.setdefault(rk.role, []).append((step, x))
-    return {s: sorted(pts) for s, pts in out.items()}
+
+    def role(key: str) -> str | None:
+        rk = parse_role_key(key)
+        return rk.role if rk is not None and rk.stat == stat else None
+
+    return series_by_subject(rows, role)
 
 
 def windowed_slopes(points: Series, window: int) -> list[tuple[int, float]]:

@@ -188,9 +188,14 @@ def _fail_fast_if_hub_unreachable(path: str) -> None:
         raise ModelNotFoundError(f"model.path: {problem}")
 
 
+def base_model(model: Any) -> Any:
+    """The transformers model under a PEFT wrapper (its adapters still in place), or `model` itself."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
 def cache_keyword(model: Any) -> str:
     """transformers 5 renamed `past_key_values` to `cache`; accept both."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base = base_model(model)
     return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
 
 

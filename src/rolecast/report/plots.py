@@ -258,6 +258,37 @@ def update_panels(updates: Mapping[str, Series]) -> list[LinePanel]:
 Band = dict[int, tuple[float, float, float]]
 
 
+# One line of an lr panel over arms: (the labels of the lines it draws, steps, lrs, the arm, the policy's index in it)
+LrLine = tuple[list[str], list[int], list[float], str, int]
+LR_DASHES = ("-", "--", ":", "-.")  # an arm's policies, by their index in it
+
+
+def lr_lines(lrs: Mapping[str, Series]) -> list[LrLine]:
+    """Each arm's policies' lr per step (`lrs`: arm -> policy id -> (steps, lrs)), a line named by the arm alone
+    when the arm has one policy, else "arm: pid"; lines that coincide merged into one (style.merge_identical)."""
+    series: Series = {}
+    where: dict[str, tuple[str, int]] = {}  # line -> (its arm, its policy's index in the arm)
+    for arm, by_pid in sorted(lrs.items()):
+        for k, (pid, v) in enumerate(sorted(by_pid.items())):
+            name = arm if len(by_pid) == 1 else f"{arm}: {pid}"
+            series[name] = v
+            where[name] = (arm, k)
+    return [(labels, xs, ys, *where[labels[0]]) for labels, xs, ys in style.merge_identical(series)]
+
+
+def draw_lr_lines(ax: Any, lines: Sequence[LrLine], colors: Mapping[str, Any]) -> None:
+    """The lr lines in their arm's colour, each policy of an arm its own dash, coinciding lines said."""
+    for labels, xs, ys, arm, k in lines:
+        ax.plot(
+            xs,
+            ys,
+            color=colors.get(arm),
+            ls=LR_DASHES[k % len(LR_DASHES)],
+            lw=1.4,
+            label=style.coincide_label(labels, "same lr"),
+        )
+
+
 def _band_label(mode: str, n: int | None) -> str:
     if not n:
         return mode
@@ -276,16 +307,10 @@ def draw_overlay(
     """One workflow's accuracy curves, one per sharing mode, each the mean over seeds with its 95% interval as a
     band (clipped to [0, 1]); under it, each mode's policies' lr per step (from one seed: every seed trains on
     the same schedule), lines that coincide drawn once."""
-    lr_series: Series = {}
-    line_mode: dict[str, tuple[str, int]] = {}  # lr line -> (its arm, its policy's index in the arm)
-    for mode, series in sorted((lrs or {}).items()):
-        for k, (pid, v) in enumerate(sorted(series.items())):
-            name = mode if len(series) == 1 else f"{mode}: {pid}"  # an arm of one policy: the arm alone
-            lr_series[name] = v
-            line_mode[name] = (mode, k)
-    constant = style.constant_note("lr", lr_series, "{:.2g}")
+    lines = lr_lines(lrs or {})
+    constant = style.constant_note("lr", {ln[0][0]: (ln[1], ln[2]) for ln in lines}, "{:.2g}")
     with style.fonts():
-        fig, axes = style.figure([1.7, 1.0] if lr_series and not constant else [1.7])
+        fig, axes = style.figure([1.7, 1.0] if lines and not constant else [1.7])
         ax = axes[0]
         colors: dict[str, Any] = {}
         means: Series = {mode: (sorted(b), [b[s][0] for s in sorted(b)]) for mode, b in bands.items()}
@@ -300,21 +325,11 @@ def draw_overlay(
         style.legend_outside(ax)
         if len(axes) > 1:
             lax = axes[1]
-            dashes = ("-", "--", ":", "-.")
-            for labels, xs, ys in style.merge_identical(lr_series):
-                mode, k = line_mode[labels[0]]
-                lax.plot(
-                    xs,
-                    ys,
-                    color=colors.get(mode),
-                    ls=dashes[k % len(dashes)],
-                    lw=1.4,
-                    label=style.coincide_label(labels, "same lr"),
-                )
+            draw_lr_lines(lax, lines, colors)
             style.ylabel(lax, "lr")
             style.sci_axis(lax)
             style.legend_outside(lax)
-        all_steps = [s for b in bands.values() for s in b] + [x for xs, _ in lr_series.values() for x in xs]
+        all_steps = [s for b in bands.values() for s in b] + [x for ln in lines for x in ln[1]]
         style.step_axis(axes, min(all_steps, default=0), max(all_steps, default=1))
         style.title(fig, title, constant or "")
         style.align(fig)

@@ -22,7 +22,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 from rolecast.core.episode import distinct_rows
-from rolecast.policies.models import PolicySet, cache_keyword
+from rolecast.policies.models import PolicySet, base_model, cache_keyword
 from rolecast.rollout import fast_qwen3
 from rolecast.rollout.engine import Generation, GenRequest, Sampling
 from rolecast.rollout.sampler import sample_tokens
@@ -380,7 +380,7 @@ def _decode_mask(model, prompt_mask: torch.Tensor, new_tokens: int, bool_4d: boo
     if bool(prompt_mask.all()):
         return None
     B, P = prompt_mask.shape
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base = base_model(model)
     if bool_4d or getattr(base.config, "_attn_implementation", None) == "sdpa":
         full = torch.ones((B, 1, 1, P + new_tokens), dtype=torch.bool, device=prompt_mask.device)
         full[:, 0, 0, :P] = prompt_mask.bool()

@@ -445,9 +445,11 @@ def trainer_state(step: int, policies: PolicySet, **trainer: Any) -> dict[str, A
     return state
 
 
-def _entry(state: Mapping[str, Any], key: str) -> Any:
+def required_entry(state: Mapping[str, Any], key: str, listed: str = "policy/") -> Any:
+    """The checkpoint entry `key`, or a CheckpointError naming it and the entries the checkpoint holds under
+    `listed` (the policies' weights, or e.g. "optim/" for the optimizers')."""
     if key not in state:
-        have = sorted(k for k in state if k.startswith("policy/"))
+        have = sorted(k for k in state if k.startswith(listed))
         raise CheckpointError(
             f"the checkpoint has no {key!r} entry (it holds {have}); was it written by a run with other policies?"
         )
@@ -458,7 +460,7 @@ def restore_policies(state: Mapping[str, Any], policies: PolicySet) -> None:
     """Load every policy's weights from a trainer checkpoint (what `rolecast eval --checkpoint` needs)."""
     for pid in policies.policy_ids:
         try:
-            policies.load_state_dict(pid, _entry(state, weights_entry(pid)))
+            policies.load_state_dict(pid, required_entry(state, weights_entry(pid)))
         except (ValueError, RuntimeError) as e:
             if isinstance(e, CheckpointError):
                 raise
@@ -468,5 +470,5 @@ def restore_policies(state: Mapping[str, Any], policies: PolicySet) -> None:
 def restore_trainer_state(state: Mapping[str, Any], policies: PolicySet) -> dict[str, Any]:
     """The inverse of `trainer_state`: weights and RNG. Returns the trainer entry ({"step": N, ...counters})."""
     restore_policies(state, policies)
-    restore_rng_state(_entry(state, "rng"))
-    return dict(_entry(state, "trainer"))
+    restore_rng_state(required_entry(state, "rng"))
+    return dict(required_entry(state, "trainer"))

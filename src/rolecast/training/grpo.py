@@ -34,7 +34,7 @@ from rolecast.core.rundir import CONFIG, EPISODES, EVAL, METRICS, RunPaths, read
 from rolecast.diagnostics.metrics import episode_metrics
 from rolecast.diagnostics.warnings import Alert, metric_entries
 from rolecast.evaluation import append_eval_row, eval_key, eval_plan
-from rolecast.rollout.engine import RolloutStats, run_episodes, step_seed
+from rolecast.rollout.engine import RolloutStats, step_seed
 from rolecast.runtime import Runtime, build_runtime
 from rolecast.scoring import assign_advantages, attribute, score_episodes
 from rolecast.tasks import make_task
@@ -316,19 +316,15 @@ class _Session:
     def rollouts(self, step: int, problems: list[Problem]) -> tuple[list[Episode], RolloutStats]:
         cfg, runtime, dist = self.cfg, self.runtime, self.dist
         # each process samples its share from its own stream, unless every prompt seeds its own samples
-        runtime.backend.reseed(step_seed(cfg.seed + (0 if cfg.rollout.seed_per_prompt else 7919 * dist.rank), step, 1))
+        seed = step_seed(cfg.seed + (0 if cfg.rollout.seed_per_prompt else 7919 * dist.rank), step, 1)
         rstats = RolloutStats()
-        episodes = run_episodes(
-            runtime.spec,
+        episodes = runtime.rollouts(
             dist.shard(problems),
             cfg.train.group_size,
-            task=runtime.task,
-            prompts=runtime.prompts,
-            router=runtime.routing,
-            backend=runtime.backend,
+            seed=seed,
             options=cfg.workflow.options,
-            stats=rstats,
             max_prompt_tokens=cfg.rollout.max_prompt_tokens,
+            stats=rstats,
         )
         return episodes, rstats
 

@@ -14,7 +14,7 @@ from transformers import DynamicCache
 
 from rolecast.core.episode import Turn
 from rolecast.objectives.head_logprobs import linear_logprobs, token_entropy, token_logprobs
-from rolecast.policies.models import cache_keyword
+from rolecast.policies.models import base_model, cache_keyword
 from rolecast.training.batching import Batch, collate, plan_micro_batches, to_device
 
 
@@ -71,7 +71,7 @@ def completion_logprobs(
     in one pass per chunk of positions, logits recomputed in backward); any other head module runs per chunk
     under activation checkpointing (`fused_head=False` forces that path, for tests and debugging)."""
     L = int(batch["L"])
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base = base_model(model)
     hidden = completion_hidden_states(base, batch)
     head = base.get_output_embeddings()
     scale = 1.0 / temperature if temperature > 0 else 1.0

@@ -28,8 +28,8 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR
 
 from rolecast.config.schema import TrainSettings
-from rolecast.core.errors import CheckpointError
 from rolecast.policies.models import PolicySet
+from rolecast.training.checkpoint import required_entry
 from rolecast.training.master_weights import MasterWeightAdamW, needs_master
 from rolecast.training.schedule import Factor, constant_factor, schedule_factor, warmup_cosine_factor
 
@@ -76,15 +76,6 @@ def build(optimizer: Optimizer, kind: str, warmup_steps: int, total_steps: int, 
     """The schedule `train.lr_schedule` names on `optimizer`: cosine | constant | verl_cosine | verl_constant."""
     factor: Factor = schedule_factor(kind, warmup_steps, total_steps, min_lr_ratio)
     return Schedule(optimizer, factor)
-
-
-def _entry(state: Mapping[str, Any], key: str) -> Any:
-    if key not in state:
-        have = sorted(k for k in state if k.startswith("optim/"))
-        raise CheckpointError(
-            f"the checkpoint has no {key!r} entry (it holds {have}); was it written by a run with other policies?"
-        )
-    return state[key]
 
 
 class PolicyOptimizers:
@@ -140,8 +131,8 @@ class PolicyOptimizers:
         """Restore the optimizers and schedules from a checkpoint (after the weights: master weights saved without
         masters start from them); the clock too, unless `keep_clock` (a rollback)."""
         for pid in self.optimizers:
-            self.optimizers[pid].load_state_dict(_entry(state, optimizer_entry(pid)))
-            self.schedules[pid].load_state_dict(_entry(state, schedule_entry(pid)))
+            self.optimizers[pid].load_state_dict(required_entry(state, optimizer_entry(pid), "optim/"))
+            self.schedules[pid].load_state_dict(required_entry(state, schedule_entry(pid), "optim/"))
         if not keep_clock:
             self.clock = int(state.get(LR_CLOCK, 0))
 

@@ -64,8 +64,8 @@ from rolecast.diagnostics.precursors import (
 )
 from rolecast.diagnostics.signatures import Alert
 from rolecast.evaluation import CANARY_SEED_STREAM, canary_plan
-from rolecast.policies.models import PolicySet
-from rolecast.rollout.engine import run_episodes, step_seed
+from rolecast.policies.models import PolicySet, base_model
+from rolecast.rollout.engine import step_seed
 from rolecast.runtime import Runtime
 from rolecast.scoring import score_episodes
 from rolecast.tasks.base import Problem
@@ -169,15 +169,10 @@ class Precursors:
         self._check_head()
         seed = step_seed(cfg.seed, 0, PROBE_SEED_STREAM)
         problems = random.Random(seed).sample(list(train_pool), min(s.probe_problems, len(train_pool)))
-        runtime.backend.reseed(seed)
-        episodes = run_episodes(
-            runtime.spec,
+        episodes = runtime.rollouts(
             problems,
             cfg.train.group_size,
-            task=runtime.task,
-            prompts=runtime.prompts,
-            router=runtime.routing,
-            backend=runtime.backend,
+            seed=seed,
             options=cfg.workflow.options,
             max_prompt_tokens=cfg.rollout.max_prompt_tokens,
         )
@@ -216,7 +211,7 @@ class Precursors:
     def _check_head(self) -> None:
         if self.policies.mode != "lora":
             return
-        head = _decoder_model(self.policies.models[self.policies.policy_ids[0]]).get_output_embeddings()
+        head = base_model(self.policies.models[self.policies.policy_ids[0]]).get_output_embeddings()
         if isinstance(head, LoraLayer):
             raise ConfigError(
                 "diagnostics.precursors: model.lora.target_modules puts an adapter on the output head; the KL to "
@@ -237,7 +232,7 @@ class Precursors:
         t1 = time.perf_counter()
         after = {str(i): p.detach() for i, p in enumerate(params)}
         self._pending[precursor_key("update_ratio", pid)] = update_to_weight_ratio(before, after)
-        head = _decoder_model(self.policies.models[pid]).get_output_embeddings().weight
+        head = base_model(self.policies.models[pid]).get_output_embeddings().weight
         i = next((str(i) for i, p in enumerate(params) if p is head), None)
         if i is not None:  # a head the policy does not train (LoRA) logs nothing
             self._pending[precursor_key("head_update_ratio", pid)] = update_ratio(before[i], after[i])
@@ -397,13 +392,9 @@ class Precursors:
         self.rows = [r for r in read_jsonl(run_dir / METRICS) if 0 < r.get("step", 0) <= start]
 
 
-def _decoder_model(model: Any) -> Any:
-    return model.get_base_model() if hasattr(model, "get_base_model") else model
-
-
 def _hidden_and_head(model: Any, batch: dict[str, torch.Tensor], out: torch.Tensor) -> tuple[torch.Tensor, Any]:
     """The last hidden states at the output positions `out` (a mask over the flattened [B, L] completion
     positions) and the output head."""
-    base = _decoder_model(model)
+    base = base_model(model)
     hidden = completion_hidden_states(base, batch)
     return hidden.reshape(-1, hidden.shape[-1])[out], base.get_output_embeddings()

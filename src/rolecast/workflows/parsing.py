@@ -15,7 +15,6 @@ __all__ = [
     "PARSER_SETS",
     "ParserSet",
     "ParserSetName",
-    "check_parsers",
     "parser_set",
     "last_boxed",
     "parse_choice",
@@ -114,12 +113,8 @@ _SETS: dict[str, ParserSet] = {
 PARSER_SETS = tuple(_SETS)
 
 
-def check_parsers(parsers: str) -> None:
-    if parsers not in _SETS:
-        raise ValueError(f"workflow option parsers must be one of {PARSER_SETS}, got {parsers!r}")
-
-
 def parser_set(name: str) -> ParserSet:
     """The parser set the workflow option `parsers` names; ValueError naming the choices otherwise."""
-    check_parsers(name)
+    if name not in _SETS:
+        raise ValueError(f"workflow option parsers must be one of {PARSER_SETS}, got {name!r}")
     return _SETS[name]
