@@ -91,7 +91,7 @@ class RolecastRunner:
             name, family = "bench", "bench"
 
             def __init__(self, texts):
-                self._p = [Problem(id=str(i), text=t, answer=None) for i, t in enumerate(texts)]
+                self._p = [Problem(id=str(i), text=t, reference=None) for i, t in enumerate(texts)]
 
             def problems(self, split):
                 return self._p

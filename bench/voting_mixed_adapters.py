@@ -59,13 +59,13 @@ def problems(n: int):
             return text.strip().split()[-1] if text and text.strip() else None
 
         def score(self, problem, text):
-            return Score(reward=float(self.extract_answer(text) == problem.answer))
+            return Score(reward=float(self.extract_answer(text) == problem.reference))
 
     return Small(), [
         Problem(
             id=str(i),
             text=f"{i % 10} + {(3 * i) % 10} - {(7 * i) % 10}",
-            answer=str(i % 10 + (3 * i) % 10 - (7 * i) % 10),
+            reference=str(i % 10 + (3 * i) % 10 - (7 * i) % 10),
         )
         for i in range(n)
     ]

@@ -77,7 +77,7 @@ def role_outputs(problems: int, seed: int) -> dict[str, list[Any]]:
         rt = build_runtime(cfg)
         probs = list(rt.task.problems("test"))[:problems]
         eps = run_episodes(rt.spec, probs, 1, task=rt.task, prompts=rt.prompts, router=rt.routing, backend=rt.backend)
-        gold = {p.id: str(p.answer) for p in probs}
+        gold = {p.id: str(p.reference) for p in probs}
         for ep in eps:
             for t in ep.turns:
                 if t.role in ("generator", "worker", "synthesizer"):

@@ -15,7 +15,7 @@ class EchoTask(Task):
 
     def score(self, problem, text):
         a = last_boxed(text)
-        return Score(float(a == problem.answer), a)
+        return Score(float(a == problem.reference), a)
 
 
 PROBLEM = Problem("p0", "2 + 3", "5")

@@ -114,20 +114,20 @@ def test_unknown_split():
 def test_gsm8k_problem(data_dir):
     p = make_task("gsm8k").problems("test")[0]
     assert p.text.startswith("Janet\u2019s ducks lay 16 eggs per day.")
-    assert p.answer == "18" and p.id == "gsm8k/test/0"
+    assert p.reference == "18" and p.id == "gsm8k/test/0"
 
 
 def test_math_problem_and_meta(data_dir):
     p = make_task("math").problems("test")[0]
     assert p.text.startswith("How many vertical asymptotes")
-    assert p.answer == "2" and p.meta["level"] == "Level 3" and p.meta["subject"] == "Algebra"
+    assert p.reference == "2" and p.meta["level"] == "Level 3" and p.meta["subject"] == "Algebra"
 
 
 def test_math500_and_aime(data_dir):
     p = make_task("math500").problems("test")[0]
-    assert p.answer == r"\left( 3, \frac{\pi}{2} \right)" and p.id == "test/precalculus/807.json"
+    assert p.reference == r"\left( 3, \frac{\pi}{2} \right)" and p.id == "test/precalculus/807.json"
     a = make_task("aime2024").problems("test")
-    assert a[0].id == "aime2024/2024-II-4" and a[0].answer == "33"
+    assert a[0].id == "aime2024/2024-II-4" and a[0].reference == "33"
 
 
 def test_mbpp_problem_shows_first_test(data_dir):
@@ -136,14 +136,14 @@ def test_mbpp_problem_shows_first_test(data_dir):
         "Write a python function to remove first and last occurrence of a given character from the string.\n"
         'Your code should pass this test:\nassert remove_Occ("hello","l") == "heo"'
     )
-    assert isinstance(p.answer, CodeTests) and p.answer.kind == "asserts" and len(p.answer.asserts) == 3
+    assert isinstance(p.reference, CodeTests) and p.reference.kind == "asserts" and len(p.reference.asserts) == 3
     assert p.id == "mbpp/11"
 
 
 def test_humaneval_problem_is_the_prompt(data_dir):
     p = make_task("humaneval").problems("test")[0]
     assert p.id == "HumanEval/0" and p.text.startswith("from typing import List\n\n\ndef has_close_elements(")
-    assert p.answer.kind == "humaneval" and p.answer.entry_point == "has_close_elements"
+    assert p.reference.kind == "humaneval" and p.reference.entry_point == "has_close_elements"
 
 
 def test_scoring_through_tasks(data_dir):
@@ -154,7 +154,7 @@ def test_scoring_through_tasks(data_dir):
     assert [s.reward for s in t.score_many([p, p], [r"\boxed{18.0}", "#### 17"])] == [1.0, 0.0]
     h = make_task("humaneval")
     probs = h.problems("test")[:4]
-    texts = ["```python\n" + q.text + q.meta["reference"] + "\n```" for q in probs]
+    texts = ["```python\n" + q.text + q.meta["reference_solution"] + "\n```" for q in probs]
     texts[2] = "```python\ndef nothing(): pass\n```"
     assert [s.reward for s in h.score_many(probs, texts)] == [1.0, 1.0, 0.0, 1.0]
 
@@ -197,8 +197,8 @@ def test_dapo_from_jsonl_and_parquet(tmp_path):
     assert len(train) + len(test) == 20 and len(test) in (2, 3)
     assert t.skipped == {"empty reward_model.ground_truth": 1}
     by_id = {p.id: p for p in list(train) + list(test)}
-    assert by_id["dapo_math/id-0"].text == "What is $1+1$?" and by_id["dapo_math/id-0"].answer == "2"
-    assert by_id["dapo_math/id-7"].text == "Compute 7 times 3." and by_id["dapo_math/id-7"].answer == "21"
+    assert by_id["dapo_math/id-0"].text == "What is $1+1$?" and by_id["dapo_math/id-0"].reference == "2"
+    assert by_id["dapo_math/id-7"].text == "Compute 7 times 3." and by_id["dapo_math/id-7"].reference == "21"
     pq = pytest.importorskip("pyarrow.parquet")
     import pyarrow as pa
 
@@ -234,9 +234,9 @@ def test_deepcoder_fixture(tmp_path):
     assert len(probs) == 3  # the TACO-style row is read as a stdin problem, as the study's data preparation does
     assert t.skipped == {"tests column is not valid JSON": 1}
     assert (
-        probs[0].answer.kind == "stdio"
-        and probs[1].answer.kind == "functional"
-        and probs[1].answer.entry_point == "maxOf"
+        probs[0].reference.kind == "stdio"
+        and probs[1].reference.kind == "functional"
+        and probs[1].reference.entry_point == "maxOf"
     )
     assert "Start from this code:\n```python\nclass Solution:" in probs[1].text
     good = [
@@ -252,7 +252,7 @@ def test_math_jsonl_column_mapping(tmp_path):
     f = _write_jsonl(tmp_path / "m.jsonl", [{"q": "1+1?", "sol": r"so \boxed{2}"}, {"q": "2+2?", "sol": "no box"}])
     t = make_task("math_jsonl", path=f, path_split="test", problem_key="q", answer_key="sol", answer_from="boxed")
     probs = t.problems("test")
-    assert [(p.text, p.answer) for p in probs] == [("1+1?", "2")]
+    assert [(p.text, p.reference) for p in probs] == [("1+1?", "2")]
     assert t.skipped == {"no \\boxed answer in solution": 1}
     with pytest.raises(ValueError, match="missing column 'answer'"):
         make_task("math_jsonl", path=f, path_split="test", problem_key="q").problems("test")

@@ -80,7 +80,7 @@ class BoxTask(Task):
         return last_boxed(text)
 
     def score(self, problem, text):
-        return Score(float(last_boxed(text) == problem.answer), last_boxed(text))
+        return Score(float(last_boxed(text) == problem.reference), last_boxed(text))
 
 
 def voting_episode():

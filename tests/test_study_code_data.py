@@ -25,9 +25,9 @@ def test_runtime_results_keep_the_problems_the_file_does_not_name(tmp_path):
     everything = _all(make_task("deepcoder", path=str(DEEPCODER), test_size=1))
     filtered = _all(make_task("deepcoder", path=str(DEEPCODER), test_size=1, runtime_results=str(f)))
     assert sorted(filtered) == [0, 2, 3, 4, 5]
-    assert filtered[0].answer.n_tests == 1 and everything[0].answer.n_tests == 2
+    assert filtered[0].reference.n_tests == 1 and everything[0].reference.n_tests == 2
     for i in (2, 3, 4, 5):
-        assert filtered[i].answer.n_tests == everything[i].answer.n_tests
+        assert filtered[i].reference.n_tests == everything[i].reference.n_tests
 
 
 SYSTEM = (

@@ -33,8 +33,8 @@ def test_dapo_processed_layout_loads_and_splits_as_the_study():
     perm = np.random.default_rng(42).permutation(n)  # = datasets.train_test_split(test_size=0.1, seed=42)
     n_test = math.ceil(0.1 * n)
     rows = [json.loads(line) for line in PROCESSED.read_text().splitlines()]
-    assert [p.answer for p in test] == [rows[i]["solution"] for i in perm[:n_test]]
-    assert [p.answer for p in train] == [rows[i]["solution"] for i in perm[n_test:]]
+    assert [p.reference for p in test] == [rows[i]["solution"] for i in perm[:n_test]]
+    assert [p.reference for p in train] == [rows[i]["solution"] for i in perm[n_test:]]
     assert {p.id for p in train}.isdisjoint(p.id for p in test)
     assert test[0].text and "Remember to put" not in test[0].text  # default: the DAPO instruction stripped
 
@@ -43,7 +43,9 @@ def test_dapo_original_layout_is_deduplicated_filtered_and_split_identically(tmp
     orig = make_task("dapo_math", path=str(ORIGINAL))
     proc = make_task("dapo_math", path=str(PROCESSED))
     for split in ("train", "test"):  # 13 rows -> 10 unique -> 9 English: the processed en copy, same split
-        assert [(p.text, p.answer) for p in orig.problems(split)] == [(p.text, p.answer) for p in proc.problems(split)]
+        assert [(p.text, p.reference) for p in orig.problems(split)] == [
+            (p.text, p.reference) for p in proc.problems(split)
+        ]
     assert len(orig.problems("train")) + len(orig.problems("test")) == 9
     both = make_task("dapo_math", path=str(ORIGINAL), language="all")
     assert len(both.problems("train")) + len(both.problems("test")) == 10
@@ -94,27 +96,27 @@ def test_deepcoder_primeintellect_layout_split_and_function_calls(pool):
     assert [p.meta["index"] for p in train] == list(perm[2:])
     by_index = {p.meta["index"]: p for p in list(train) + list(test)}
     vowels = by_index[1]
-    assert vowels.answer.kind == "functional" and vowels.answer.entry_point == "count_vowels"
-    assert vowels.answer.timeout_s == 3.0  # the study's per-test limit
+    assert vowels.reference.kind == "functional" and vowels.reference.entry_point == "count_vowels"
+    assert vowels.reference.timeout_s == 3.0  # the study's per-test limit
     right = "```python\ndef count_vowels(s):\n    return sum(c in 'aeiouAEIOU' for c in s)\n```"
     wrong = "```python\ndef count_vowels(s):\n    return sum(c in 'aeiou' for c in s)\n```"  # misses upper case
     from rolecast.rewards.code import score_code
 
-    assert score_code(right, vowels.answer, pool=pool).reward == 1.0  # scored 0 when run as a stdin program
-    assert score_code(wrong, vowels.answer, pool=pool).reward == 0.0
+    assert score_code(right, vowels.reference, pool=pool).reward == 1.0  # scored 0 when run as a stdin program
+    assert score_code(wrong, vowels.reference, pool=pool).reward == 0.0
     pair = by_index[2]  # a list return value, wrapped in a one-element list in the data
     good = (
         "```python\ndef pair_sum(nums, target):\n    seen = {}\n    for i, x in enumerate(nums):\n"
         "        if target - x in seen:\n            return [seen[target - x], i]\n        seen[x] = i\n```"
     )
-    assert score_code(good, pair.answer, pool=pool).reward == 1.0
+    assert score_code(good, pair.reference, pool=pool).reward == 1.0
     add = by_index[0]
-    assert add.answer.kind == "stdio"
+    assert add.reference.kind == "stdio"
     assert (
-        score_code("```python\na, b = map(int, input().split())\nprint(a + b)\n```", add.answer, pool=pool).reward
+        score_code("```python\na, b = map(int, input().split())\nprint(a + b)\n```", add.reference, pool=pool).reward
         == 1.0
     )
-    assert by_index[5].answer.kind == "functional" and by_index[5].answer.entry_point == "maxOf"  # LCB style
+    assert by_index[5].reference.kind == "functional" and by_index[5].reference.entry_point == "maxOf"  # LCB style
 
 
 def test_deepcoder_runtime_results_filter_tests_before_the_split(tmp_path):
@@ -128,7 +130,7 @@ def test_deepcoder_runtime_results_filter_tests_before_the_split(tmp_path):
     t = make_task("deepcoder", path=str(DEEPCODER), test_size=1, runtime_results=str(f))
     probs = list(t.problems("train")) + list(t.problems("test"))
     assert sorted(p.meta["index"] for p in probs) == [0, 2, 3, 4, 5]  # row 1 has no passing test left
-    assert next(p for p in probs if p.meta["index"] == 0).answer.n_tests == 1
+    assert next(p for p in probs if p.meta["index"] == 0).reference.n_tests == 1
 
 
 def test_deepcoder_defaults_and_missing_file(tmp_path, monkeypatch):

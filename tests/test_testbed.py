@@ -48,19 +48,19 @@ def test_held_out_questions_never_in_train_pool(arith, code):
     assert {p.meta["source"] for p in test} == {"chain_sum", "basic_arithmetic"}
     assert [p.text for p in make_task("testbed").problems("test")] == [p.text for p in test]
     # Code holds out whole functions, not just example inputs.
-    assert not {p.answer for p in code.problems("test")} & {p.answer for p in code.problems("train")}
+    assert not {p.reference for p in code.problems("test")} & {p.reference for p in code.problems("train")}
 
 
 def test_problem_text_is_the_bare_expression(arith):
     p = arith.problems("test")[0]
     assert re.fullmatch(r"[-+()\d ]+", p.text), p.text
-    assert int(p.answer) == eval(p.text)  # our own generator's expression, not model output
+    assert int(p.reference) == eval(p.text)  # our own generator's expression, not model output
 
 
 def test_arithmetic_scoring(arith):
     from rolecast.tasks.base import Problem
 
-    p = Problem(id="t", text="4 + 3 - 2", answer="5")
+    p = Problem(id="t", text="4 + 3 - 2", reference="5")
     assert arith.score(p, "\\boxed{5}").reward == 1.0
     assert arith.score(p, "= 5 \\boxed{+5}").reward == 1.0
     assert arith.score(p, "\\boxed{3} no, \\boxed{5}").reward == 1.0  # the last box counts
@@ -84,10 +84,10 @@ def test_code_problems_are_consistent():
 
 def test_code_scoring_through_sandbox(code):
     pytest.importorskip("rolecast.rewards.code", reason="the code sandbox has not landed yet")
-    p = next(q for q in code.problems("test") if re.fullmatch(r"x\*\d[+-]\d", q.answer))
-    right = code_program(p.answer)
+    p = next(q for q in code.problems("test") if re.fullmatch(r"x\*\d[+-]\d", q.reference))
+    right = code_program(p.reference)
     # The same function written differently still passes: it is run, not string-compared.
-    equivalent = code_program(p.answer.replace("x*", "(x+0)*"))
+    equivalent = code_program(p.reference.replace("x*", "(x+0)*"))
     wrong = code_program(T.near_misses(p)[0])
     # A lookup table of the shown examples fails the hidden inputs.
     pairs = ", ".join(f"{x}: {y}" for x, y in p.meta["tests"][:3])
@@ -169,7 +169,7 @@ def test_signed_terms_apply_signs_through_parentheses():
 def test_workers_follow_their_strategy(arith):
     from rolecast.tasks.base import Problem
 
-    p = Problem(id="x", text="7 - 8 + 9", answer="8")
+    p = Problem(id="x", text="7 - 8 + 9", reference="8")
     traces = {s: T.work_trace(p, s) for s in T.ARITH_STRATEGIES}
     assert traces["left to right"] == "7-8=-1 -1+9=8 \\boxed{8}"
     assert traces["right to left"] == "9-8=1 1+7=8 \\boxed{8}"
@@ -184,7 +184,7 @@ def test_workers_follow_their_strategy(arith):
             trace = T.work_trace(q, s)
             for a, op, b, total in re.findall(r"(-?\d+)([+-])(\d+)=(-?\d+)", trace):
                 assert int(a) + (int(b) if op == "+" else -int(b)) == int(total), (q.text, s, trace)
-            assert T.is_correct(q, trace) and trace.split()[-2].endswith(f"={q.answer}"), (q.text, s, trace)
+            assert T.is_correct(q, trace) and trace.split()[-2].endswith(f"={q.reference}"), (q.text, s, trace)
 
 
 def test_the_synthesizer_reads_each_workers_final_answer():
@@ -210,7 +210,7 @@ def _derivation(p, text: str) -> tuple[str, str]:
     if "tests" in p.meta:
         own, rest = re.fullmatch(r"= (\S+) (.*)", text, re.S).groups()
         return own, rest
-    steps = T.work_trace(p, "left to right").removesuffix(f" \\boxed{{{p.answer}}}")
+    steps = T.work_trace(p, "left to right").removesuffix(f" \\boxed{{{p.reference}}}")
     assert text.startswith(steps + " "), (p.text, text)
     return steps.rsplit("=", 1)[1], text[len(steps) + 1 :]
 
@@ -222,7 +222,7 @@ def test_judging_roles_rederive_the_answer_then_compare_adjacent_spans(arith, co
             ex = T.make_example("evaluate", p, rng, book)
             candidate = ex.messages[0]["content"].split("try: ", 1)[1]
             own, rest = _derivation(p, ex.target)
-            assert own == p.answer
+            assert own == p.reference
             shown, verdict = re.fullmatch(r"vs (.+) \\boxed\{(Correct|Incorrect)\}", rest).groups()
             assert shown == (T.extract(p, candidate) or "?").removeprefix("def f(x): return ")
             assert (verdict == "Correct") == T.is_correct(p, candidate)
@@ -230,7 +230,7 @@ def test_judging_roles_rederive_the_answer_then_compare_adjacent_spans(arith, co
 
             ex = T.make_example("aggregate", p, rng, book)
             own, rest = _derivation(p, ex.target)
-            assert own == p.answer
+            assert own == p.reference
             rows = re.findall(r"(\d):(\S+) vs (\S+) (yes|no) ", rest)
             assert rows and {o for _, _, o, _ in rows} == {own}
             # Candidates in order up to the first match; the pick is the matching row's label.
@@ -245,7 +245,7 @@ def test_judging_roles_rederive_the_answer_then_compare_adjacent_spans(arith, co
 
             ex = T.make_example("refine", p, rng, book)
             if task is arith:
-                assert _derivation(p, ex.target) == (p.answer, f"\\boxed{{{p.answer}}}")
+                assert _derivation(p, ex.target) == (p.reference, f"\\boxed{{{p.reference}}}")
                 # The critiques it reads are evaluator outputs: a derivation (here ending at a slip), the verdict.
                 for critique in re.findall(r"check: (.*)", ex.messages[0]["content"]):
                     assert re.fullmatch(r"(-?\d+[+-]\d+=-?\d+ )+vs \S+ \\boxed\{Incorrect\}", critique), critique
@@ -274,7 +274,7 @@ def test_the_synthesizer_gives_the_first_answer_two_workers_agree_on(arith, code
             else:
                 assert len(rows) == len(pairs)
                 tail = ex.target[ex.target.rindex(" no ") + 4 :] if rows else ex.target
-                assert _derivation(p, tail)[0] == p.answer and T.is_correct(p, ex.target)
+                assert _derivation(p, tail)[0] == p.reference and T.is_correct(p, ex.target)
                 seen["none"] += 1
     assert seen["agree"] > 50 and seen["none"] > 30 and seen["agree_wrong"] > 5, seen
 

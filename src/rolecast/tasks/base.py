@@ -15,7 +15,10 @@ from rolecast.rewards.score import Score
 class Problem:
     id: str
     text: str  # the problem statement as the prompts show it ({{ problem }})
-    answer: Any  # ground truth: an answer string (math) or tests (code)
+    # What a grader checks a completion against, by task kind: the gold answer string (math, the arithmetic
+    # testbed), a `CodeTests` (code datasets: asserts, stdin/stdout or functional tests), the hidden expression
+    # (testbed_code, whose tests are in meta["tests"]). Datasets' own "answer" columns are mapped onto it.
+    reference: Any
     meta: dict[str, Any] = field(default_factory=dict)
 
 

@@ -376,13 +376,13 @@ class MathTask(DatasetTask):
 
     def score(self, problem: Problem, text: str | None) -> Score:
         # both graders compare in the verifier's worker processes (the study's sympy step evaluates the answer)
-        return score_math(text, str(problem.answer), last_number=self.last_number, grader=self.grader)
+        return score_math(text, str(problem.reference), last_number=self.last_number, grader=self.grader)
 
     def score_many(self, problems: Sequence[Problem], texts: Sequence[str | None]) -> list[Score]:
         v = default_verifier()
         if self.grader == "rolecast" and v.last_number != self.last_number:
             return [self.score(p, t) for p, t in zip(problems, texts, strict=True)]
-        return v.score_many([str(p.answer) for p in problems], texts, self.grader)
+        return v.score_many([str(p.reference) for p in problems], texts, self.grader)
 
 
 @register_task("gsm8k")
@@ -588,7 +588,8 @@ class DAPOMath(MathTask):
 @register_task("math_jsonl")
 class MathJSONL(_UserFile, MathTask):
     """Any math file: ``problem_key`` holds the statement, ``answer_key`` the gold answer (or, with
-    ``answer_from="boxed"`` / ``"gsm8k"``, a solution to take it from)."""
+    ``answer_from="boxed"`` / ``"gsm8k"``, a solution to take it from), which becomes `Problem.reference`; the
+    file's keys stay the user's ("answer" by default)."""
 
     name = "math_jsonl"
 
@@ -658,7 +659,7 @@ class CodeTask(DatasetTask):
     def score_many(self, problems: Sequence[Problem], texts: Sequence[str | None]) -> list[Score]:
         return score_code_many(
             list(texts),
-            [p.answer for p in problems],
+            [p.reference for p in problems],
             partial=self.partial,
             timeout_s=self.timeout_s,
             grader=self.grader,
@@ -683,7 +684,7 @@ class MBPP(CodeTask):
     def make_problem(self, row, index, split):
         statement = _require(row, self.text_key, "the task description")
         tests = _require(row, "test_list", "assert statements")
-        meta = {"split": split, "index": index, "reference": row.get("code")}
+        meta = {"split": split, "index": index, "reference_solution": row.get("code")}
         return Problem(
             f"{self.name}/{row.get('task_id', index)}", _mbpp_text(statement, tests[0]), CodeTests.mbpp(row), meta
         )
@@ -716,7 +717,7 @@ class HumanEval(CodeTask):
             "split": split,
             "index": index,
             "entry_point": row["entry_point"],
-            "reference": row.get("canonical_solution"),
+            "reference_solution": row.get("canonical_solution"),
         }
         return Problem(row.get("task_id") or f"humaneval/{index}", prompt, CodeTests.humaneval(row), meta)
 
@@ -993,7 +994,8 @@ class CodeJSONL(_UserFile, CodeTask):
     """Any code file: ``problem_key`` holds the statement, ``tests_key`` the tests in ``test_format``:
     "asserts" (a list of assert statements), "livecodebench" (list or JSON string of input/output/testtype;
     ``fn_name_key`` names the function column for functional tests) or "humaneval" (``tests_key`` holds
-    check(); ``prompt`` is ``problem_key``, ``entry_point`` from ``entry_point_key``)."""
+    check(); ``prompt`` is ``problem_key``, ``entry_point`` from ``entry_point_key``). The tests become
+    `Problem.reference`."""
 
     name = "code_jsonl"
 

@@ -67,7 +67,10 @@ class ArithmeticTestbed(Task):
                 seen.add(expr)
                 out.append(
                     Problem(
-                        id=f"testbed/{split}/{name}/{idx}", text=expr, answer=str(item["answer"]), meta={"source": name}
+                        id=f"testbed/{split}/{name}/{idx}",
+                        text=expr,
+                        reference=str(item["answer"]),
+                        meta={"source": name},
                     )
                 )
                 if split == "test" and sum(p.meta["source"] == name for p in out) >= per_gen:
@@ -103,7 +106,7 @@ class ArithmeticTestbed(Task):
             return Score(0.0, ans, "answer is not an integer")
         if len(ans) > 64:  # int() refuses 4,301 digits; no sum of 1-digit terms needs 64
             return Score(0.0, ans, "answer too long")
-        return Score(float(int(ans.replace(" ", "")) == int(problem.answer)), ans)
+        return Score(float(int(ans.replace(" ", "")) == int(problem.reference)), ans)
 
 
 # --- code -----------------------------------------------------------------------------------------
@@ -162,7 +165,7 @@ def extract_program(text: str | None) -> str | None:
 class CodeTestbed(Task):
     """Write `def f(x): return ...` from f at three consecutive inputs; scored in the sandbox.
 
-    Problem.answer is the hidden expression; meta["tests"] holds (x, f(x)) pairs, shown ones first,
+    Problem.reference is the hidden expression; meta["tests"] holds (x, f(x)) pairs, shown ones first,
     then hidden ones. The held-out split holds out whole functions, not just their example inputs.
     """
 
@@ -186,7 +189,7 @@ class CodeTestbed(Task):
         xs = list(range(start, start + CODE_XS_SHOWN))
         tests = [(x, code_value(expr, x)) for x in xs + [x for x in CODE_HIDDEN_XS if x not in xs]]
         text = " ".join(f"f({x})={y}" for x, y in tests[:CODE_XS_SHOWN])
-        return Problem(id=f"testbed_code/{split}/{expr}/{start}", text=text, answer=expr, meta={"tests": tests})
+        return Problem(id=f"testbed_code/{split}/{expr}/{start}", text=text, reference=expr, meta={"tests": tests})
 
     @cached_property
     def _problems(self) -> dict[str, list[Problem]]:

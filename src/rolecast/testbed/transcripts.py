@@ -100,7 +100,7 @@ def is_correct(problem: Problem, text: str | None) -> bool:
         return _safe_code_values(extract_program(text), [x for x, _ in tests]) == [y for _, y in tests]
     ans = last_boxed(text)
     try:
-        return ans is not None and int(ans.replace(" ", "")) == int(problem.answer)
+        return ans is not None and int(ans.replace(" ", "")) == int(problem.reference)
     except ValueError:
         return False
 
@@ -135,7 +135,7 @@ def majority_holders(answers: Sequence[str | None]) -> list[int]:
 def near_misses(problem: Problem) -> list[str]:
     """Plausible wrong answers: off by one or two, wrong sign, a slipped digit; code: a wrong constant."""
     if is_code(problem):
-        expr = problem.answer
+        expr = problem.reference
         out = set()
         for m in re.finditer(r"\d+", expr):
             v = int(m.group())
@@ -152,7 +152,7 @@ def near_misses(problem: Problem) -> list[str]:
             for e in out
             if e != expr and e not in ("x",) and [code_value(e, x) for x, _ in tests] != [y for _, y in tests]
         )
-    a = int(problem.answer)
+    a = int(problem.reference)
     # Most common slips first: the noise model draws mostly from the first three, so wrong candidates collide.
     slips = [a - 1, a + 1, -a, a + 2, a - 2, a + 10, a - 10]
     if abs(a) >= 10:
@@ -164,10 +164,10 @@ def noisy_answer(problem: Problem, rng: random.Random, p_correct: float, misses:
     """A candidate completion: right with probability p_correct, else a near miss; 5% unparseable."""
     if rng.random() < 0.05:
         if is_code(problem):
-            return f"def f(x) return {problem.answer}" if rng.random() < 0.5 else "```python\n```"
-        return rng.choice([problem.answer, "\\boxed{}", "="])
+            return f"def f(x) return {problem.reference}" if rng.random() < 0.5 else "```python\n```"
+        return rng.choice([problem.reference, "\\boxed{}", "="])
     if rng.random() < p_correct:
-        return answer_text(problem, problem.answer)
+        return answer_text(problem, problem.reference)
     # Misses are drawn from a few per problem so that wrong candidates collide, as real samples do.
     return answer_text(
         problem,
@@ -211,7 +211,7 @@ def _stated(problem: Problem, answer: str | None = None) -> str:
     `answer` (a critique quoted in a refine prompt): the derivation ends at that answer instead, a slip in
     its last step.
     """
-    answer = problem.answer if answer is None else answer
+    answer = problem.reference if answer is None else answer
     if is_code(problem):
         return f"= {answer}"
     trace = work_trace(problem, "left to right").rsplit(" \\boxed", 1)[0]
@@ -270,7 +270,7 @@ def work_trace(problem: Problem, strategy: str) -> str:
     fallback strategy, answer directly.
     """
     if is_code(problem) or strategy not in ARITH_STRATEGIES:
-        return answer_text(problem, problem.answer)
+        return answer_text(problem, problem.reference)
     order = strategy_order(signed_terms(problem.text), strategy)
     steps, total = [], order[0]
     for t in order[1:]:
@@ -278,7 +278,7 @@ def work_trace(problem: Problem, strategy: str) -> str:
         total += t
     if strategy == "double check" or not steps:
         steps.append(f"={total}")
-    return " ".join(steps) + f" \\boxed{{{problem.answer}}}"
+    return " ".join(steps) + f" \\boxed{{{problem.reference}}}"
 
 
 def work_example(problem: Problem, strategy: str, book: PromptBook) -> Example:
@@ -291,7 +291,7 @@ def work_example(problem: Problem, strategy: str, book: PromptBook) -> Example:
 def make_example(role: str, problem: Problem, rng: random.Random, book: PromptBook) -> Example:
     task = "testbed_code" if is_code(problem) else "testbed"
     misses = near_misses(problem)
-    solve_text = answer_text(problem, problem.answer)
+    solve_text = answer_text(problem, problem.reference)
     info: dict[str, Any] = {}
     decisions: list[tuple[int, int]] = []
     if role == "solve":
@@ -348,12 +348,12 @@ def make_example(role: str, problem: Problem, rng: random.Random, book: PromptBo
             # stated answer is usually right, and never equal to the rejected one.
             sol_ans = _canon(problem, sol)
             if is_code(problem):
-                options = [problem.answer] * 3 + misses
+                options = [problem.reference] * 3 + misses
                 options = [e for e in options if repr([code_value(e, x) for x, _ in problem.meta["tests"]]) != sol_ans]
             else:
-                options = [problem.answer] * 3 + misses
+                options = [problem.reference] * 3 + misses
                 options = [a for a in options if a != sol_ans]
-            critic_answer = rng.choice(options) if options else problem.answer
+            critic_answer = rng.choice(options) if options else problem.reference
             critique = _with_decisions(_verdict_parts(_stated(problem, critic_answer), _shown(problem, sol), False))[0]
             history.append({"solution": sol, "critique": critique})
         msgs = book.render("refine", problem=problem.text, history=history)
@@ -393,7 +393,7 @@ def _agreement_parts(problem: Problem, candidates: list[str]) -> list[str | tupl
             parts += [f"{i + 1}:{shown[i]} vs {j + 1}:{shown[j]} ", ("yes" if same else "no",), " "]
             if same:
                 return parts + [answer_text(problem, shown[i])]
-    return parts + [f"{_stated(problem)} {answer_text(problem, problem.answer)}"]
+    return parts + [f"{_stated(problem)} {answer_text(problem, problem.reference)}"]
 
 
 def _with_decisions(parts: list[str | tuple[str]]) -> tuple[str, list[tuple[int, int]]]:
