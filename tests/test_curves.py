@@ -284,9 +284,10 @@ def test_auto_is_accepted_explicitly_and_bad_values_still_name_their_field(tmp_p
         load_config(p)
 
 
-def test_a_run_with_periodic_evaluations_keeps_only_keep_last_checkpoints(tiny_model_dir, tmp_path):
+@pytest.mark.parametrize("keep_last,kept", [(None, [4]), (2, [3, 4])])
+def test_a_run_with_periodic_evaluations_keeps_only_keep_last_checkpoints(tiny_model_dir, tmp_path, keep_last, kept):
     """`make run` kept all six checkpoints of every cell (keep_every "auto" followed eval.every); now keep_last
-    decides, and the latest checkpoint (what a resume needs) is among them."""
+    decides (by default 1: the newest, all a resume needs), and the latest checkpoint is among them."""
     from rolecast.training.grpo import train
 
     over = {
@@ -302,14 +303,14 @@ def test_a_run_with_periodic_evaluations_keeps_only_keep_last_checkpoints(tiny_m
         "eval.size": 2,
         "eval.every": 1,
         "checkpoint.every": 1,
-        "checkpoint.keep_last": 2,
         "logging.progress": False,
         "threads": 1,
+        **({} if keep_last is None else {"checkpoint.keep_last": keep_last}),
     }
     cfg = load_config(None, over)
     assert cfg.checkpoint.keep_every == 0
     train(cfg)
-    assert list_checkpoints(tmp_path / "run") == [3, 4]
+    assert list_checkpoints(tmp_path / "run") == kept
 
 
 def test_keep_every_spares_evaluated_checkpoints_from_pruning(tmp_path):

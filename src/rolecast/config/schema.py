@@ -252,7 +252,9 @@ class LogSettings(_Strict):
 
 class CheckpointSettings(_Strict):
     every: int = Field(10, ge=0)  # 0 = only at the end
-    keep_last: int = Field(2, gt=0)
+    # 1: checkpoints are written atomically (a new one is complete before the old one goes), so the newest is
+    # all a resume needs; 2+ keeps older fallbacks at a full checkpoint each (docs/training.md, "Disk use")
+    keep_last: int = Field(1, gt=0)
     # also keep (never prune) checkpoints whose step is a multiple of this, so a finished run can be
     # re-evaluated at several points (0 = none). In a run config the default is "auto": the resolved eval.every
     # when a rollback is configured (it goes back to the best evaluated checkpoint), else 0 (keep_last alone)
