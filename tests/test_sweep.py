@@ -700,3 +700,26 @@ def test_a_cell_saved_before_a_defaulted_field_existed_still_matches():
     older = {**full, "train": {k: v for k, v in full["train"].items() if k != "lr_clock"}}
     assert _saved_settings(older) == full
     assert _saved_settings({**full, "train": {**full["train"], "retired_field": 1}}) is None
+
+
+def test_a_pool_sweep_prints_no_library_bar_or_warning(tmp_path):
+    """Cells run in forked workers, which do not inherit the command line's quiet setting: each LoRA cell printed
+    PEFT's `is_gradient_checkpointing is deprecated` FutureWarning onto the sweep's terminal (Lab II's log)."""
+    p = write(
+        tmp_path,
+        TINY.format(steps=1) + "  model.trainable: lora\n  model.lora.r: 4\naxes: {seed: [0]}\nbase_eval: false\n",
+    )
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(SRC)}
+    out = subprocess.run(
+        [sys.executable, "-m", "rolecast.cli", "sweep", str(p), "--out", str(tmp_path / "s"), "--executor", "pool"]
+        + ["--no-progress"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert (tmp_path / "s").is_dir() and any((tmp_path / "s").glob("*/DONE.json"))
+    printed = out.stdout + out.stderr
+    for noise in ("Warning", "warnings.warn", "Loading weights", "%|"):
+        assert noise not in printed, printed[-2000:]

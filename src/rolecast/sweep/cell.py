@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import torch
-import transformers
 from rich.console import Console as RichConsole
 
 from rolecast.config.load import validate_config
+from rolecast.core.quiet import quiet_libraries
 from rolecast.core.rundir import DONE, ERROR, EVAL, cut_back_jsonl, write_atomic
 from rolecast.training.checkpoint import latest_step
 from rolecast.training.grpo import train
@@ -100,9 +100,10 @@ def run_cell(job: CellJob) -> CellResult:
     t0 = time.perf_counter()
     resumed_from: int | None = None
     Path(job.log_file).parent.mkdir(parents=True, exist_ok=True)
-    with open(job.log_file, "a") as log:
+    # libraries' bars and warnings kept out, as `rolecast train` does: in a pool or Ray worker the command line's
+    # own setting is not inherited, and each cell printed PEFT's FutureWarning onto the sweep's terminal
+    with open(job.log_file, "a") as log, quiet_libraries():
         try:
-            transformers.utils.logging.disable_progress_bar()  # one "Loading weights" bar per cell is noise here
             config = dict(job.config)
             if job.threads:
                 torch.set_num_threads(job.threads)
