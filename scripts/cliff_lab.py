@@ -2,18 +2,26 @@
 
     python scripts/cliff_lab.py collect runs/cliff_lab --out docs/experiments/cliff_lab/raw
     python scripts/cliff_lab.py tables docs/experiments/cliff_lab/raw --out docs/experiments/cliff_lab
+    python scripts/cliff_lab.py corrections docs/experiments/cliff_lab/raw    # prints; writes nothing
 
 `collect` copies what the tables need and nothing else (report/labs.py `collect_sweep`: sweep.json and
 registration.jsonl; per cell config.yaml, metrics.jsonl, eval.jsonl, DONE.json / ERROR.txt, resumes.jsonl: no
 checkpoints, no episodes), so the committed raw results regenerate every table without retraining. `tables` writes tables.md, analysis.json (per run: curve, cliff,
-first firing of every warning) and the figures.
+first firing of every warning) and the figures. `corrections` prints what the write-up's 2026-12-02 corrections
+(issue 35) rest on, from the same raw results: each cliff's type, the counts by type with exact intervals, the
+exact tests of the arms' counts, the calm runs that came near the band, the weights' drift, what set each
+Isolated - Shared interval, and the in-loop warning's recall and false alarms with exact intervals.
 
-The analysis rule, fixed before the runs were looked at:
+The analysis rule, described in its first commit as "fixed before the runs were looked at"; it was first
+committed after the push's first evaluations existed (docs/experiments/cliff_lab.md, "Corrections"), so
+everything here is exploratory:
 - a cliff is `rolecast analyze`'s documented rule, unchanged (diagnostics/curves.py `detect_cliff`: from some
   evaluation to the end every point is below the peak by more than z SE, z corrected for the peak being the
   best of n points, at least 2 points and a drop of at least 0.02, no recovery into the band);
 - Isolated - Shared (and the other arm differences) are paired by seed: the mean of per-seed differences of
-  the final (and peak) pass@1 with a 95% t interval over seeds (`paired_difference`);
+  the final (and peak) pass@1 with a 95% interval, mean ± t(k - 1) x SE, the SE the larger of the seeds'
+  spread (sd / sqrt(k)) and the evaluations' own noise (`paired_difference`): a t interval only where the
+  spread sets it;
 - early warning: a signal "warns" a cliff run when it first fires at a step strictly before the cliff's first
   point (lead time = cliff step - first firing); recall = warned cliff runs / cliff runs; false alarms = runs
   that never cliff in which it fired at all, and its firings per 100 steps in those runs. "any" is the
@@ -29,13 +37,15 @@ import json
 import math
 import sys
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rolecast.core.metric_keys import (
     GRAD,
     POLICY,
+    UPDATE,
     grad_key,
     grad_role_key,
     parse_named_key,
@@ -43,7 +53,8 @@ from rolecast.core.metric_keys import (
     parse_policy_role_key,
 )
 from rolecast.core.rundir import METRICS, RunPaths, read_jsonl
-from rolecast.diagnostics.curves import paired_difference
+from rolecast.diagnostics.curves import CLIFF_TYPES, CurveSummary, difference, paired_difference
+from rolecast.diagnostics.intervals import fisher_exact, mcnemar_exact, proportion, rate_interval
 from rolecast.diagnostics.warnings import GRADIENT_SIGNALS, SIGNATURE_SIGNALS
 from rolecast.report.html import CellView, collect_map
 from rolecast.report.labs import band as _band
@@ -206,6 +217,22 @@ def diff_table(recs: list[dict[str, Any]], pairs_of: Sequence[tuple[str, str]]) 
     return lines
 
 
+def rule_counts(
+    cliff_runs: list[dict[str, Any]], calm: list[dict[str, Any]], members: set[str]
+) -> tuple[list[int], int, int, int]:
+    """A warning rule (the signals in `members`) over the runs: the lead of each cliff run it warned (its first
+    firing strictly before the cliff's first point), the calm runs in which it fired, the steps on which it
+    fired in calm runs, and the calm runs' steps."""
+    leads = []
+    for r in cliff_runs:
+        first = min((s for n in members for s in r["fired"].get(n, [])), default=None)
+        if first is not None and first < r["cliff"]:
+            leads.append(r["cliff"] - first)
+    warned_calm = sum(any(r["fired"].get(n) for n in members) for r in calm)
+    firings = sum(len({s for n in members for s in r["fired"].get(n, [])}) for r in calm)
+    return leads, warned_calm, firings, sum(r["steps"] for r in calm)
+
+
 def warning_table(recs: list[dict[str, Any]]) -> list[str]:
     names = sorted({n for r in recs for n, steps in r["fired"].items() if steps})
     rules: dict[str, set[str]] = {n: {n} for n in names}
@@ -224,14 +251,7 @@ def warning_table(recs: list[dict[str, Any]]) -> list[str]:
     for rule, members in rules.items():
         if not members:
             continue
-        leads = []
-        for r in cliff_runs:
-            first = min((s for n in members for s in r["fired"].get(n, [])), default=None)
-            if first is not None and first < r["cliff"]:
-                leads.append(r["cliff"] - first)
-        warned_calm = sum(any(r["fired"].get(n) for n in members) for r in calm)
-        calm_steps = sum(r["steps"] for r in calm)
-        firings = sum(len({s for n in members for s in r["fired"].get(n, [])}) for r in calm)
+        leads, warned_calm, firings, calm_steps = rule_counts(cliff_runs, calm, members)
         lead = f"{mean(leads):.1f} ({min(leads)}-{max(leads)})" if leads else "-"
         per100 = f"{100 * firings / calm_steps:.1f}" if calm_steps else "-"
         lines.append(f"| {rule} | {len(leads)}/{len(cliff_runs)} | {lead} | {warned_calm}/{len(calm)} | {per100} |")
@@ -329,6 +349,259 @@ def intervention_table(recs: list[dict[str, Any]], arms: Sequence[str]) -> list[
                 f"{_fmt_diff(pairs, 'final')} | {'; '.join(gains)} |"
             )
     return lines
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Corrections (issue 35): the committed raw results against the write-up's first claims
+
+CORE_ARMS = ("shared", "isolated", "isolated-roleclock")
+ARM_TESTS = (("shared", "isolated"), ("isolated", "isolated-roleclock"))
+
+
+@dataclass(frozen=True)
+class Run:
+    """A finished run as the corrections read it: its axes, its curve (with the cliff type against the step-0
+    base point) and each policy's drift |theta - theta_0| at the last step that logged it."""
+
+    cell: str
+    workflow: str
+    lr: str
+    arm: str
+    seed: int
+    curve: CurveSummary
+    drift: dict[str, float]
+
+    @property
+    def name(self) -> str:
+        return f"{self.workflow} {self.lr} {self.arm} s{self.seed}"
+
+    @property
+    def cliff_type(self) -> str:
+        return self.curve.cliff_type or "unknown (no base)"
+
+
+def final_drift(metrics: list[dict[str, Any]]) -> dict[str, float]:
+    """Per policy, the last logged update/<pid>/drift."""
+    out: dict[str, float] = {}
+    for row in metrics:
+        for k, v in row.items():
+            pk = parse_policy_key(k)
+            if pk is not None and pk.family == UPDATE and pk.stat == "drift" and isinstance(v, (int, float)):
+                out[pk.pid] = float(v)
+    return out
+
+
+def runs(raw: Path) -> list[Run]:
+    out = []
+    for sweep in sorted(p for p in raw.iterdir() if p.is_dir()):
+        for c in collect_map(sweep).train_cells:
+            if c.complete and c.curve is not None:
+                a = c.axes
+                drift = final_drift(_read_metrics(c.run_dir))
+                out.append(
+                    Run(c.name, str(a["workflow"]), str(a["model"]), str(a["sharing"]), int(a["seed"]), c.curve, drift)
+                )
+    return sorted(out, key=lambda r: (r.workflow, _lr_value(r.lr), r.arm, r.seed))
+
+
+def _exact(k: int, n: int) -> str:
+    p = proportion(k, n)
+    return f"{k}/{n} [{p.low:.2f}, {p.high:.2f}]"
+
+
+def type_table(rs: list[Run]) -> list[str]:
+    """Every run the cliff rule flags, with the two tests against its base that type it (docs/analysis.md)."""
+    lines = [
+        "| run | cliff at | base | peak (step) | final | largest rise over the base: value at step (z; z needed) "
+        "| final - base [95%] | type |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rs:
+        cur, k = r.curve, r.curve.cliff_class
+        if cur.cliff is None or k is None or cur.base is None:
+            continue
+        z = k.rise.value / k.rise.se if k.rise.se else 0.0
+        lines.append(
+            f"| {r.name} | {cur.cliff.step} | {cur.base.value:.3f} | {cur.peak.value:.3f} ({cur.peak.step}) | "
+            f"{cur.final.value:.3f} | {k.rise.value:+.3f} at {k.rise_point_step} ({z:.2f}; {k.rise_z:.2f}) | "
+            f"{k.decline.value:+.3f} [{k.decline.low:+.3f}, {k.decline.high:+.3f}] | {k.type} |"
+        )
+    return lines
+
+
+def type_counts(rs: list[Run]) -> list[str]:
+    flagged = [r for r in rs if r.curve.cliff is not None]
+    lines = ["| type | runs the cliff rule flags [95% exact] | all runs [95% exact] |", "|---|---|---|"]
+    for t in CLIFF_TYPES:
+        in_flagged = sum(r.cliff_type == t for r in flagged)
+        lines.append(
+            f"| {t} | {_exact(in_flagged, len(flagged))} | {_exact(sum(r.cliff_type == t for r in rs), len(rs))} |"
+        )
+    return lines
+
+
+OUTCOMES: dict[str, Callable[[Run], bool]] = {
+    "cliff rule": lambda r: r.curve.cliff is not None,
+    "fall_after_gain": lambda r: r.cliff_type == "fall_after_gain",
+    "decline_from_base": lambda r: r.cliff_type == "decline_from_base",
+}
+
+
+def arm_tests(rs: list[Run]) -> list[str]:
+    """Each outcome's count in two arms with at least 2 seeds each, Fisher's exact test (independent runs) and
+    the exact McNemar test (runs paired by seed: only the seeds where one arm hit and the other did not)."""
+    by: dict[tuple[str, str, str], dict[int, Run]] = defaultdict(dict)
+    for r in rs:
+        by[(r.workflow, r.lr, r.arm)][r.seed] = r
+    lines = [
+        "| workflow | lr | outcome | arm a | arm b | Fisher p two-sided (b > a) | McNemar p two-sided, discordant seeds |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for wf, lr in sorted({(r.workflow, r.lr) for r in rs}, key=lambda k: (k[0], _lr_value(k[1]))):
+        for a, b in ARM_TESTS:
+            ra, rb = by.get((wf, lr, a), {}), by.get((wf, lr, b), {})
+            if len(ra) < 2 or len(rb) < 2:
+                continue
+            seeds = sorted(set(ra) & set(rb))
+            for outcome, hit in OUTCOMES.items():
+                ka, kb = sum(map(hit, ra.values())), sum(map(hit, rb.values()))
+                if ka == kb == 0:
+                    continue
+                b_only = sum(hit(rb[s]) and not hit(ra[s]) for s in seeds)
+                a_only = sum(hit(ra[s]) and not hit(rb[s]) for s in seeds)
+                lines.append(
+                    f"| {wf} | {lr} | {outcome} | {a} {ka}/{len(ra)} | {b} {kb}/{len(rb)} | "
+                    f"{fisher_exact(kb, len(rb), ka, len(ra), 'two-sided'):.2f} "
+                    f"({fisher_exact(kb, len(rb), ka, len(ra), 'greater'):.2f}) | "
+                    f"{mcnemar_exact(b_only, a_only, 'two-sided'):.2f}, {b} only {b_only}, {a} only {a_only} |"
+                )
+    return lines
+
+
+def band_margin(cur: CurveSummary) -> tuple[list[int], float]:
+    """A curve against the cliff rule's band under its peak (the rule's own z and min_drop): the later points
+    below the band, and the final's drop from the peak as a fraction of z SE of that difference (>= 1: below)."""
+    z, min_drop = cur.rule["cliff_z"], cur.rule["min_drop"]
+    below, ratio = [], 0.0
+    for p in cur.points:
+        if p.step <= cur.peak.step:
+            continue
+        d = difference(cur.peak, p, z)
+        if d.high < 0 and -d.value >= min_drop:
+            below.append(p.step)
+        ratio = -d.value / (z * d.se) if d.se else 0.0
+    return below, ratio
+
+
+def near_band(rs: list[Run], at_least: float = 0.8) -> list[str]:
+    """The runs the rule does not flag that had points below the band, or ended within `at_least` of it."""
+    lines = ["| run (no cliff) | points below the band | final's drop / z SE | type |", "|---|---|---|---|"]
+    for r in rs:
+        below, ratio = band_margin(r.curve)
+        if r.curve.cliff is None and (below or ratio >= at_least):
+            lines.append(f"| {r.name} | {', '.join(map(str, below)) or '-'} | {ratio:.2f} | {r.cliff_type} |")
+    return lines
+
+
+def drift_table(rs: list[Run]) -> list[str]:
+    """Per (workflow, lr) with a flagged run, each run's drift at the end (its policies' min-max)."""
+    groups = sorted({(r.workflow, r.lr) for r in rs if r.curve.cliff}, key=lambda k: (k[0], _lr_value(k[1])))
+    lines = ["| workflow | lr | arm | per seed: drift at the end, min-max over policies (cliff: the rule flags it) |"]
+    lines.append("|---|---|---|---|")
+    for wf, lr in groups:
+        for arm in sorted({r.arm for r in rs if (r.workflow, r.lr) == (wf, lr)}):
+            cells = [
+                f"s{r.seed} {min(r.drift.values()):.3f}-{max(r.drift.values()):.3f}"
+                + (f" cliff ({r.cliff_type})" if r.curve.cliff else "")
+                for r in rs
+                if (r.workflow, r.lr, r.arm) == (wf, lr, arm) and r.drift
+            ]
+            lines.append(f"| {wf} | {lr} | {arm} | {'; '.join(cells)} |")
+    return lines
+
+
+def interval_sources(recs: list[dict[str, Any]]) -> list[str]:
+    """What set each arm difference's interval (`paired_difference`; the core arms' pairs, and each remedy arm
+    against its baseline): the seeds' spread sd / sqrt(k), or the floor, the evaluations' own noise
+    sqrt(sum se^2) / k. Either is multiplied by t(k - 1)."""
+    lines = [
+        "| workflow | lr | difference | final [95%] | seeds' spread | evaluations' noise | the SE used |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for (wf, lr), arms in _by_workflow_lr(recs):
+        remedies = [(arm.removesuffix(x), arm) for arm in sorted(arms) for x in INTERVENTIONS if arm.endswith(x)]
+        for a, b in [
+            ("shared", "isolated"),
+            ("shared", "isolated-roleclock"),
+            ("isolated", "isolated-roleclock"),
+            *remedies,
+        ]:
+            pairs = [(curve_point(x["final"]), curve_point(y["final"])) for x, y in seed_pairs(arms, a, b)]
+            if len(pairs) < 2:
+                continue
+            d = paired_difference(pairs)
+            vals = [y.value - x.value for x, y in pairs]
+            k = len(vals)
+            spread = math.sqrt(sum((v - d.mean) ** 2 for v in vals) / (k - 1) / k)
+            noise = math.sqrt(sum(x.se**2 + y.se**2 for x, y in pairs)) / k
+            used = "seeds' spread (a t interval)" if spread >= noise else "evaluations' noise (the floor)"
+            lines.append(
+                f"| {wf} | {lr} | {b} - {a} | {d.mean:+.3f} [{d.low:+.3f}, {d.high:+.3f}] | {spread:.4f} | "
+                f"{noise:.4f} | {used}, x t = {d.multiplier:.3f} |"
+            )
+    return lines
+
+
+def warning_exact(recs: list[dict[str, Any]], rs: list[Run]) -> list[str]:
+    """The in-loop rule (any gradient or signature signal) with exact intervals: recall, calm runs warned, and
+    the steps it fired on per calm run (Garwood)."""
+    members = {n for r in recs for n in r["fired"] if n in GRADIENT_SIGNALS or n in SIGNATURE_SIGNALS}
+    cliff_runs, calm = [r for r in recs if r["cliff"]], [r for r in recs if not r["cliff"]]
+    leads, warned_calm, firings, calm_steps = rule_counts(cliff_runs, calm, members)
+    rate = rate_interval(firings, len(calm))
+    types = {r.cell: r.cliff_type for r in rs}
+    lines = [
+        f"- recall: {_exact(len(leads), len(cliff_runs))}, leads {sorted(leads)} steps",
+        f"- calm runs warned: {_exact(warned_calm, len(calm))}",
+        f"- steps fired on in calm runs: {firings} of {calm_steps}, {rate.value:.2f} per calm run "
+        f"[{rate.low:.2f}, {rate.high:.2f}]",
+    ]
+    for r in cliff_runs:
+        first = sorted((min(s), n) for n, s in r["fired"].items() if n in members and s and min(s) < r["cliff"])
+        said = ", ".join(f"{n} at {s}" for s, n in first[:3]) or "nothing before the cliff"
+        lines.append(f"- {r['cell']} ({types.get(r['cell'], '?')}), cliff at {r['cliff']}: {said}")
+    return lines
+
+
+def corrections(raw: Path) -> list[str]:
+    recs, rs = records(raw), runs(raw)
+    return [
+        "## Cliff types of the runs the cliff rule flags",
+        "",
+        *type_table(rs),
+        "",
+        *type_counts(rs),
+        "",
+        "## Arms' counts, exact tests",
+        "",
+        *arm_tests(rs),
+        "",
+        "## Runs without a cliff near the band",
+        "",
+        *near_band(rs),
+        "",
+        "## Drift at the end",
+        "",
+        *drift_table(rs),
+        "",
+        "## What set the arm differences' intervals",
+        "",
+        *interval_sources(recs),
+        "",
+        "## The in-loop early warning, exact intervals",
+        "",
+        *warning_exact(recs, rs),
+    ]
 
 
 def _lr_value(label: Any) -> float:
@@ -443,9 +716,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     t.add_argument("raw", type=Path)
     t.add_argument("--out", type=Path, required=True)
     t.add_argument("--main-lr", default="lr3e-4")
+    k = sub.add_parser("corrections")
+    k.add_argument("raw", type=Path)
     a = ap.parse_args(argv)
     if a.cmd == "collect":
         collect(a.sweeps, a.out)
+    elif a.cmd == "corrections":
+        print("\n".join(corrections(a.raw)))
     else:
         tables(a.raw, a.out, a.main_lr)
     return 0
