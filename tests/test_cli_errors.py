@@ -216,3 +216,12 @@ def test_the_api_refuses_stop_after_zero(tiny_model_dir, tmp_path):
     with pytest.raises(ConfigError, match="stop_after=0: .* must be at least 1"):
         api_train(tiny_config(tiny_model_dir, tmp_path / "run"), stop_after=0)
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("action", ["info", "rollouts"])
+def test_testbed_info_or_rollouts_of_a_directory_that_is_no_build(capsys, tmp_path, action):
+    line = one_line_error(capsys, "testbed", action, str(tmp_path))
+    assert line == (
+        f"rolecast: error: {tmp_path} is not a testbed build: it has no build_info.json "
+        "(`rolecast testbed build --out DIR` writes one)"
+    )

@@ -187,10 +187,13 @@ def cmd_testbed(args: argparse.Namespace) -> int:
         print(f"testbed built in {path}")
     else:
         path = Path(args.dir) if args.dir else testbed.default_path(args.size)
+        build_info = testbed.info(path)  # a directory that is not a build is refused before anything loads
         print(f"testbed: {path}")
         if args.action == "rollouts":
             print(testbed.format_rollouts(rollout_competence(path, seed=args.seed)))
             return 0
+        print(testbed.format_info(build_info))
+        return 0
     print(testbed.format_info(testbed.info(path)))
     return 0
 

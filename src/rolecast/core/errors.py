@@ -86,6 +86,10 @@ class SandboxUnavailable(EnvironmentProblem):
     """A task would run model-written code without isolation, and the config does not allow that."""
 
 
+class NotATestbedBuild(UserError, FileNotFoundError):
+    """A directory given as a testbed build that holds no build_info.json (`rolecast testbed info|rollouts DIR`)."""
+
+
 class RunDirError(UserError):
     """A run directory that cannot be used: not creatable or writable, or already holding a run."""
 

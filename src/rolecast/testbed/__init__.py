@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from rolecast.core.errors import NotATestbedBuild
 from rolecast.policies.shipped import ARTIFACT_DIR, ARTIFACT_DIRS, MODEL_NAMES, default_path
 from rolecast.testbed.builder import build as _build
 
@@ -32,7 +33,9 @@ def info(path: str | Path | None = None) -> dict[str, Any]:
     p = Path(path) if path else default_path()
     f = p / "build_info.json"
     if not f.exists():
-        raise FileNotFoundError(f"{p} has no build_info.json; is it a testbed build?")
+        raise NotATestbedBuild(
+            f"{p} is not a testbed build: it has no build_info.json (`rolecast testbed build --out DIR` writes one)"
+        )
     return json.loads(f.read_text())
 
 
