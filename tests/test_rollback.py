@@ -208,3 +208,24 @@ def test_forced_warning_rolls_back_to_the_best_checkpoint(tmp_path, forced_warni
     plain = _run(plain_dir, stop_after=4)
     assert plain == rows[:4]
     assert _same(_ckpt(plain_dir, 4)["policy/shared"], _ckpt(rb_dir, 4)["policy/shared"])
+
+
+def test_analyze_lists_lr_cuts_beside_rollbacks():
+    """An lr cut logs `rollback/action: lr_cut` and no `to_step`; analyze used to find rollbacks by `to_step` alone
+    and left every lr cut out of the summary."""
+    from rolecast.report.analyze import _rollback_line, rollbacks
+
+    rows = [
+        {"step": 1, "loss": 0.1},
+        {"step": 2, "rollback/action": "lr_cut", "rollback/count": 1, "rollback/lr_scale": 0.5,
+         "rollback/signals": "probe_ll_change:shared"},
+        {"step": 4, "rollback/to_step": 2, "rollback/count": 2, "rollback/lr_scale": 0.25,
+         "rollback/signals": "grad_spike:shared"},
+    ]  # fmt: skip
+    found = rollbacks(rows)
+    assert [(r["step"], r.get("action"), r.get("to_step"), r["lr_scale"]) for r in found] == [
+        (2, "lr_cut", None, 0.5),
+        (4, None, 2, 0.25),
+    ]
+    assert _rollback_line(found[0]) == "lr cut 1: at step 2 (lr x0.5) on probe_ll_change:shared"
+    assert _rollback_line(found[1]).startswith("rollback 2: at step 4 to checkpoint step_2 (latest checkpoint")

@@ -167,11 +167,12 @@ def _clean(x: Any) -> Any:
 
 
 def rollbacks(metrics: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The rollbacks on early warning the trainer logged (`rollback/*` keys of metrics.jsonl), in step order."""
+    """The rollbacks on early warning and the lr cuts the trainer logged (`rollback/*` keys of metrics.jsonl: an lr
+    cut has no `to_step` and `action: lr_cut`), in step order."""
     return [
         {"step": r["step"], **{name: v for k, v in r.items() if (name := parse_named_key(k, "rollback")) is not None}}
         for r in metrics
-        if rollback_key("to_step") in r
+        if rollback_key("count") in r
     ]
 
 
@@ -451,15 +452,21 @@ def format_summary(s: dict[str, Any]) -> str:
                     f"      e.g. step {e['step']} problem {e['problem_id']} sample {e['sample']} "
                     f'{e["instance"]}: "{e["excerpt"]}"'
                 )
-    for rb in s.get("rollbacks", []):
-        basis = f"eval pass@1 {rb['accuracy']:.3f}" if isinstance(rb.get("accuracy"), float) else "latest checkpoint"
-        lines.append(
-            f"rollback {rb.get('count')}: at step {rb['step']} to checkpoint step_{rb.get('to_step')} ({basis}; lr "
-            f"x{rb.get('lr_scale')}) on {rb.get('signals')}"
-        )
+    lines += [_rollback_line(rb) for rb in s.get("rollbacks", [])]
     if s["plots"]:
         lines.append("plots: " + ", ".join(s["plots"]))
     lines.append("summary: analysis/summary.json")
     lines += [f"missing: {m}" for m in s["missing"]]
     lines += [f"note: {n}" for n in s["notes"]]
     return "\n".join(lines)
+
+
+def _rollback_line(rb: dict[str, Any]) -> str:
+    """One line of the summary for a rollback (to a checkpoint) or an lr cut (nothing restored)."""
+    if rb.get("action") == "lr_cut":
+        return f"lr cut {rb.get('count')}: at step {rb['step']} (lr x{rb.get('lr_scale')}) on {rb.get('signals')}"
+    basis = f"eval pass@1 {rb['accuracy']:.3f}" if isinstance(rb.get("accuracy"), float) else "latest checkpoint"
+    return (
+        f"rollback {rb.get('count')}: at step {rb['step']} to checkpoint step_{rb.get('to_step')} ({basis}; lr "
+        f"x{rb.get('lr_scale')}) on {rb.get('signals')}"
+    )
