@@ -23,7 +23,7 @@ needs_proc = pytest.mark.skipif(not (PROC / "self").is_dir(), reason="needs Linu
 def run(tiny_model_dir, tmp_path_factory):
     """A 2-step LoRA run with checkpoints at steps 1 and 2."""
     run = tmp_path_factory.mktemp("cli_errors") / "run"
-    train(tiny_config(tiny_model_dir, run, **{"eval.size": 2}))
+    train(tiny_config(tiny_model_dir, run, **{"eval.size": 2, "checkpoint.keep_last": 2}))  # keep both
     return run
 
 

@@ -344,6 +344,7 @@ def _run(run_dir, stop_after=None, resume=False, **over):
         "rollout.max_new_tokens": 40,  # the aggregator derives the answer before it picks
         "eval.at_start": False,
         "eval.at_end": False,
+        "checkpoint.keep_last": 2,  # the tests compare step 1's weights with step 2's
         "logging.progress": False,
         "logging.episodes_every": 0,
         "checkpoint.every": 1,
