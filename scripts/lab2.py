@@ -494,19 +494,8 @@ def pilot(raw: Path, plan_path: Path, out: Path) -> dict[str, Any]:
     status = "PROVISIONAL (unfinished cells)" if choice.provisional else "final"
     md += ["", f"**Main lab setting: {choice.setting}** ({verdict}; {status})", ""]
     md += [f"- {n}" for n in lab.notes]
-    out.mkdir(parents=True, exist_ok=True)
-    result = {
-        "plan": str(plan_path),
-        "plan_sha256": plan_file.sha256,
-        "finished": len(lab.runs),
-        "unfinished": lab.unfinished,
-        "runs": [r.to_json() for r in lab.runs],
-        "counts": [c.to_json() for c in counts],
-        "choice": choice.to_json(),
-        "notes": lab.notes,
-    }
-    (out / "pilot_tables.md").write_text("\n".join(md) + "\n")
-    (out / "pilot.json").write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
+    result = _result(plan_path, plan_file, lab, counts=[c.to_json() for c in counts], choice=choice.to_json())
+    _write(out, "pilot_tables.md", md, "pilot.json", result)
     print("\n".join(md))
     print(f"wrote {out / 'pilot_tables.md'} and {out / 'pilot.json'}")
     return result
@@ -979,6 +968,25 @@ def _tables_md(lab: Lab, plan: Plan, prov: Provenance, analyses: Sequence[Settin
     return md
 
 
+def _result(plan_path: Path, plan_file: PlanFile, lab: Lab, **fields: Any) -> dict[str, Any]:
+    """What every command's JSON holds (the plan and its sha256, the finished runs, the notes), plus `fields`."""
+    return {
+        "plan": str(plan_path),
+        "plan_sha256": plan_file.sha256,
+        "finished": len(lab.runs),
+        "unfinished": lab.unfinished,
+        "runs": [r.to_json() for r in lab.runs],
+        "notes": lab.notes,
+        **fields,
+    }
+
+
+def _write(out: Path, md_name: str, md: list[str], json_name: str, result: dict[str, Any]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / md_name).write_text("\n".join(md) + "\n")
+    (out / json_name).write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
+
+
 def tables(raw: Path, plan_path: Path, out: Path, baselines: Mapping[str, str]) -> dict[str, Any]:
     plan_file = load_plan(plan_path)
     plan = plan_file.plan
@@ -986,28 +994,19 @@ def tables(raw: Path, plan_path: Path, out: Path, baselines: Mapping[str, str]) 
     prov = Provenance.of(lab, plan_file)
     analyses = [analyze_setting(lab, plan, s, baselines) for s in lab.settings()]
     md = _tables_md(lab, plan, prov, analyses)
-    result = {
-        "plan": str(plan_path),
-        "plan_sha256": plan_file.sha256,
-        "finished": len(lab.runs),
-        "unfinished": lab.unfinished,
-        "runs": [r.to_json() for r in lab.runs],
-        "settings": [
-            {
-                "setting": a.setting,
-                "counts": [c.to_json() for c in a.counts],
-                "decisions": [d.to_json() for d in a.decisions],
-                "precursors": [p.to_json(plan) for p in a.precursors],
-                "best_precursor": a.best.to_json(plan) if a.best else None,
-                "remedies": [r.to_json() for r in a.remedies],
-            }
-            for a in analyses
-        ],
-        "notes": lab.notes,
-    }
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "tables.md").write_text("\n".join(md) + "\n")
-    (out / "analysis.json").write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
+    settings = [
+        {
+            "setting": a.setting,
+            "counts": [c.to_json() for c in a.counts],
+            "decisions": [d.to_json() for d in a.decisions],
+            "precursors": [p.to_json(plan) for p in a.precursors],
+            "best_precursor": a.best.to_json(plan) if a.best else None,
+            "remedies": [r.to_json() for r in a.remedies],
+        }
+        for a in analyses
+    ]
+    result = _result(plan_path, plan_file, lab, settings=settings)
+    _write(out, "tables.md", md, "analysis.json", result)
     for a in analyses:
         print(f"{a.setting}:")
         print("\n".join(trigger_lines(a.best)))
