@@ -4,13 +4,12 @@ and on hand-built curves and metrics."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from script_module import load_script
 
 from rolecast.diagnostics.curves import CurvePoint, summarize_curve
 
@@ -18,18 +17,9 @@ ROOT = Path(__file__).resolve().parents[1]
 LAB_RAW = ROOT / "docs" / "experiments" / "cliff_lab" / "raw"
 
 
-def _load_cliff_lab() -> Any:
-    spec = importlib.util.spec_from_file_location("cliff_lab", ROOT / "scripts" / "cliff_lab.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("cliff_lab", module)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def lab() -> Any:
-    return _load_cliff_lab()
+    return load_script("scripts/cliff_lab.py")
 
 
 @pytest.fixture(scope="module")

@@ -2,27 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 import torch
+from script_module import load_script
 
 SCRIPT = Path(__file__).resolve().parent.parent / "bench" / "gpu_check.py"
 
 
-def _load():
-    spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
 def test_without_cuda_it_says_so_and_writes_its_result_file(tmp_path, capsys):
-    gpu_check = _load()
+    gpu_check = load_script("bench/gpu_check.py")
     out = tmp_path / "res" / "gpu_check.json"
     assert gpu_check.main(["--out", str(out)]) == 2
     err = capsys.readouterr().err.strip()
@@ -33,7 +25,7 @@ def test_without_cuda_it_says_so_and_writes_its_result_file(tmp_path, capsys):
 
 
 def test_the_result_file_defaults_to_out_dir(monkeypatch, tmp_path):
-    gpu_check = _load()
+    gpu_check = load_script("bench/gpu_check.py")
     monkeypatch.setenv("OUT", str(tmp_path))
     assert gpu_check.out_path(None) == tmp_path / "gpu_check.json"
     assert gpu_check.out_path("x.json") == Path("x.json")
@@ -42,7 +34,7 @@ def test_the_result_file_defaults_to_out_dir(monkeypatch, tmp_path):
 def test_the_measuring_runs_end_to_end_on_the_cpu(tiny_model_dir, tmp_path):
     """The cell the script runs per (shape, backend), on the tiny model, the hf backend and the CPU: two Voting
     steps with 3 adapters, throughput, and the adapter-sync check after the updates."""
-    gpu_check = _load()
+    gpu_check = load_script("bench/gpu_check.py")
     args = gpu_check.parse_args(["--problems", "2", "--group", "2", "--max-new-tokens", "6"])
     cell = gpu_check.run_cell(Path(tiny_model_dir), "hf", args, tmp_path, device="cpu", dtype="float32")
     assert cell["rollout_tokens"] > 0 and cell["rollout_tokens_per_s"] > 0 and cell["train_tokens_per_s"] > 0

@@ -6,21 +6,19 @@ from the registration, collect, and the figures' checks."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from script_module import load_script
 
 from rolecast.diagnostics.intervals import proportion
 from rolecast.diagnostics.precursors import fit_threshold, resolve_precursor, run_series
 from rolecast.plan.registration import Design, GitState, record_first_cell, register_start
 from rolecast.report.labs import collect_sweep, paired_t_test, t_sf
 
-ROOT = Path(__file__).resolve().parents[1]
 WF, TASK = "orch_workers", "testbed"
 STEPS = 20
 # held-out pass@1 at steps 5..20 (the base, 0.5, is every seed's base cell's)
@@ -32,15 +30,7 @@ BASE = 0.5
 CLIFF_STEP = 15
 
 
-def _load_lab2():
-    spec = importlib.util.spec_from_file_location("lab2", ROOT / "scripts" / "lab2.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("lab2", module)
-    spec.loader.exec_module(module)
-    return module
-
-
-lab2 = _load_lab2()
+lab2 = load_script("scripts/lab2.py")
 
 
 def _eval_row(step: int, value: float, tag: str) -> dict:

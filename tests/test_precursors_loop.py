@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_resume import tiny as resume_tiny
 
-from rolecast.config.load import load_config
 from rolecast.core.errors import ConfigError
 from rolecast.core.metric_keys import precursor_key
 from rolecast.diagnostics.precursors import kl_exact
@@ -29,23 +29,9 @@ PROBES = {
 
 
 def tiny(run_dir: Path, **overrides):
-    """The testbed recipe (full fine-tune; it solves about half the problems, so there are correct base rollouts)
-    with tiny settings."""
-    base = {
-        "run_dir": str(run_dir),
-        "train.steps": 2,
-        "train.problems_per_step": 2,
-        "train.group_size": 4,
-        "train.epochs": 1,
-        "train.lr": 1e-4,
-        "train.lr_schedule": "constant",
-        "rollout.max_new_tokens": 8,
-        "eval.size": 2,
-        "logging.progress": False,
-        "checkpoint.every": 1,
-        "checkpoint.keep_last": 10,
-    }
-    return load_config(None, {**base, **overrides})
+    """test_resume's tiny testbed settings (full fine-tune; it solves about half the problems, so there are correct
+    base rollouts), with evaluations only at start and end and every checkpoint kept."""
+    return resume_tiny(run_dir, **{"eval.every": "auto", "checkpoint.keep_last": 10, **overrides})
 
 
 def rows(run_dir: Path, name: str = "metrics.jsonl") -> list[dict]:

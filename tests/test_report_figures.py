@@ -5,13 +5,12 @@ tiny runs trained here, and on the cliff lab's committed raw results."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 from pathlib import Path
 
 import pytest
 from report_fixtures import adhoc_runs, build_sweep
+from script_module import load_script
 
 from rolecast.diagnostics.curves import CurvePoint
 from rolecast.report import style
@@ -240,18 +239,10 @@ def test_every_figure_of_real_tiny_runs(tmp_path_factory):
     assert "analysis/gradients.png" in summary["plots"]
 
 
-def _load_cliff_lab():
-    spec = importlib.util.spec_from_file_location("cliff_lab", ROOT / "scripts" / "cliff_lab.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("cliff_lab", module)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_cliff_lab_figures_from_its_committed_raw_results():
     """All four lab figures pass; a one-seed arm's band is its evaluation's own 95% interval (the issue: a
     single seed drawn with no interval on a zoomed axis read one evaluation's noise as signal)."""
-    lab = _load_cliff_lab()
+    lab = load_script("scripts/cliff_lab.py")
     recs = lab.records(LAB_RAW)
     arms = ("shared", "isolated", "isolated-roleclock")
     for lr in ("lr1e-4", "lr3e-4", "lr1e-3"):
