@@ -185,6 +185,7 @@ def cmd_testbed(args: argparse.Namespace) -> int:
             options["tokenizer_dir"] = None if args.tokenizer == "train" else args.tokenizer
         path = testbed.build(args.out, seed=args.seed, size=args.size, evaluate=not args.no_eval, **options)
         print(f"testbed built in {path}")
+        build_info = testbed.info(path)
     else:
         path = Path(args.dir) if args.dir else testbed.default_path(args.size)
         build_info = testbed.info(path)  # a directory that is not a build is refused before anything loads
@@ -192,9 +193,7 @@ def cmd_testbed(args: argparse.Namespace) -> int:
         if args.action == "rollouts":
             print(testbed.format_rollouts(rollout_competence(path, seed=args.seed)))
             return 0
-        print(testbed.format_info(build_info))
-        return 0
-    print(testbed.format_info(testbed.info(path)))
+    print(testbed.format_info(build_info))
     return 0
 
 
