@@ -3,8 +3,9 @@
 Why: a CPU step allocates and frees many tensors of a few MB (a micro-batch's MLP activations, their gradients, a
 prefill's hidden states). glibc serves large blocks with fresh `mmap`s below an adaptive threshold and hands the
 heap's free top back to the kernel, so the pages of such a tensor are faulted in and zeroed again and again: the
-testbed model's forward + backward on 64 x 40 tokens takes ~23,000 minor page faults a step, ~5,500 with the
-settings here. In `make run`'s cells that is ~5% of the update and ~3% of an evaluation, with the same numbers
+testbed model's forward + backward on 64 x 40 tokens took ~23,000 minor page faults a step, ~5,500 with the
+settings here, on the machine where this was written (how many depends on the machine: bench/allocator.py measures
+it where you are). In `make run`'s cells that was ~5% of the update and ~3% of an evaluation, with the same numbers
 (docs/benchmarks.md). PyTorch's own advice for CPU training is an allocator that caches (jemalloc or tcmalloc through
 LD_PRELOAD); `mallopt` gets most of that from inside the process.
 
