@@ -1,0 +1,261 @@
+"""The powered testbed map (issue 36): its stages' run directories turned into raw results, tables and a figure.
+
+    python scripts/map_power.py collect runs/map-power/s1 --out docs/experiments/map_power/raw/s1
+    python scripts/map_power.py tables docs/experiments/map_power/raw --out docs/experiments/map_power
+        [--plan src/rolecast/configs/experiments/map_power_plan.yaml]
+
+`collect` copies one stage's small raw results (report/labs.py `collect_sweep`: no checkpoints, no episodes).
+`tables` reads every stage under RAW (each a collected sweep: s1, s2, ...), only finished cells, and applies the
+plan's rules (its `notes`; map_power_plan.yaml):
+- each run against its own seed's base evaluation; its curve summarized under the plan's `cliff` rule;
+- per workflow and arm, the gain (final - base) per seed, and its mean over seeds with a 95% interval;
+- per workflow, Isolated - Shared final (and peak, secondary) paired by seed, mean with a 95% interval, its p
+  value (paired t, two-sided) and the detectable difference ((t_0.975 + t_0.80) x SE);
+- the sequential rule: a workflow stops when its Isolated - Shared final half-width is <= 0.04 (the single
+  agent: its gain's half-width), else it runs in the next stage, up to the cap (stage 4, 20 seeds).
+Every interval is diagnostics/curves.py `mean_over_seeds`, the report's own rule: t over seeds with k - 1 df,
+its SE the larger of the seeds' spread (sd / sqrt(k)) and the evaluations' own noise. The floor is not written
+in the plan; it can only widen an interval, so it can only make the rule stop later.
+Writes DIR/map_power.md (the tables), DIR/map_power.json and DIR/map_power.png (gains and differences).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rolecast.diagnostics.curves import CurvePoint, PairedDifference, mean_over_seeds, summarize_curve
+from rolecast.plan.schema import Plan, load_plan
+from rolecast.report.html import collect_map
+from rolecast.report.labs import collect_sweep, paired_t_test
+
+PLAN = Path(__file__).resolve().parent.parent / "src/rolecast/configs/experiments/map_power_plan.yaml"
+TARGET_HALF_WIDTH = 0.04  # the plan's stopping precision
+CAP_SEEDS = 20  # the plan's cap: stage 4
+STAGE_SEEDS = 5
+WORKFLOWS = ("single", "voting", "eval_opt", "orch_workers")
+ARMS = ("shared", "isolated")
+
+
+@dataclass(frozen=True)
+class Run:
+    """One finished training run: where it is, its cell's axes, and its base / peak / final points."""
+
+    name: str
+    stage: str
+    workflow: str
+    arm: str
+    seed: int
+    base: CurvePoint | None
+    peak: CurvePoint
+    final: CurvePoint
+    cliff_type: str | None
+
+
+def read_runs(raw: Path, plan: Plan) -> tuple[list[Run], list[str]]:
+    """Every finished training cell of every stage under `raw`; notes for unfinished cells and missing bases."""
+    if not raw.is_dir():
+        raise SystemExit(f"map_power: {raw}: not a directory (collected stages: scripts/map_power.py collect)")
+    runs, notes = [], []
+    for stage in sorted(p for p in raw.iterdir() if p.is_dir()):
+        smap = collect_map(stage)
+        notes += [f"{stage.name}: {n}" for n in smap.notes]
+        for c in smap.train_cells:
+            if not c.complete or c.curve is None:
+                notes.append(f"{stage.name}/{c.name}: not finished (left out of every table)")
+                continue
+            curve = summarize_curve(c.curve.points, notes=list(c.curve.notes), **plan.cliff.curve_kwargs())
+            if curve.base is None:
+                notes.append(f"{stage.name}/{c.name}: no base evaluation (left out of the gains)")
+            runs.append(
+                Run(
+                    c.name,
+                    stage.name,
+                    str(c.axes.get("workflow")),
+                    str(c.axes.get("sharing")),
+                    int(c.axes.get("seed") or 0),
+                    curve.base,
+                    curve.peak,
+                    curve.final,
+                    curve.cliff_type,
+                )
+            )
+    return sorted(runs, key=lambda r: (WORKFLOWS.index(r.workflow), ARMS.index(r.arm), r.seed)), notes
+
+
+def gain(runs: Sequence[Run]) -> PairedDifference | None:
+    """Final - base over the runs' seeds (each run against its own seed's base)."""
+    with_base = [r for r in runs if r.base is not None]
+    if not with_base:
+        return None
+    return mean_over_seeds(
+        [r.final.value - r.base.value for r in with_base if r.base],
+        [math.hypot(r.final.se, r.base.se) for r in with_base if r.base],
+    )
+
+
+def paired(runs: Sequence[Run], workflow: str, which: str) -> tuple[PairedDifference, float] | None:
+    """Isolated - Shared of `which` (final / peak) over the seeds both arms finished, and its two-sided p."""
+    by = {a: {r.seed: r for r in runs if r.workflow == workflow and r.arm == a} for a in ARMS}
+    seeds = sorted(set(by["shared"]) & set(by["isolated"]))
+    if not seeds:
+        return None
+    pts = [(getattr(by["shared"][s], which), getattr(by["isolated"][s], which)) for s in seeds]
+    diff = mean_over_seeds([b.value - a.value for a, b in pts], [math.hypot(a.se, b.se) for a, b in pts])
+    return diff, paired_t_test([b.value - a.value for a, b in pts], "two-sided").p
+
+
+def half_width(d: PairedDifference) -> float:
+    return d.multiplier * d.se
+
+
+def interval(d: PairedDifference | None) -> str:
+    if d is None:
+        return "-"
+    verdict = "+" if d.low > 0 else "-" if d.high < 0 else "="
+    return f"{verdict} {d.mean:+.3f} [{d.low:+.3f}, {d.high:+.3f}]"
+
+
+def rule(runs: Sequence[Run]) -> dict[str, dict[str, Any]]:
+    """The plan's sequential rule per workflow: the half-width it is read on, seeds so far, stop or continue."""
+    out = {}
+    for w in WORKFLOWS:
+        if w == "single":
+            d = gain([r for r in runs if r.workflow == w and r.arm == "shared"])
+        else:
+            p = paired(runs, w, "final")
+            d = p[0] if p else None
+        seeds = d.seeds if d else 0
+        hw = half_width(d) if d else math.inf
+        state = "stopped: precision reached" if hw <= TARGET_HALF_WIDTH else "continue"
+        if state == "continue" and seeds >= CAP_SEEDS:
+            state = "stopped: cap"
+        out[w] = {"seeds": seeds, "half_width": hw, "state": state, "detectable": d.detectable if d else None}
+    return out
+
+
+def tables(raw: Path, plan_path: Path, out: Path) -> dict[str, Any]:
+    plan = load_plan(plan_path).plan
+    runs, notes = read_runs(raw, plan)
+    md = ["# The powered testbed map (math, small build): tables", ""]
+    md += [f"Generated by `python scripts/map_power.py tables {raw} --out {out}` from the collected stages.", ""]
+    md += ["## Gain (final - base) per workflow and sharing mode", ""]
+    md += ["| workflow | arm | seeds | base (mean) | final (mean) | gain [95%] | cliffs (fall after gain) |"]
+    md += ["|---|---|---|---|---|---|---|"]
+    result: dict[str, Any] = {"gains": [], "differences": [], "rule": {}, "notes": notes}
+    for w in WORKFLOWS:
+        for a in ARMS:
+            rs = [r for r in runs if r.workflow == w and r.arm == a]
+            if not rs:
+                continue
+            g = gain(rs)
+            bases = [r.base.value for r in rs if r.base]
+            base_mean = sum(bases) / len(bases) if bases else math.nan
+            final_mean = sum(r.final.value for r in rs) / len(rs)
+            cliffs = sum(r.cliff_type == "fall_after_gain" for r in rs)
+            md.append(
+                f"| {w} | {a} | {len(rs)} | {base_mean:.3f} | {final_mean:.3f} | {interval(g)} | {cliffs} of {len(rs)} |"
+            )
+            result["gains"].append(
+                {"workflow": w, "arm": a, "seeds": [r.seed for r in rs], "base": base_mean, "final": final_mean}
+                | ({"gain": g.mean, "low": g.low, "high": g.high, "se": g.se} if g else {})
+                | {"cliffs": cliffs}
+            )
+    md += ["", "## Isolated - Shared, paired by seed", ""]
+    md += [
+        "| workflow | seeds | final [95%] | p (two-sided) | detectable | peak [95%] (secondary) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for w in WORKFLOWS[1:]:
+        fin, peak = paired(runs, w, "final"), paired(runs, w, "peak")
+        if fin is None:
+            continue
+        d, p = fin
+        pk = interval(peak[0]) if peak else "-"
+        md.append(f"| {w} | {d.seeds} | {interval(d)} | {p:.3f} | {d.detectable:.3f} | {pk} |")
+        result["differences"].append(
+            {"workflow": w, "seeds": d.seeds, "final": d.mean, "low": d.low, "high": d.high, "p": p}
+            | {"detectable": d.detectable, "peak": peak[0].mean if peak else None}
+        )
+    md += ["", f"With three comparisons, a Bonferroni reading needs p <= {0.05 / 3:.4f}.", ""]
+    md += [
+        "## The sequential rule (the plan's)",
+        "",
+        "| workflow | seeds | half-width read | state |",
+        "|---|---|---|---|",
+    ]
+    result["rule"] = rule(runs)
+    for w, r in result["rule"].items():
+        on = "gain" if w == "single" else "Isolated - Shared final"
+        md.append(f"| {w} | {r['seeds']} | {r['half_width']:.3f} ({on}) | {r['state']} |")
+    if notes:
+        md += ["", "## Notes", ""] + [f"- {n}" for n in notes]
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "map_power.md").write_text("\n".join(md) + "\n")
+    (out / "map_power.json").write_text(json.dumps(result, indent=1, default=_json) + "\n")
+    figure(result, out / "map_power.png")
+    print("\n".join(md))
+    return result
+
+
+def _json(x: Any) -> Any:
+    return None if isinstance(x, float) and not math.isfinite(x) else str(x)
+
+
+def figure(result: dict[str, Any], path: Path) -> None:
+    """Left: each arm's gain with its interval; right: Isolated - Shared final with its interval."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6), width_ratios=[3, 2])
+    gains = [g for g in result["gains"] if "gain" in g]
+    for i, g in enumerate(gains):
+        color = "#1f77b4" if g["arm"] == "shared" else "#d62728"
+        left.errorbar(g["gain"], i, xerr=[[g["gain"] - g["low"]], [g["high"] - g["gain"]]], fmt="o", color=color)
+    left.set_yticks(range(len(gains)), [f"{g['workflow']} {g['arm']} ({len(g['seeds'])})" for g in gains])
+    left.axvline(0, color="grey", lw=0.8)
+    left.set_xlabel("gain: final - base (95% interval over seeds)")
+    left.invert_yaxis()
+    diffs = result["differences"]
+    for i, d in enumerate(diffs):
+        right.errorbar(d["final"], i, xerr=[[d["final"] - d["low"]], [d["high"] - d["final"]]], fmt="o", color="k")
+    right.set_yticks(range(len(diffs)), [f"{d['workflow']} ({d['seeds']})" for d in diffs])
+    for x in (-TARGET_HALF_WIDTH, TARGET_HALF_WIDTH):
+        right.axvline(x, color="grey", lw=0.6, ls=":")
+    right.axvline(0, color="grey", lw=0.8)
+    right.set_xlabel("Isolated - Shared, final (paired by seed)")
+    right.invert_yaxis()
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("collect", help="copy one stage's small raw results")
+    c.add_argument("sweep", type=Path)
+    c.add_argument("--out", type=Path, required=True)
+    t = sub.add_parser("tables", help="tables, JSON and the figure from the collected stages")
+    t.add_argument("raw", type=Path)
+    t.add_argument("--out", type=Path, required=True)
+    t.add_argument("--plan", type=Path, default=PLAN)
+    a = parser.parse_args(argv)
+    if a.command == "collect":
+        cells, copied = collect_sweep(a.sweep, a.out)
+        print(f"{a.sweep}: {cells} cells, {copied} files copied to {a.out}")
+    else:
+        tables(a.raw, a.plan, a.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

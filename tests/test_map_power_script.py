@@ -1,0 +1,50 @@
+"""scripts/map_power.py: the powered map's paired differences and its sequential rule, on hand-built runs."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from script_module import load_script
+
+from rolecast.diagnostics.curves import CurvePoint
+
+mp = load_script("scripts/map_power.py")
+
+
+def run(workflow: str, arm: str, seed: int, final: float, base: float = 0.5, se: float = 0.01) -> object:
+    pt = CurvePoint(30, final, se, 200)
+    return mp.Run(f"{workflow}-{arm}-s{seed}", "s1", workflow, arm, seed, CurvePoint(0, base, se, 200), pt, pt, None)
+
+
+def test_isolated_minus_shared_is_paired_by_seed_with_a_t_interval():
+    runs = [run("voting", "shared", s, f) for s, f in enumerate([0.70, 0.72, 0.74])]
+    runs += [run("voting", "isolated", s, f) for s, f in enumerate([0.73, 0.73, 0.79])]
+    runs.append(run("voting", "isolated", 7, 0.99))  # no Shared run of seed 7: not a pair
+    d, p = mp.paired(runs, "voting", "final")
+    assert d.seeds == 3
+    assert d.mean == pytest.approx(0.03)  # differences 0.03, 0.01, 0.05
+    assert d.se == pytest.approx(0.02 / math.sqrt(3))  # their sd 0.02 over sqrt 3, above the evaluations' 0.0082
+    assert mp.half_width(d) == pytest.approx(4.303 * 0.02 / math.sqrt(3), rel=1e-3)
+    t = 0.03 / (0.02 / math.sqrt(3))
+    assert p == pytest.approx(1 - t / math.sqrt(2 + t * t), rel=1e-6)  # Student's t with 2 df, two-sided
+
+
+def test_the_rule_stops_a_workflow_on_precision_and_the_rest_at_the_cap():
+    runs = []
+    for s, diff in enumerate([0.01, -0.01, 0.0, 0.02, -0.02]):  # sd 0.0158: half-width 2.776 x 0.0071 = 0.020
+        runs += [run("eval_opt", "shared", s, 0.8, se=0.005), run("eval_opt", "isolated", s, 0.8 + diff, se=0.005)]
+    for s in range(3):  # half-width ~0.05 over 3 seeds: another stage
+        runs += [run("voting", "shared", s, 0.7), run("voting", "isolated", s, 0.7 + [0.03, 0.01, 0.05][s])]
+    for s in range(20):  # differences of +-0.2: far from 0.04 after 20 seeds
+        runs += [run("orch_workers", "shared", s, 0.5), run("orch_workers", "isolated", s, 0.5 + 0.2 * (-1) ** s)]
+    runs += [run("single", "shared", s, 0.5 + g, base=0.5) for s, g in enumerate([0.05, 0.07, 0.06, 0.08, 0.04])]
+    r = mp.rule(runs)
+    assert r["eval_opt"]["state"] == "stopped: precision reached"
+    assert r["eval_opt"]["half_width"] == pytest.approx(2.776 * math.sqrt(2.5e-4 / 5), rel=1e-3)
+    assert r["voting"]["state"] == "continue" and r["voting"]["seeds"] == 3
+    assert r["orch_workers"]["state"] == "stopped: cap" and r["orch_workers"]["seeds"] == 20
+    assert r["orch_workers"]["detectable"] > 0.08
+    # the single agent is read on its gain: 0.06 with sd 0.0158 over 5 seeds, half-width 0.020
+    assert r["single"]["state"] == "stopped: precision reached"
+    assert mp.gain([x for x in runs if x.workflow == "single"]).mean == pytest.approx(0.06)
