@@ -308,6 +308,44 @@ def test_a_failing_cell_is_recorded_and_the_others_finish(tmp_path, monkeypatch)
     assert status[bad]["attempts"] == 2
 
 
+def test_a_diverged_cell_is_final_stopped_not_failed_and_a_rerun_skips_it(tmp_path, monkeypatch, capsys):
+    """lr 1e30 grows the weights past train.max_weight_growth on step 1: the run stops itself. Resumed with the same
+    settings it would diverge again (runs are bit-exact), so the sweep records it as stopped, with the reason, and
+    never retries it; the report shows it as stopped, with no final accuracy claimed."""
+    from rolecast.cli import main
+    from rolecast.report.html import collect_map
+    from rolecast.report.labs import collect_sweep
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    text = (
+        TINY.format(steps=3)
+        + "  train.problems_per_step: 4\n  train.lr: 1.0e+30\naxes: {seed: [0]}\nbase_eval: false\n"
+    )
+    p = write(tmp_path, text.replace("  train.problems_per_step: 2\n", ""))
+    m = load_matrix(p, out=tmp_path / "out")
+    [cell] = m.train_cells
+    outcome = run_sweep(m, PoolExecutor(workers=1, threads_per_cell=1), progress=False)
+    result = outcome.results[cell.name]
+    assert result.status == "stopped" and outcome.failed == [] and outcome.stopped == [cell.name]
+    assert result.error.startswith("training diverged and stopped at step 1: policy 'shared': the update of step 1")
+    stopped = json.loads((cell.run_dir / "STOPPED.json").read_text())
+    assert stopped["reason"] == result.error and not (cell.run_dir / "ERROR.txt").exists()
+    assert cell_summary(m, cell)["state"] == "stopped"
+    [row] = json.loads((m.out / "sweep.json").read_text())["cells"]
+    assert row["status"] == "stopped" and row["attempts"] == 1 and row["error"] == result.error
+
+    # a rerun skips it: nothing runs, the cell stays stopped, and the command exits 0 saying so
+    assert main(["sweep", str(p), "--out", str(m.out), "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    assert "1 cell(s) stopped themselves (training diverged" in err and "failed" not in err
+    [row] = json.loads((m.out / "sweep.json").read_text())["cells"]
+    assert row["status"] == "stopped" and row["attempts"] == 1
+    [view] = [c for c in collect_map(m.out).cells if c.name == cell.name]
+    assert view.state == "stopped" and view.error == result.error and not view.complete
+    collect_sweep(m.out, tmp_path / "raw")  # a lab's raw copy keeps the record
+    assert (tmp_path / "raw" / cell.name / "STOPPED.json").is_file()
+
+
 def test_process_pool_runs_cells_in_their_own_processes(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     broken = tmp_path / "broken-model"

@@ -253,6 +253,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         _print_report(matrix.out, None)
     else:
         Console().print(summary_table(matrix))
+    if outcome.stopped:  # data, not a failure: the map shows them; a rerun skips them
+        print(
+            f"{len(outcome.stopped)} cell(s) stopped themselves (training diverged; the reason in each cell's "
+            f"STOPPED.json): final, a rerun skips them (delete STOPPED.json to retry one)",
+            file=sys.stderr,
+        )
     if outcome.failed:
         print(
             f"{len(outcome.failed)} cell(s) failed (errors in {matrix.out / 'sweep.json'} and each cell's "

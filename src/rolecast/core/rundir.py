@@ -45,6 +45,7 @@ TENSORBOARD = "tensorboard"
 WANDB = "wandb"
 DONE = "DONE.json"
 ERROR = "ERROR.txt"
+STOPPED = "STOPPED.json"  # a sweep cell whose run stopped itself (diverged): final, not retried
 # A sweep's directory: one run directory per cell, plus these
 SWEEP_STATUS = "sweep.json"
 REPORT = "report.html"
@@ -230,3 +231,11 @@ def cut_back_jsonl(path: str | Path, keep: Callable[[dict[str, Any]], bool]) -> 
     stay in front of the rows the resumed run appends. Nothing happens when the file does not exist."""
     if Path(path).exists():
         write_jsonl(path, [r for r in read_jsonl(path) if keep(r)])
+
+
+def stopped_reason(run_dir: Path) -> str:
+    """Why and at which step a sweep cell's run stopped itself: the one line its STOPPED.json records."""
+    try:
+        return str(json.loads((Path(run_dir) / STOPPED).read_text()).get("reason") or "stopped")
+    except (OSError, ValueError, AttributeError):
+        return "stopped (STOPPED.json unreadable)"

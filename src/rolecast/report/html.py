@@ -33,9 +33,11 @@ from rolecast.core.rundir import (
     EVAL,
     METRICS,
     REPORT,
+    STOPPED,
     SWEEP_STATUS,
     RunPaths,
     read_jsonl,
+    stopped_reason,
     write_atomic,
 )
 from rolecast.diagnostics.curves import (
@@ -108,7 +110,7 @@ class CellView:
     kind: str  # "train" | "base_eval"
     axes: dict[str, Any]
     run_dir: Path
-    state: str  # done | failed | running | incomplete | pending
+    state: str  # done | stopped | failed | running | incomplete | pending
     error: str | None = None
     base_cell: str | None = None
     steps_logged: int = 0
@@ -223,7 +225,7 @@ def _axes_from_config(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def _looks_like_run(d: Path) -> bool:
-    return any((d / f).exists() for f in (CONFIG, METRICS, EVAL, DONE, ERROR))
+    return any((d / f).exists() for f in (CONFIG, METRICS, EVAL, DONE, ERROR, STOPPED))
 
 
 def _last_line(path: Path) -> str | None:
@@ -251,6 +253,8 @@ def _state(d: Path, recorded: dict[str, Any]) -> tuple[str, str | None]:
     """The cell's state from its files first (they are written last), then from sweep.json."""
     if (d / DONE).is_file():
         return "done", None
+    if (d / STOPPED).is_file():  # the run stopped itself (diverged): final, no final evaluation claimed
+        return "stopped", stopped_reason(d)
     if (d / ERROR).is_file():
         return "failed", recorded.get("error") or _last_line(d / ERROR)
     status = recorded.get("status")
@@ -614,7 +618,7 @@ def _row_numbers(c: CellView) -> dict[str, str]:
 def _state_text(c: CellView) -> str:
     if c.state == "done":
         return "done"
-    if c.state in ("incomplete", "running") and c.steps_planned:
+    if c.state in ("incomplete", "running", "stopped") and c.steps_planned:
         return f"{c.state} {c.steps_logged}/{c.steps_planned}"
     return c.state
 

@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from rolecast.core.rundir import CONFIG, DONE, ERROR, EVAL, METRICS, RESUMES, SWEEP_STATUS
+from rolecast.core.rundir import CONFIG, DONE, ERROR, EVAL, METRICS, RESUMES, STOPPED, SWEEP_STATUS
 from rolecast.diagnostics.curves import CurvePoint, mean_over_seeds
 from rolecast.plan.registration import REGISTRATION
 
-CELL_FILES = (CONFIG, METRICS, EVAL, DONE, ERROR, RESUMES)  # per cell; what a table or figure can read
+CELL_FILES = (CONFIG, METRICS, EVAL, DONE, STOPPED, ERROR, RESUMES)  # per cell; what a table or figure can read
 SWEEP_FILES = (SWEEP_STATUS, REGISTRATION)  # the sweep's own record: its cells, and its registered design
 
 

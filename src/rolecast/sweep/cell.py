@@ -3,10 +3,13 @@
 A cell's state is read from its run directory only, so any executor (in-process, a local process, a Ray
 worker on another node sharing the filesystem) and any rerun agree on it:
   finished     DONE.json exists (written atomically after `train()` returned)
+  stopped      STOPPED.json exists: the run stopped itself (training diverged); final, like finished
   interrupted  the directory has a complete checkpoint and no DONE.json -> resume from that checkpoint
   fresh        anything else (no directory, or one without a checkpoint: removed and started over)
 A cell that raised writes ERROR.txt (the traceback) into its directory; the next run retries it (resuming
-when it left a checkpoint).
+when it left a checkpoint). A run that diverged is not retried: resumed from its last good checkpoint with the
+same settings it diverges again, step for step (runs are bit-exact), so a rerun would only spend the time again.
+Its STOPPED.json says at which step and why; delete it to retry the cell anyway.
 """
 
 from __future__ import annotations
@@ -25,8 +28,9 @@ import torch
 from rich.console import Console as RichConsole
 
 from rolecast.config.load import validate_config
+from rolecast.core.errors import TrainingDiverged
 from rolecast.core.quiet import quiet_libraries
-from rolecast.core.rundir import DONE, ERROR, EVAL, cut_back_jsonl, write_atomic
+from rolecast.core.rundir import DONE, ERROR, EVAL, STOPPED, cut_back_jsonl, stopped_reason, write_atomic
 from rolecast.training.checkpoint import latest_step
 from rolecast.training.grpo import train
 from rolecast.training.sinks import Console
@@ -52,7 +56,7 @@ class CellJob:
 @dataclass
 class CellResult:
     name: str
-    status: Literal["done", "failed"]
+    status: Literal["done", "failed", "stopped"]  # stopped: the run stopped itself (diverged), not retried
     seconds: float = 0.0
     resumed_from: int | None = None  # the checkpoint step this session resumed from
     error: str | None = None  # the last line of the traceback (the whole one is in ERROR.txt)
@@ -70,9 +74,15 @@ def checkpoint_step(run_dir: Path) -> int | None:
     return latest_step(run_dir) if run_dir.is_dir() else None
 
 
-def cell_state(run_dir: Path) -> Literal["finished", "interrupted", "fresh"]:
+def is_stopped(run_dir: Path) -> bool:
+    return (run_dir / STOPPED).is_file()
+
+
+def cell_state(run_dir: Path) -> Literal["finished", "stopped", "interrupted", "fresh"]:
     if is_finished(run_dir):
         return "finished"
+    if is_stopped(run_dir):
+        return "stopped"
     return "interrupted" if checkpoint_step(run_dir) is not None else "fresh"
 
 
@@ -97,6 +107,8 @@ def run_cell(job: CellJob) -> CellResult:
     run_dir = Path(job.run_dir)
     if is_finished(run_dir):  # e.g. a Ray retry after the first attempt finished
         return CellResult(job.name, "done", summary=json.loads((run_dir / DONE).read_text()).get("summary"))
+    if is_stopped(run_dir):
+        return CellResult(job.name, "stopped", error=stopped_reason(run_dir))
     t0 = time.perf_counter()
     resumed_from: int | None = None
     Path(job.log_file).parent.mkdir(parents=True, exist_ok=True)
@@ -119,6 +131,14 @@ def run_cell(job: CellJob) -> CellResult:
             )
             log.flush()
             summary = train(cfg, resume=run_dir if resumed_from is not None else None, console=console)
+        except TrainingDiverged as e:  # the run stopped itself: final (see the module's docstring)
+            reason = str(e).splitlines()[0][:500]
+            log.write(f"stopped: {reason}\n")
+            seconds = time.perf_counter() - t0
+            record = {"cell": job.name, "reason": reason, "seconds": seconds, "resumed_from": resumed_from}
+            run_dir.mkdir(parents=True, exist_ok=True)  # a run that diverged on its first step leaves no directory
+            write_atomic(run_dir / STOPPED, json.dumps(record, indent=1))
+            return CellResult(job.name, "stopped", seconds, resumed_from, reason)
         except Exception as e:  # any failure of a cell is recorded, not raised
             tb = traceback.format_exc()
             log.write(tb)

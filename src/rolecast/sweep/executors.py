@@ -15,8 +15,8 @@ from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any, Protocol
 
-from rolecast.core.rundir import DONE, ERROR
-from rolecast.sweep.cell import CellJob, CellResult, is_finished, run_cell
+from rolecast.core.rundir import DONE, ERROR, stopped_reason
+from rolecast.sweep.cell import CellJob, CellResult, is_finished, is_stopped, run_cell
 
 OnStart = Callable[[str], None]
 OnFinish = Callable[[CellResult], None]
@@ -51,9 +51,10 @@ class LocalExecutor:
 
 
 def _child(job: CellJob) -> None:
-    # the result travels through the cell's files (DONE.json / ERROR.txt); the exit code says if it got there
+    # the result travels through the cell's files (DONE.json / STOPPED.json / ERROR.txt); the exit code says if
+    # it got there
     result = run_cell(job)
-    os._exit(0 if result.status == "done" else 3)
+    os._exit(3 if result.status == "failed" else 0)
 
 
 # What every cell imports (torch, transformers' Qwen3, the trainer, the decode path), imported once by the pool's
@@ -152,6 +153,8 @@ class PoolExecutor:
                         on_finish(
                             CellResult(job.name, "done", seconds, done.get("resumed_from"), None, done.get("summary"))
                         )
+                    elif proc.exitcode == 0 and is_stopped(run_dir):
+                        on_finish(CellResult(job.name, "stopped", seconds, None, stopped_reason(run_dir)))
                     else:
                         error_file = run_dir / ERROR
                         if proc.exitcode == 3 and error_file.is_file():

@@ -19,7 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from rolecast.config import RunConfig
-from rolecast.core.rundir import CONFIG, DONE, ERROR, EVAL, SWEEP_STATUS, read_jsonl, write_atomic
+from rolecast.core.rundir import CONFIG, DONE, ERROR, EVAL, SWEEP_STATUS, read_jsonl, stopped_reason, write_atomic
 from rolecast.plan.registration import Design, record_first_cell, register_start
 from rolecast.sweep.cell import CellJob, CellResult, cell_state, checkpoint_step
 from rolecast.sweep.executors import Executor, LocalExecutor
@@ -35,10 +35,16 @@ class SweepOutcome:
     skipped: list[str] = field(default_factory=list)  # finished before this run
     resumed: dict[str, int] = field(default_factory=dict)  # cell -> checkpoint step it resumed from
     results: dict[str, CellResult] = field(default_factory=dict)  # what ran in this session
+    stopped_before: list[str] = field(default_factory=list)  # stopped themselves (diverged) before this run
 
     @property
     def failed(self) -> list[str]:
         return [n for n, r in self.results.items() if r.status == "failed"]
+
+    @property
+    def stopped(self) -> list[str]:
+        """Cells whose run stopped itself (diverged) in this session or an earlier one: final, never retried."""
+        return self.stopped_before + [n for n, r in self.results.items() if r.status == "stopped"]
 
 
 def _comparable(config: dict[str, Any]) -> dict[str, Any]:
@@ -136,7 +142,7 @@ class _Display:
 
     def __init__(self, total: int, enabled: bool, console: Console | None):
         self.console = console or Console(highlight=False)
-        self.counts = {"done": 0, "running": 0, "failed": 0, "left": total}
+        self.counts = {"done": 0, "running": 0, "failed": 0, "stopped": 0, "left": total}
         self.running: list[str] = []
         self.progress = Progress(
             TextColumn("cells"),
@@ -154,7 +160,8 @@ class _Display:
     def _counts(self) -> str:
         c = self.counts
         now = f" [{', '.join(self.running[:3])}{', ...' if len(self.running) > 3 else ''}]" if self.running else ""
-        return f"done {c['done']} · running {c['running']}{now} · failed {c['failed']} · left {c['left']}"
+        stopped = f" · stopped {c['stopped']}" if c["stopped"] else ""
+        return f"done {c['done']} · running {c['running']}{now} · failed {c['failed']}{stopped} · left {c['left']}"
 
     def __enter__(self) -> _Display:
         self.progress.start()
@@ -171,15 +178,15 @@ class _Display:
 
     def finish(self, result: CellResult) -> None:
         self.counts["running"] -= 1
-        self.counts["done" if result.status == "done" else "failed"] += 1
+        self.counts[result.status] += 1
         if result.name in self.running:
             self.running.remove(result.name)
         resumed = f", resumed from step {result.resumed_from}" if result.resumed_from is not None else ""
-        line = (
-            f"done    {result.name} ({result.seconds:.1f} s{resumed})"
-            if result.status == "done"
-            else f"FAILED  {result.name}: {result.error}"
-        )
+        line = {
+            "done": f"done    {result.name} ({result.seconds:.1f} s{resumed})",
+            "stopped": f"STOPPED {result.name}: {result.error}",
+            "failed": f"FAILED  {result.name}: {result.error}",
+        }[result.status]
         self.console.print(line, markup=False, soft_wrap=True)
         self.progress.advance(self.task)
         self._update()
@@ -223,6 +230,10 @@ def _run_locked(matrix: Matrix, executor: Executor, progress: bool, console: Con
             done = json.loads((cell.run_dir / DONE).read_text())
             status.set(cell.name, status="done", seconds=done.get("seconds"))
             continue
+        if state == "stopped":  # diverged in an earlier run: resuming would diverge again (cell.py)
+            outcome.stopped_before.append(cell.name)
+            status.set(cell.name, status="stopped", error=stopped_reason(cell.run_dir))
+            continue
         if state == "interrupted":
             outcome.resumed[cell.name] = checkpoint_step(cell.run_dir) or 0  # interrupted: it has a checkpoint
         jobs.append(
@@ -239,7 +250,9 @@ def _run_locked(matrix: Matrix, executor: Executor, progress: bool, console: Con
     n_base = sum(c.kind == "base_eval" for c in matrix.cells)
     console.print(
         f"sweep {matrix.path} -> {matrix.out}: {len(matrix.cells)} cells ({n_base} base evaluations); "
-        f"{len(outcome.skipped)} finished, {len(outcome.resumed)} to resume, "
+        f"{len(outcome.skipped)} finished, "
+        + (f"{len(outcome.stopped_before)} stopped (diverged; not retried), " if outcome.stopped_before else "")
+        + f"{len(outcome.resumed)} to resume, "
         f"{len(jobs) - len(outcome.resumed)} to start; executor {executor.name}",
         markup=False,
         soft_wrap=True,  # one line in a log too (rich wraps at 80 columns when the output is not a terminal)
