@@ -68,7 +68,8 @@ def read_runs(raw: Path, plan: Plan) -> tuple[list[Run], list[str]]:
         notes += [f"{stage.name}: {n}" for n in smap.notes]
         for c in smap.train_cells:
             if not c.complete or c.curve is None:
-                notes.append(f"{stage.name}/{c.name}: not finished (left out of every table)")
+                why = f"{c.state}: {c.error}" if c.error else c.state
+                notes.append(f"{stage.name}/{c.name}: {why} (left out of every table)")
                 continue
             curve = summarize_curve(c.curve.points, notes=list(c.curve.notes), **plan.cliff.curve_kwargs())
             if curve.base is None:
