@@ -332,3 +332,19 @@ def test_top_level_help_speaks_to_users():
     for command in ("train", "eval", "export", "analyze", "sweep", "report", "config", "env", "testbed", "model"):
         assert re.search(rf"^\s+{command}\s+\S", text, re.M), command
     assert "rolecast train" in text and "rolecast env" in text
+
+
+def test_a_reader_that_closes_the_pipe_ends_the_command_quietly():
+    """`rolecast ... | head`: the pipe closes before the command writes (it is still importing), so its first write
+    fails; it stops with 141, as a shell reports SIGPIPE, and says nothing (before: a BrokenPipeError at exit)."""
+    matrix = CONFIG_DIR / "testbed_matrix.yaml"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rolecast.cli", "sweep", str(matrix), "--dry-run"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()
+    stderr = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141
+    assert stderr == ""

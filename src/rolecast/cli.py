@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from importlib.metadata import version
 
@@ -228,7 +229,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         # the subcommand's code, imported once the arguments parsed (torch, transformers and the trainer load here)
         commands = importlib.import_module("rolecast.commands")
-        return getattr(commands, f"cmd_{args.command}")(args)
+        status: int = getattr(commands, f"cmd_{args.command}")(args)
+        sys.stdout.flush()  # a reader that went away shows here, not as an "Exception ignored" line at exit
+        return status
+    except BrokenPipeError:
+        # `rolecast ... | head`: the reader closed the pipe. Stop quietly, as other command-line tools do; what is
+        # still buffered goes to /dev/null so that Python's own flush at exit does not fail a second time.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # what a shell reports for a process ended by SIGPIPE
     except KeyboardInterrupt:  # Ctrl-C outside training (train has its own line): no traceback
         print("rolecast: interrupted", file=sys.stderr)
         return 130
