@@ -3,6 +3,7 @@
     python scripts/map_power.py collect runs/map-power/s1 --out docs/experiments/map_power/raw/s1
     python scripts/map_power.py tables docs/experiments/map_power/raw --out docs/experiments/map_power
         [--plan src/rolecast/configs/experiments/map_power_plan.yaml]
+    python scripts/map_power.py next docs/experiments/map_power/raw --stage 2 > configs/experiments/map_power_s2.yaml
 
 `collect` copies one stage's small raw results (report/labs.py `collect_sweep`: no checkpoints, no episodes).
 `tables` reads every stage under RAW (each a collected sweep: s1, s2, ...), only finished cells, and applies the
@@ -16,7 +17,8 @@ plan's rules (its `notes`; map_power_plan.yaml):
 Every interval is diagnostics/curves.py `mean_over_seeds`, the report's own rule: t over seeds with k - 1 df,
 its SE the larger of the seeds' spread (sd / sqrt(k)) and the evaluations' own noise. The floor is not written
 in the plan; it can only widen an interval, so it can only make the rule stop later.
-Writes DIR/map_power.md (the tables), DIR/map_power.json and DIR/map_power.png (gains and differences).
+Writes DIR/map_power.md (the tables), DIR/map_power.json and DIR/map_power.png (gains and differences). `next`
+prints the next stage's matrix by the rule (the settings are stage 1's, `make run`'s).
 """
 
 from __future__ import annotations
@@ -239,6 +241,55 @@ def figure(result: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
+MATRIX_SET = """set:
+  train.steps: 30
+  train.problems_per_step: 8
+  train.epochs: 1
+  eval.protocol: study
+  eval.n_samples: 4
+  eval.every: 5
+  eval.size: 200
+  diagnostics.gradients.every: 5
+  checkpoint.every: 5
+  checkpoint.keep_last: 1
+  logging.episodes_every: 5
+base_eval: true
+resources: {num_cpus: 1, num_gpus: 0}
+"""
+
+
+def next_stage(raw: Path, plan_path: Path, stage: int) -> str | None:
+    """The matrix of stage `stage` by the plan's rule, from the stages so far under `raw`."""
+    runs, _ = read_runs(raw, load_plan(plan_path).plan)
+    return stage_matrix(rule(runs), stage, str(raw))
+
+
+def stage_matrix(state: dict[str, dict[str, Any]], stage: int, raw: str) -> str | None:
+    """Stage `stage`'s matrix: seeds 5(stage-1) to 5 stage - 1 of every workflow `state` (the rule's reading)
+    has not stopped, with stage 1's settings; None when every workflow has stopped or the stage is past the cap."""
+    going = [w for w in WORKFLOWS if state[w]["state"] == "continue"]
+    if not going or stage > CAP_SEEDS // STAGE_SEEDS:
+        return None
+    seeds = range(STAGE_SEEDS * (stage - 1), STAGE_SEEDS * stage)
+    lines = [
+        f"# The powered testbed map, stage {stage} of the sequential rule in map_power_plan.yaml (issue 36): seeds "
+        f"{seeds[0]}-{seeds[-1]} of the workflows",
+        f"# the rule had not stopped after stage {stage - 1} ({', '.join(going)}); written by",
+        f"#   python scripts/map_power.py next {raw} --stage {stage}",
+        "# and registered when its sweep starts, before any of its cells runs.",
+        f"#   rolecast sweep configs/experiments/map_power_s{stage}.yaml --executor pool",
+        "base: ../testbed.yaml",
+        f"out: runs/map-power/s{stage}",
+        "plan: map_power_plan.yaml",
+        "cells:",
+    ]
+    for seed in seeds:
+        for w in going:
+            for arm in ("shared",) if w == "single" else ARMS:
+                lines.append(f"  - {{workflow: {w}, sharing: {arm}, seed: {seed}}}")
+    return "\n".join(lines) + "\n" + MATRIX_SET
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -249,8 +300,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     t.add_argument("raw", type=Path)
     t.add_argument("--out", type=Path, required=True)
     t.add_argument("--plan", type=Path, default=PLAN)
+    n = sub.add_parser("next", help="print the next stage's matrix by the plan's rule (nothing when all stopped)")
+    n.add_argument("raw", type=Path)
+    n.add_argument("--stage", type=int, required=True)
+    n.add_argument("--plan", type=Path, default=PLAN)
     a = parser.parse_args(argv)
-    if a.command == "collect":
+    if a.command == "next":
+        text = next_stage(a.raw, a.plan, a.stage)
+        print(text or f"every workflow has stopped (or stage {a.stage} is past the cap): no next stage\n", end="")
+    elif a.command == "collect":
         cells, copied = collect_sweep(a.sweep, a.out)
         print(f"{a.sweep}: {cells} cells, {copied} files copied to {a.out}")
     else:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 
 import pytest
-from script_module import load_script
+import yaml
+from script_module import ROOT, load_script
 
 from rolecast.diagnostics.curves import CurvePoint
 
@@ -48,3 +49,20 @@ def test_the_rule_stops_a_workflow_on_precision_and_the_rest_at_the_cap():
     # the single agent is read on its gain: 0.06 with sd 0.0158 over 5 seeds, half-width 0.020
     assert r["single"]["state"] == "stopped: precision reached"
     assert mp.gain([x for x in runs if x.workflow == "single"]).mean == pytest.approx(0.06)
+
+
+def test_the_next_stage_runs_the_workflows_the_rule_has_not_stopped_with_stage_1s_settings():
+    stage1 = yaml.safe_load((ROOT / "src/rolecast/configs/experiments/map_power_s1.yaml").read_text())
+    going, done = {"state": "continue"}, {"state": "stopped: precision reached"}
+    text = mp.stage_matrix({"single": done, "voting": going, "eval_opt": done, "orch_workers": going}, 3, "raw")
+    stage3 = yaml.safe_load(text)
+    assert stage3["set"] == stage1["set"] and stage3["base"] == stage1["base"] and stage3["plan"] == stage1["plan"]
+    assert stage3["out"] == "runs/map-power/s3"
+    cells = {(c["workflow"], c["sharing"], c["seed"]) for c in stage3["cells"]}
+    expected = {(w, a, s) for w in ("voting", "orch_workers") for a in ("shared", "isolated") for s in range(10, 15)}
+    assert cells == expected and len(stage3["cells"]) == 20
+    # stage 1 itself: every workflow, the single agent in Shared only (35 cells); past the cap or all stopped: none
+    first = yaml.safe_load(mp.stage_matrix(dict.fromkeys(mp.WORKFLOWS, going), 1, "raw"))
+    assert first["cells"] == stage1["cells"]
+    assert mp.stage_matrix(dict.fromkeys(mp.WORKFLOWS, going), 5, "raw") is None
+    assert mp.stage_matrix(dict.fromkeys(mp.WORKFLOWS, done), 2, "raw") is None
