@@ -107,6 +107,24 @@ def test_model_that_is_an_empty_directory(capsys, tmp_path, command):
     assert "sentencepiece" not in line
 
 
+@pytest.mark.parametrize("command", ["sweep", "plan"])
+def test_a_matrix_or_plan_that_is_not_yaml_is_one_line_naming_file_line_and_column(capsys, tmp_path, command):
+    """The matrix and the analysis plan read YAML as a run config does (before: the parser's five-line dump)."""
+    matrix = tmp_path / "m.yaml"
+    if command == "sweep":
+        matrix.write_text("axes: {seed: [0]}\nset:\n\ttrain.steps: 3\n")
+        where, what = (
+            f"{matrix}, line 3, column 1",
+            "a tab character; YAML indents with spaces only (replace the tab with spaces)",
+        )
+    else:
+        (tmp_path / "plan.yaml").write_text("title: t\ncliff: [\n  alpha: 0.05\nseeds: {}\n")
+        matrix.write_text("axes: {seed: [0]}\nplan: plan.yaml\n")
+        where, what = f"{tmp_path / 'plan.yaml'}, line 4, column 6", "not valid YAML (expected ',' or ']', but got ':')"
+    line = one_line_error(capsys, "sweep", str(matrix), "--dry-run")
+    assert line.startswith("rolecast: error: ") and f"{where}: {what}" in line and line.endswith(what)
+
+
 def test_model_directory_without_weights_or_tokenizer(capsys, tmp_path):
     (tmp_path / "config.json").write_text("{}")
     line = one_line_error(capsys, "train", "--model", str(tmp_path))

@@ -17,7 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from rolecast.config.profiles import ProfileName, rename_former
-from rolecast.core.errors import ConfigError, FieldError
+from rolecast.core.errors import ConfigError, FieldError, yaml_problem
 from rolecast.core.registry import closest_name
 
 __all__ = ["ConfigError", "FieldError", "RunConfig", "dump_config", "parse_config", "resume_changes"]
@@ -456,18 +456,6 @@ def _with(section: Any, name: str, value: Any) -> Any:
 
 # ---------------------------------------------------------------------------------------------------------
 # Parsing: raw data -> RunConfig, with errors that name the field and where it was set
-
-
-def yaml_problem(e: yaml.YAMLError, source: str | Path) -> str:
-    """A YAML parse error as one line: the file, the line and column an editor shows, and what is wrong there; a tab
-    is named as such (YAML indents with spaces only; the parser says "found character '\\t' that cannot start any
-    token", over five lines)."""
-    mark = getattr(e, "problem_mark", None)
-    where = f"{source}, line {mark.line + 1}, column {mark.column + 1}" if mark is not None else str(source)
-    problem = " ".join(str(getattr(e, "problem", None) or e).split())
-    if "'\\t'" in problem:
-        return f"{where}: a tab character; YAML indents with spaces only (replace the tab with spaces)"
-    return f"{where}: not valid YAML ({problem})"
 
 
 def yaml_mapping(text: str, source: str | Path) -> dict[str, Any]:

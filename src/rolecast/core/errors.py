@@ -138,3 +138,19 @@ def require(
         if e.name is not None and e.name.partition(".")[0] == package.partition(".")[0]:
             raise MissingPackageError(message) from e
         raise
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Messages
+
+
+def yaml_problem(e: Exception, source: object) -> str:
+    """A YAML parse error as one line: the file, the line and column an editor shows, and what is wrong there; a tab
+    is named as such (YAML indents with spaces only; the parser says "found character '\\t' that cannot start any
+    token", over five lines)."""
+    mark = getattr(e, "problem_mark", None)
+    where = f"{source}, line {mark.line + 1}, column {mark.column + 1}" if mark is not None else str(source)
+    problem = " ".join(str(getattr(e, "problem", None) or e).split())
+    if "'\\t'" in problem:
+        return f"{where}: a tab character; YAML indents with spaces only (replace the tab with spaces)"
+    return f"{where}: not valid YAML ({problem})"

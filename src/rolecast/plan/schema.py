@@ -36,7 +36,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from rolecast.core.errors import ConfigError
+from rolecast.core.errors import ConfigError, yaml_problem
 from rolecast.core.registry import is_reference, load_callable
 from rolecast.diagnostics.curves import CliffType
 from rolecast.diagnostics.precursors import PRECURSORS
@@ -265,7 +265,7 @@ def parse_plan(text: str, source: str) -> Plan:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
-        raise ConfigError(f"{source}: not valid YAML: {e}") from None
+        raise ConfigError(yaml_problem(e, source)) from None
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: an analysis plan is a mapping (title, cliff, seeds, predictors, decisions, ...)")
     try:

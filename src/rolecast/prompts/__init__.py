@@ -15,7 +15,7 @@ from typing import Any
 import jinja2
 import yaml
 
-from rolecast.core.errors import PromptFileError
+from rolecast.core.errors import PromptFileError, yaml_problem
 from rolecast.core.text import last_boxed
 
 PROMPT_DIR = Path(__file__).parent
@@ -41,7 +41,7 @@ def _load_yaml(path: Path) -> dict[str, dict[str, str]]:
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as e:
-        raise ValueError(f"{path}: not valid YAML: {e}") from e
+        raise ValueError(yaml_problem(e, path)) from None
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a mapping of prompt names to templates")
     for name, entry in data.items():

@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from rolecast.config.load import load_config
 from rolecast.config.schema import CONFIG_DIR, DEFAULT_CONFIG, RunConfig
 from rolecast.config.validate import check_environment
-from rolecast.core.errors import ConfigError, MatrixError
+from rolecast.core.errors import ConfigError, MatrixError, yaml_problem
 from rolecast.plan.schema import PlanFile, check_against_matrix, load_plan
 from rolecast.tasks import TASKS
 from rolecast.workflows import get_workflow
@@ -162,7 +162,7 @@ def load_matrix(path: str | Path, *, out: str | Path | None = None, extra_set: d
     try:
         data = yaml.safe_load(text) or {}
     except yaml.YAMLError as e:
-        raise MatrixError(f"{source}: not valid YAML: {e}") from e
+        raise MatrixError(yaml_problem(e, source)) from None
     if not isinstance(data, dict):
         raise MatrixError(f"{source}: the top level must be a mapping (base, axes or cells, overrides, set, out)")
     try:
