@@ -214,6 +214,7 @@ def _json(x: Any) -> Any:
 def figure(result: dict[str, Any], path: Path) -> None:
     """Left: each arm's gain with its interval; right: Isolated - Shared final with its interval."""
     import matplotlib
+    import matplotlib.ticker
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -234,6 +235,7 @@ def figure(result: dict[str, Any], path: Path) -> None:
     for x in (-TARGET_HALF_WIDTH, TARGET_HALF_WIDTH):
         right.axvline(x, color="grey", lw=0.6, ls=":")
     right.axvline(0, color="grey", lw=0.8)
+    right.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(nbins=4))
     right.set_xlabel("Isolated - Shared, final (paired by seed)")
     right.invert_yaxis()
     fig.tight_layout()
