@@ -14,9 +14,12 @@ plan's rules (its `notes`; map_power_plan.yaml):
   value (paired t, two-sided) and the detectable difference ((t_0.975 + t_0.80) x SE);
 - the sequential rule: a workflow stops when its Isolated - Shared final half-width is <= 0.04 (the single
   agent: its gain's half-width), else it runs in the next stage, up to the cap (stage 4, 20 seeds).
-Every interval is diagnostics/curves.py `mean_over_seeds`, the report's own rule: t over seeds with k - 1 df,
-its SE the larger of the seeds' spread (sd / sqrt(k)) and the evaluations' own noise. The floor is not written
-in the plan; it can only widen an interval, so it can only make the rule stop later.
+Two intervals for every mean over seeds: the plan's 95% t interval over seeds (SE sd / sqrt(k), k - 1 df), which
+the rule reads; and the report's `mean_over_seeds` ("floored": the SE never below the evaluations' own binomial
+noise taken as independent between seeds), beside it. The evaluation set is the same 200 held-out problems for
+every seed and arm, so the t interval is conditional on those problems; eval.jsonl keeps no per-problem results, so
+no interval over problems can be computed from the raw results. The script's first version read the floored
+interval in the rule (it wrote stage 2's matrix); the tables show the rule after each stage under both.
 Writes DIR/map_power.md (the tables), DIR/map_power.json and DIR/map_power.png (gains and differences). `next`
 prints the next stage's matrix by the rule (the settings are stage 1's, `make run`'s).
 """
@@ -32,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rolecast.diagnostics.curves import CurvePoint, PairedDifference, mean_over_seeds, summarize_curve
+from rolecast.diagnostics.curves import CurvePoint, PairedDifference, mean_over_seeds, summarize_curve, t_quantile
 from rolecast.plan.schema import Plan, load_plan
 from rolecast.report.html import collect_map
 from rolecast.report.labs import collect_sweep, paired_t_test
@@ -92,25 +95,39 @@ def read_runs(raw: Path, plan: Plan) -> tuple[list[Run], list[str]]:
     return sorted(runs, key=lambda r: (WORKFLOWS.index(r.workflow), ARMS.index(r.arm), r.seed)), notes
 
 
-def gain(runs: Sequence[Run]) -> PairedDifference | None:
+def over_seeds(values: Sequence[float], ses: Sequence[float], floored: bool) -> PairedDifference:
+    """The mean of one value per seed with its 95% interval. floored=False: the plan's t interval over seeds (SE
+    sd / sqrt(k), k - 1 df): conditional on the evaluation set, which is the same 200 problems for every seed.
+    floored=True: the report's `mean_over_seeds`, whose SE is never below the evaluations' own binomial noise
+    taken as independent between seeds (a heuristic: it widens the interval toward the problems' sampling)."""
+    if floored or len(values) < 2:
+        return mean_over_seeds(values, ses)
+    k, m = len(values), sum(values) / len(values)
+    se = math.sqrt(sum((v - m) ** 2 for v in values) / (k - 1)) / math.sqrt(k)
+    q, power = t_quantile(0.975, k - 1), t_quantile(0.80, k - 1)
+    return PairedDifference(m, se, k, q, (q + power) * se)
+
+
+def gain(runs: Sequence[Run], floored: bool = False) -> PairedDifference | None:
     """Final - base over the runs' seeds (each run against its own seed's base)."""
-    with_base = [r for r in runs if r.base is not None]
+    with_base = [(r.base, r.final) for r in runs if r.base is not None]
     if not with_base:
         return None
-    return mean_over_seeds(
-        [r.final.value - r.base.value for r in with_base if r.base],
-        [math.hypot(r.final.se, r.base.se) for r in with_base if r.base],
+    return over_seeds(
+        [f.value - b.value for b, f in with_base], [math.hypot(f.se, b.se) for b, f in with_base], floored
     )
 
 
-def paired(runs: Sequence[Run], workflow: str, which: str) -> tuple[PairedDifference, float] | None:
+def paired(
+    runs: Sequence[Run], workflow: str, which: str, floored: bool = False
+) -> tuple[PairedDifference, float] | None:
     """Isolated - Shared of `which` (final / peak) over the seeds both arms finished, and its two-sided p."""
     by = {a: {r.seed: r for r in runs if r.workflow == workflow and r.arm == a} for a in ARMS}
     seeds = sorted(set(by["shared"]) & set(by["isolated"]))
     if not seeds:
         return None
     pts = [(getattr(by["shared"][s], which), getattr(by["isolated"][s], which)) for s in seeds]
-    diff = mean_over_seeds([b.value - a.value for a, b in pts], [math.hypot(a.se, b.se) for a, b in pts])
+    diff = over_seeds([b.value - a.value for a, b in pts], [math.hypot(a.se, b.se) for a, b in pts], floored)
     return diff, paired_t_test([b.value - a.value for a, b in pts], "two-sided").p
 
 
@@ -125,14 +142,15 @@ def interval(d: PairedDifference | None) -> str:
     return f"{verdict} {d.mean:+.3f} [{d.low:+.3f}, {d.high:+.3f}]"
 
 
-def rule(runs: Sequence[Run]) -> dict[str, dict[str, Any]]:
-    """The plan's sequential rule per workflow: the half-width it is read on, seeds so far, stop or continue."""
+def rule(runs: Sequence[Run], floored: bool = False) -> dict[str, dict[str, Any]]:
+    """The plan's sequential rule per workflow (its t interval; floored=True: read on the report's interval
+    instead): the half-width it is read on, seeds so far, stop or continue."""
     out = {}
     for w in WORKFLOWS:
         if w == "single":
-            d = gain([r for r in runs if r.workflow == w and r.arm == "shared"])
+            d = gain([r for r in runs if r.workflow == w and r.arm == "shared"], floored)
         else:
-            p = paired(runs, w, "final")
+            p = paired(runs, w, "final", floored)
             d = p[0] if p else None
         seeds = d.seeds if d else 0
         hw = half_width(d) if d else math.inf
@@ -143,60 +161,87 @@ def rule(runs: Sequence[Run]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def rule_by_stage(runs: Sequence[Run]) -> list[tuple[int, str, dict[str, Any], dict[str, Any]]]:
+    """The rule after each stage (its seeds so far), both readings: (stage, workflow, plan's t, floored)."""
+    stages = max((r.seed for r in runs), default=-1) // STAGE_SEEDS + 1
+    out = []
+    for k in range(1, stages + 1):
+        so_far = [r for r in runs if r.seed < STAGE_SEEDS * k]
+        t, floored = rule(so_far), rule(so_far, floored=True)
+        out += [(k, w, t[w], floored[w]) for w in WORKFLOWS if any(r.workflow == w for r in so_far)]
+    return out
+
+
+def _record(d: PairedDifference | None) -> dict[str, Any]:
+    return {"mean": d.mean, "low": d.low, "high": d.high, "se": d.se, "detectable": d.detectable} if d else {}
+
+
 def tables(raw: Path, plan_path: Path, out: Path) -> dict[str, Any]:
     plan = load_plan(plan_path).plan
     runs, notes = read_runs(raw, plan)
     md = ["# The powered testbed map (math, small build): tables", ""]
     md += [f"Generated by `python scripts/map_power.py tables {raw} --out {out}` from the collected stages.", ""]
-    md += ["## Gain (final - base) per workflow and sharing mode", ""]
-    md += ["| workflow | arm | seeds | base (mean) | final (mean) | gain [95%] | cliffs (fall after gain) |"]
-    md += ["|---|---|---|---|---|---|---|"]
-    result: dict[str, Any] = {"gains": [], "differences": [], "rule": {}, "notes": notes}
+    md += [
+        "Intervals: **t** is the plan's (95% t over seeds, k - 1 df; conditional on the evaluation set, the same",
+        "200 problems for every seed); **floored** is the report's (`mean_over_seeds`: the SE never below the",
+        "evaluations' own binomial noise taken as independent between seeds). +: above 0, -: below, =: neither.",
+        "",
+        "## Gain (final - base) per workflow and sharing mode",
+        "",
+        "| workflow | arm | seeds | base (mean) | final (mean) | gain [95% t] | [95% floored] | fall after gain |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    result: dict[str, Any] = {"gains": [], "differences": [], "rule": [], "notes": notes}
     for w in WORKFLOWS:
         for a in ARMS:
             rs = [r for r in runs if r.workflow == w and r.arm == a]
             if not rs:
                 continue
-            g = gain(rs)
+            g, gf = gain(rs), gain(rs, floored=True)
             bases = [r.base.value for r in rs if r.base]
             base_mean = sum(bases) / len(bases) if bases else math.nan
             final_mean = sum(r.final.value for r in rs) / len(rs)
             cliffs = sum(r.cliff_type == "fall_after_gain" for r in rs)
             md.append(
-                f"| {w} | {a} | {len(rs)} | {base_mean:.3f} | {final_mean:.3f} | {interval(g)} | {cliffs} of {len(rs)} |"
+                f"| {w} | {a} | {len(rs)} | {base_mean:.3f} | {final_mean:.3f} | {interval(g)} | {interval(gf)} "
+                f"| {cliffs} of {len(rs)} |"
             )
             result["gains"].append(
                 {"workflow": w, "arm": a, "seeds": [r.seed for r in rs], "base": base_mean, "final": final_mean}
-                | ({"gain": g.mean, "low": g.low, "high": g.high, "se": g.se} if g else {})
-                | {"cliffs": cliffs}
+                | {"t": _record(g), "floored": _record(gf), "cliffs": cliffs}
             )
     md += ["", "## Isolated - Shared, paired by seed", ""]
     md += [
-        "| workflow | seeds | final [95%] | p (two-sided) | detectable | peak [95%] (secondary) |",
-        "|---|---|---|---|---|---|",
+        "| workflow | seeds | final [95% t] | [95% floored] | p (paired t, two-sided) | detectable (t) "
+        "| peak [95% t] (secondary) |",
+        "|---|---|---|---|---|---|---|",
     ]
     for w in WORKFLOWS[1:]:
-        fin, peak = paired(runs, w, "final"), paired(runs, w, "peak")
-        if fin is None:
+        fin, fin_f, peak = paired(runs, w, "final"), paired(runs, w, "final", floored=True), paired(runs, w, "peak")
+        if fin is None or fin_f is None:
             continue
-        d, p = fin
+        (d, p), df = fin, fin_f[0]
         pk = interval(peak[0]) if peak else "-"
-        md.append(f"| {w} | {d.seeds} | {interval(d)} | {p:.3f} | {d.detectable:.3f} | {pk} |")
+        md.append(f"| {w} | {d.seeds} | {interval(d)} | {interval(df)} | {p:.3f} | {d.detectable:.3f} | {pk} |")
         result["differences"].append(
-            {"workflow": w, "seeds": d.seeds, "final": d.mean, "low": d.low, "high": d.high, "p": p}
-            | {"detectable": d.detectable, "peak": peak[0].mean if peak else None}
+            {"workflow": w, "seeds": d.seeds, "p": p, "t": _record(d), "floored": _record(df)}
+            | {"peak_t": _record(peak[0]) if peak else {}}
         )
     md += ["", f"With three comparisons, a Bonferroni reading needs p <= {0.05 / 3:.4f}.", ""]
     md += [
-        "## The sequential rule (the plan's)",
+        "## The sequential rule after each stage",
         "",
-        "| workflow | seeds | half-width read | state |",
-        "|---|---|---|---|",
+        "The plan's rule reads the t half-width (the single agent: its gain's; the others: Isolated - Shared",
+        "final); the floored column is what `next` read when it wrote stage 2 (the script's first version).",
+        "",
+        "| after stage | workflow | seeds | half-width t | state (plan's) | half-width floored | state (floored) |",
+        "|---|---|---|---|---|---|---|",
     ]
-    result["rule"] = rule(runs)
-    for w, r in result["rule"].items():
-        on = "gain" if w == "single" else "Isolated - Shared final"
-        md.append(f"| {w} | {r['seeds']} | {r['half_width']:.3f} ({on}) | {r['state']} |")
+    for k, w, t, f in rule_by_stage(runs):
+        md.append(
+            f"| {k} | {w} | {t['seeds']} | {t['half_width']:.3f} | {t['state']} | {f['half_width']:.3f} | {f['state']} |"
+        )
+        result["rule"].append({"stage": k, "workflow": w, "t": t, "floored": f})
     if notes:
         md += ["", "## Notes", ""] + [f"- {n}" for n in notes]
     out.mkdir(parents=True, exist_ok=True)
@@ -220,17 +265,19 @@ def figure(result: dict[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6), width_ratios=[3, 2])
-    gains = [g for g in result["gains"] if "gain" in g]
+    gains = [g for g in result["gains"] if g["t"]]
     for i, g in enumerate(gains):
         color = "#1f77b4" if g["arm"] == "shared" else "#d62728"
-        left.errorbar(g["gain"], i, xerr=[[g["gain"] - g["low"]], [g["high"] - g["gain"]]], fmt="o", color=color)
+        m, lo, hi = g["t"]["mean"], g["t"]["low"], g["t"]["high"]
+        left.errorbar(m, i, xerr=[[m - lo], [hi - m]], fmt="o", color=color)
     left.set_yticks(range(len(gains)), [f"{g['workflow']} {g['arm']} ({len(g['seeds'])})" for g in gains])
     left.axvline(0, color="grey", lw=0.8)
-    left.set_xlabel("gain: final - base (95% interval over seeds)")
+    left.set_xlabel("gain: final - base (95% t interval over seeds)")
     left.invert_yaxis()
     diffs = result["differences"]
     for i, d in enumerate(diffs):
-        right.errorbar(d["final"], i, xerr=[[d["final"] - d["low"]], [d["high"] - d["final"]]], fmt="o", color="k")
+        m, lo, hi = d["t"]["mean"], d["t"]["low"], d["t"]["high"]
+        right.errorbar(m, i, xerr=[[m - lo], [hi - m]], fmt="o", color="k")
     right.set_yticks(range(len(diffs)), [f"{d['workflow']} ({d['seeds']})" for d in diffs])
     for x in (-TARGET_HALF_WIDTH, TARGET_HALF_WIDTH):
         right.axvline(x, color="grey", lw=0.6, ls=":")

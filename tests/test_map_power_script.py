@@ -66,3 +66,21 @@ def test_the_next_stage_runs_the_workflows_the_rule_has_not_stopped_with_stage_1
     assert first["cells"] == stage1["cells"]
     assert mp.stage_matrix(dict.fromkeys(mp.WORKFLOWS, going), 5, "raw") is None
     assert mp.stage_matrix(dict.fromkeys(mp.WORKFLOWS, done), 2, "raw") is None
+
+
+def test_the_plans_t_interval_ignores_the_evaluations_noise_and_the_reports_floors_at_it():
+    """Seeds that agree closely (differences 0.01, 0, 0.01, 0) with noisy evaluations (SE 0.03 each): the plan's t
+    interval over seeds is tight and stops the rule; the report's floored one (the evaluations' noise taken as
+    independent between seeds) is wide and does not."""
+    runs = []
+    for s, diff in enumerate([0.01, 0.0, 0.01, 0.0]):
+        runs += [run("voting", "shared", s, 0.7, se=0.03), run("voting", "isolated", s, 0.7 + diff, se=0.03)]
+    t, _ = mp.paired(runs, "voting", "final")
+    floored, _ = mp.paired(runs, "voting", "final", floored=True)
+    assert t.mean == floored.mean == pytest.approx(0.005)
+    assert mp.half_width(t) == pytest.approx(3.182 * math.sqrt(1 / 3 * 1e-4) / 2, rel=1e-3)  # sd 0.00577 / sqrt 4
+    assert mp.half_width(floored) == pytest.approx(3.182 * math.sqrt(4 * 2 * 0.03**2) / 4, rel=1e-3)
+    assert mp.rule(runs)["voting"]["state"] == "stopped: precision reached"
+    assert mp.rule(runs, floored=True)["voting"]["state"] == "continue"
+    [(stage, workflow, plan_reading, floored_reading)] = mp.rule_by_stage(runs)
+    assert (stage, workflow) == (1, "voting") and plan_reading["state"] != floored_reading["state"]
