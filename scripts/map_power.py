@@ -21,7 +21,8 @@ every seed and arm, so the t interval is conditional on those problems; eval.jso
 no interval over problems can be computed from the raw results. The script's first version read the floored
 interval in the rule (it wrote stage 2's matrix); the tables show the rule after each stage under both.
 Writes DIR/map_power.md (the tables), DIR/map_power.json and DIR/map_power.png (gains and differences). `next`
-prints the next stage's matrix by the rule (the settings are stage 1's, `make run`'s).
+prints the next stage's matrix by the rule, with the settings of the family's stage 1 (`--first`; default
+map_power_s1.yaml, `make run`'s; the LoRA map: `--plan .../map_power_lora_plan.yaml --first .../map_power_lora_s1.yaml`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from rolecast.diagnostics.curves import CurvePoint, PairedDifference, mean_over_seeds, summarize_curve, t_quantile
 from rolecast.plan.schema import Plan, load_plan
@@ -290,53 +293,43 @@ def figure(result: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-MATRIX_SET = """set:
-  train.steps: 30
-  train.problems_per_step: 8
-  train.epochs: 1
-  eval.protocol: study
-  eval.n_samples: 4
-  eval.every: 5
-  eval.size: 200
-  diagnostics.gradients.every: 5
-  checkpoint.every: 5
-  checkpoint.keep_last: 1
-  logging.episodes_every: 5
-base_eval: true
-resources: {num_cpus: 1, num_gpus: 0}
-"""
+FIRST_STAGE = PLAN.parent / "map_power_s1.yaml"  # `next` copies a stage's settings from its family's stage 1
 
 
-def next_stage(raw: Path, plan_path: Path, stage: int) -> str | None:
-    """The matrix of stage `stage` by the plan's rule, from the stages so far under `raw`."""
+def next_stage(raw: Path, plan_path: Path, stage: int, first: Path = FIRST_STAGE) -> str | None:
+    """The matrix of stage `stage` by the plan's rule, read on the stages before it under `raw`."""
     runs, _ = read_runs(raw, load_plan(plan_path).plan)
-    return stage_matrix(rule(runs), stage, str(raw))
+    before = [r for r in runs if r.seed < STAGE_SEEDS * (stage - 1)]
+    return stage_matrix(rule(before), stage, str(raw), first)
 
 
-def stage_matrix(state: dict[str, dict[str, Any]], stage: int, raw: str) -> str | None:
+def stage_matrix(state: dict[str, dict[str, Any]], stage: int, raw: str, first: Path = FIRST_STAGE) -> str | None:
     """Stage `stage`'s matrix: seeds 5(stage-1) to 5 stage - 1 of every workflow `state` (the rule's reading)
-    has not stopped, with stage 1's settings; None when every workflow has stopped or the stage is past the cap."""
+    has not stopped, with `first`'s settings (its base, plan, `set`, base evaluations and resources; its `out` with
+    the stage's number); None when every workflow has stopped or the stage is past the cap."""
     going = [w for w in WORKFLOWS if state[w]["state"] == "continue"]
     if not going or stage > CAP_SEEDS // STAGE_SEEDS:
         return None
+    one = yaml.safe_load(first.read_text())
+    name = first.name.replace("_s1.yaml", f"_s{stage}.yaml")
     seeds = range(STAGE_SEEDS * (stage - 1), STAGE_SEEDS * stage)
     lines = [
-        f"# The powered testbed map, stage {stage} of the sequential rule in map_power_plan.yaml (issue 36): seeds "
-        f"{seeds[0]}-{seeds[-1]} of the workflows",
-        f"# the rule had not stopped after stage {stage - 1} ({', '.join(going)}); written by",
-        f"#   python scripts/map_power.py next {raw} --stage {stage}",
+        f"# Stage {stage} of the sequential rule in {one['plan']} (issue 36): seeds {seeds[0]}-{seeds[-1]} of the",
+        f"# workflows the rule had not stopped after stage {stage - 1} ({', '.join(going)}), with {first.name}'s",
+        f"# settings; written by `python scripts/map_power.py next {raw} --stage {stage} --first {first.name}`",
         "# and registered when its sweep starts, before any of its cells runs.",
-        f"#   rolecast sweep configs/experiments/map_power_s{stage}.yaml --executor pool",
-        "base: ../testbed.yaml",
-        f"out: runs/map-power/s{stage}",
-        "plan: map_power_plan.yaml",
+        f"#   rolecast sweep configs/experiments/{name} --executor pool",
+        f"base: {one['base']}",
+        f"out: {one['out'].removesuffix('/s1')}/s{stage}",
+        f"plan: {one['plan']}",
         "cells:",
     ]
     for seed in seeds:
         for w in going:
             for arm in ("shared",) if w == "single" else ARMS:
                 lines.append(f"  - {{workflow: {w}, sharing: {arm}, seed: {seed}}}")
-    return "\n".join(lines) + "\n" + MATRIX_SET
+    rest = {k: one[k] for k in ("set", "base_eval", "resources") if k in one}
+    return "\n".join(lines) + "\n" + yaml.safe_dump(rest, sort_keys=False)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -353,9 +346,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     n.add_argument("raw", type=Path)
     n.add_argument("--stage", type=int, required=True)
     n.add_argument("--plan", type=Path, default=PLAN)
+    n.add_argument("--first", type=Path, default=FIRST_STAGE, help="the family's stage-1 matrix (its settings)")
     a = parser.parse_args(argv)
     if a.command == "next":
-        text = next_stage(a.raw, a.plan, a.stage)
+        text = next_stage(a.raw, a.plan, a.stage, a.first)
         print(text or f"every workflow has stopped (or stage {a.stage} is past the cap): no next stage\n", end="")
     elif a.command == "collect":
         cells, copied = collect_sweep(a.sweep, a.out)

@@ -64,6 +64,13 @@ def test_the_next_stage_runs_the_workflows_the_rule_has_not_stopped_with_stage_1
     # stage 1 itself: every workflow, the single agent in Shared only (35 cells); past the cap or all stopped: none
     first = yaml.safe_load(mp.stage_matrix(dict.fromkeys(mp.WORKFLOWS, going), 1, "raw"))
     assert first["cells"] == stage1["cells"]
+    # the LoRA family: its own stage 1's settings, plan and directory
+    lora_s1 = ROOT / "src/rolecast/configs/experiments/map_power_lora_s1.yaml"
+    lora = yaml.safe_load(mp.stage_matrix(dict.fromkeys(mp.WORKFLOWS, going), 2, "raw", lora_s1))
+    first_lora = yaml.safe_load(lora_s1.read_text())
+    assert lora["set"] == first_lora["set"] and lora["set"]["model.trainable"] == "lora"
+    assert (lora["plan"], lora["out"]) == ("map_power_lora_plan.yaml", "runs/map-power-lora/s2")
+    assert len(lora["cells"]) == 35 and {c["seed"] for c in lora["cells"]} == set(range(5, 10))
     assert mp.stage_matrix(dict.fromkeys(mp.WORKFLOWS, going), 5, "raw") is None
     assert mp.stage_matrix(dict.fromkeys(mp.WORKFLOWS, done), 2, "raw") is None
 
