@@ -217,7 +217,7 @@ def _run_locked(matrix: Matrix, executor: Executor, progress: bool, console: Con
     register_start(
         matrix.out,
         design(matrix),
-        jobs=sum(cell_state(c.run_dir) != "finished" for c in matrix.cells),
+        jobs=sum(cell_state(c.run_dir) not in ("finished", "stopped") for c in matrix.cells),
         cells_run=[c.name for c in matrix.cells if c.run_dir.exists()],
     )
     status = _Status(matrix, executor.name)
