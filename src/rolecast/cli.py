@@ -11,7 +11,7 @@ import sys
 from importlib.metadata import version
 
 from rolecast.core.errors import UserError
-from rolecast.policies.shipped import ARTIFACT_DIRS
+from rolecast.policies.shipped import KINDS, SIZES
 
 DESCRIPTION = """Train multi-agent LLM workflows (Voting, Eval-Opt, Orch-Workers, or a single agent) with GRPO, and
 see why training succeeds or collapses.
@@ -189,12 +189,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--out", default="testbed-build", help="output directory for build")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--size", choices=list(ARTIFACT_DIRS), default="small", help="model size (default small)")
+    p.add_argument("--size", choices=list(SIZES), default="small", help="model size (default small)")
+    p.add_argument(
+        "--kind",
+        choices=list(KINDS),
+        default="math",
+        help="math (default): the arithmetic models the map trains; code: the code task's models (testbed-code), "
+        "built from the math build of the same size",
+    )
     p.add_argument(
         "--steps",
         type=int,
         default=None,
-        help="warm-start optimizer steps (default 2000, batch 64; the first 500 train the solver and worker traces only)",
+        help="warm-start optimizer steps (default 2000, batch 64, the first 500 the solver and worker traces only; "
+        "--kind code: 1000, the first 100)",
     )
     p.add_argument(
         "--threads",

@@ -183,15 +183,18 @@ def cmd_testbed(args: argparse.Namespace) -> int:
             options["threads"] = args.threads
         if args.tokenizer is not None:
             options["tokenizer_dir"] = None if args.tokenizer == "train" else args.tokenizer
-        path = testbed.build(args.out, seed=args.seed, size=args.size, evaluate=not args.no_eval, **options)
+        path = testbed.build(
+            args.out, seed=args.seed, size=args.size, kind=args.kind, evaluate=not args.no_eval, **options
+        )
         print(f"testbed built in {path}")
         build_info = testbed.info(path)
     else:
-        path = Path(args.dir) if args.dir else testbed.default_path(args.size)
+        path = Path(args.dir) if args.dir else testbed.default_path(args.size, args.kind)
         build_info = testbed.info(path)  # a directory that is not a build is refused before anything loads
         print(f"testbed: {path}")
         if args.action == "rollouts":
-            print(testbed.format_rollouts(rollout_competence(path, seed=args.seed)))
+            task = "testbed_code" if build_info.get("kind") == "code" else "testbed"
+            print(testbed.format_rollouts(rollout_competence(path, task=task, seed=args.seed)))
             return 0
     print(testbed.format_info(build_info))
     return 0

