@@ -2,13 +2,21 @@
 noise-model candidates (greedy), then the model's own workflow rollouts.
 
 python scripts/testbed_table.py src/rolecast/testbed/artifact/build_info.json src/rolecast/testbed/artifact_large/build_info.json
+python scripts/testbed_table.py src/rolecast/testbed/artifact_code/build_info.json src/rolecast/testbed/artifact_code_large/build_info.json
+
+A code build's (`"kind": "code"`) rows are its code roles, under the same labels.
 """
 
 import json
 import sys
 
 infos = [json.load(open(p)) for p in sys.argv[1:]]
-cols = [i["roles"] for i in infos]
+code = [i.get("kind") == "code" for i in infos]
+# a code build's roles under the arithmetic keys, so one set of rows reads both
+cols = [
+    {k.replace("testbed_code/", "testbed/"): v for k, v in i["roles"].items()} if c else i["roles"]
+    for i, c in zip(infos, code, strict=True)
+]
 
 
 def pct(x):
@@ -24,21 +32,24 @@ def m(x):
 
 
 rows = [
-    ("solve: accuracy (400 problems; band 0.3-0.7)", lambda r: ci(r["testbed/solve"])),
+    ("solve: accuracy (n problems; band 0.3-0.7)", lambda r: f"{ci(r['testbed/solve'])} ({r['testbed/solve']['n']})"),
     (
         "evaluate: balanced accuracy (> 0.5)",
         lambda r: (
             f"{r['testbed/evaluate']['balanced_accuracy']:.2f} ± {r['testbed/evaluate']['balanced_accuracy_ci']:.2f}"
         ),
     ),
-    ("evaluate: accept rate (truly correct 0.51)", lambda r: f"{r['testbed/evaluate']['said_correct']:.2f}"),
+    (
+        "evaluate: accept rate (truly correct)",
+        lambda r: f"{r['testbed/evaluate']['said_correct']:.2f} ({r['testbed/evaluate']['truly_correct']:.2f})",
+    ),
     (
         "evaluate: accepts correct / rejects wrong",
         lambda r: f"{r['testbed/evaluate']['accepts_correct']:.2f} / {r['testbed/evaluate']['rejects_wrong']:.2f}",
     ),
     (
-        "aggregate, a correct candidate exists (n=141): picks one",
-        lambda r: ci(r["testbed/aggregate"], "accuracy_with_correct"),
+        "aggregate, a correct candidate exists (n): picks one",
+        lambda r: f"{ci(r['testbed/aggregate'], 'accuracy_with_correct')} ({r['testbed/aggregate']['n_with_correct']})",
     ),
     (
         "… always candidate 1 / random pick",
@@ -51,7 +62,7 @@ rows = [
         lambda r: " / ".join(f"{r['testbed/aggregate']['pick_distribution'][k]:.2f}" for k in "123"),
     ),
     (
-        "work: outputs / answers differ across strategies (100 problems)",
+        "work: outputs / answers differ across strategies",
         lambda r: (
             f"{r['testbed/work']['strategies']['outputs_differ']:.2f} / {r['testbed/work']['strategies']['answers_differ']:.2f}"
         ),
@@ -74,11 +85,17 @@ rows = [
         "code: solve / evaluate balanced / aggregate vs always-1",
         lambda r: (
             f"{r['testbed_code/solve']['accuracy']:.2f} / {r['testbed_code/evaluate']['balanced_accuracy']:.2f} / {m(r['testbed_code/aggregate']['vs_first'])}"
+            if "testbed_code/solve" in r
+            else "(the rows above)"
         ),
     ),
 ]
-names = ["small (`testbed`)", "large (`testbed-large`)"][: len(cols)]
-print("| arithmetic unless marked | " + " | ".join(names) + " |")
+names = [
+    f"{i.get('size', 'small')} (`testbed{'-code' if c else ''}{'-large' if i.get('size') == 'large' else ''}`)"
+    for i, c in zip(infos, code, strict=True)
+]
+task_name = "code" if all(code) else "arithmetic unless marked"
+print(f"| {task_name} | " + " | ".join(names) + " |")
 print("|---|" + "---|" * len(cols))
 for label, f in rows:
     print(f"| {label} | " + " | ".join(f(c) for c in cols) + " |")
@@ -122,7 +139,7 @@ if all(rolls):
     print()
     print(f"Own rollouts: {p['problems']} held-out problems x {p['samples']} samples, temperature {p['temperature']}")
     print()
-    print("| arithmetic | " + " | ".join(names) + " |")
+    print(f"| {'code' if all(code) else 'arithmetic'} | " + " | ".join(names) + " |")
     print("|---|" + "---|" * len(rolls))
     for label, f in rollout_rows:
         print(f"| {label} | " + " | ".join(f(c) for c in rolls) + " |")

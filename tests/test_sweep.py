@@ -667,15 +667,24 @@ def test_ray_executor_runs_two_cells_on_a_local_ray(tmp_path, monkeypatch):
 # Shipped matrices
 
 
-def test_shipped_testbed_matrix_is_every_workflow_and_sharing_mode():
+def test_shipped_testbed_matrix_is_every_workflow_and_sharing_mode_on_both_tasks():
+    """`make run`: {math, code} x every workflow x both sharing modes, each task on its own testbed model (the math
+    cells named and configured as before the code half existed, so their directories resume)."""
     from rolecast.config import CONFIG_DIR
 
     m = load_matrix(CONFIG_DIR / "testbed_matrix.yaml")
     workflows = ["single", "voting", "eval_opt", "orch_workers"]
+    tasks = [("testbed", "testbed"), ("testbed_code", "testbed-code")]
     assert [c.name for c in m.train_cells] == [
-        f"testbed-{w}-testbed-{s}-s0" for w in workflows for s in ("shared", "isolated")
+        f"{t}-{w}-{model}-{s}-s0" for w in workflows for t, model in tasks for s in ("shared", "isolated")
     ]
-    assert [c.name for c in m.cells if c.kind == "base_eval"] == [f"base-testbed-{w}-testbed-s0" for w in workflows]
+    assert [c.name for c in m.cells if c.kind == "base_eval"] == [
+        f"base-{t}-{w}-{model}-s0" for w in workflows for t, model in tasks
+    ]
+    for c in m.cells:
+        code = c.config.task.name == "testbed_code"
+        assert c.config.model.path == ("testbed-code" if code else "testbed")
+        assert c.config.rollout.max_new_tokens == (128 if code else 64)  # the code roles' derivations fit
     cfg = m.train_cells[0].config
     assert cfg.eval.every > 0 and cfg.eval.every < cfg.train.steps  # periodic evaluations: peaks are visible
     for c in m.cells:  # sampled as the study does, so Voting's voters can disagree (greedy: identical votes)
@@ -690,7 +699,7 @@ def test_make_runs_matrix_evaluates_the_same_base_as_before_per_seed_bases():
 
     m = load_matrix(CONFIG_DIR / "testbed_matrix.yaml")
     bases = [c for c in m.cells if c.kind == "base_eval"]
-    assert len(bases) == 4
+    assert len(bases) == 8
     for base in bases:
         first = next(c for c in m.train_cells if c.base_cell == base.name)
         assert first.axes["sharing"] == "shared" and first.config.seed == base.config.seed == 0
@@ -700,14 +709,16 @@ def test_make_runs_matrix_evaluates_the_same_base_as_before_per_seed_bases():
 
 
 def test_shipped_scale_matrix_adds_the_large_testbed_and_nothing_else():
-    """configs/testbed_scale_matrix.yaml is the main job's matrix with a model axis over both testbed sizes."""
+    """configs/testbed_scale_matrix.yaml is the main job's math half with a model axis over both testbed sizes (the
+    large code build is not shipped)."""
     from rolecast.config import CONFIG_DIR
 
     small, scaled = (load_matrix(CONFIG_DIR / f) for f in ("testbed_matrix.yaml", "testbed_scale_matrix.yaml"))
+    math = [c for c in small.cells if c.config.task.name == "testbed"]
     assert {c.config.model.path for c in scaled.train_cells} == {"testbed", "testbed-large"}
-    assert len(scaled.train_cells) == 2 * len(small.train_cells) and len(scaled.cells) == 2 * len(small.cells)
+    assert len(scaled.cells) == 2 * len(math) and len(scaled.train_cells) == 2 * len(small.train_cells) // 2
     by_name = {c.name: c for c in scaled.cells}
-    for c in small.cells:  # every small cell is there, with the same settings
+    for c in math:  # every small math cell is there, with the same settings
         twin = by_name[c.name]
         assert twin.config.model_dump(exclude={"run_dir"}) == c.config.model_dump(exclude={"run_dir"}), c.name
 

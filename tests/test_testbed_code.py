@@ -89,15 +89,18 @@ def test_the_code_builds_judges_derive_then_compare(code):
         if work.info["strategy"] in T.CODE_STRATEGIES:
             assert work.target.startswith(T.code_trace(p, work.info["strategy"])[0] + " ```python\n")
         assert T.is_correct(p, work.target)
-        # the solver: the differences, then the function (its offset not worked out)
-        (_, y1), (_, y2), (_, y3) = p.meta["tests"][:3]
+        # the solver: the differences and the product its offset needs, then the function (the subtraction unwritten)
+        (x1, y1), (_, y2), (_, y3) = p.meta["tests"][:3]
         solver = T.make_example("solve", p, rng, book, derive_code=True).target
-        assert solver == f"{T._minus(y2, y1)} {T._minus(y3, y2)} {T.answer_text(p, p.reference)}"
-        assert _check_steps(solver) == 2 and T.is_correct(p, solver)
+        slope = y2 - y1 if y3 - y2 == y2 - y1 else x1
+        assert solver == (
+            f"{T._minus(y2, y1)} {T._minus(y3, y2)} {slope}*{x1}={slope * x1} {T.answer_text(p, p.reference)}"
+        )
+        assert _check_steps(solver) == 3 and T.is_correct(p, solver)
         # what the judges read is written the way the solver writes: the differences, then a function
         candidate = ev.messages[0]["content"].split("try: ", 1)[1]
         unparseable = candidate in ("```python\n```", f"def f(x) return {p.reference}")  # the noise model's 5%
-        assert unparseable or candidate.startswith(f"{T._minus(y2, y1)} {T._minus(y3, y2)} ```python\ndef f(x)")
+        assert unparseable or candidate.startswith(f"{T._minus(y2, y1)} {T._minus(y3, y2)} {slope}*{x1}=")
         old = T.make_example("evaluate", p, random.Random(1), book)
         assert old.target.startswith(f"= {p.reference} vs ")
 

@@ -60,8 +60,8 @@ ROLE_WEIGHTS = {
 }
 # The code build's mix: workers and the solver get more than in the math build. A probe build on the math mix had
 # its workers right 0.04 of the time after 300 steps, while the judges, who all derive the same way, were right
-# 0.86-0.90: the workers' five strategies each got a fifth of their share.
-CODE_ROLE_WEIGHTS = {**ROLE_WEIGHTS, "solve": 1.5, "work": 3.0, "evaluate": 2.0, "aggregate": 2.0, "synthesize": 2.0}
+# 0.86-0.90: the workers' five strategies each got a fifth of their share; its solver was right 0.09.
+CODE_ROLE_WEIGHTS = {**ROLE_WEIGHTS, "solve": 2.5, "work": 3.0, "evaluate": 2.0, "aggregate": 2.0, "synthesize": 2.0}
 CODE_SHARE = 0.2  # fraction of examples from testbed_code (secondary task)
 # Phase 1 teaches only arithmetic: the workers' step-by-step traces, and the solver's one-step answers. A mixed
 # curriculum from step 0 was measured to learn arithmetic far slower (10% held-out after 1,100 steps of 32):

@@ -25,6 +25,7 @@ from rolecast.testbed.stats import half_width, paired_margin, rate
 from rolecast.testbed.transcripts import boxed_integer, majority_holders
 
 WORKFLOWS = ("eval_opt", "voting", "orch_workers")
+CODE_MAX_NEW_TOKENS = 128
 
 
 def rollout_competence(
@@ -32,7 +33,7 @@ def rollout_competence(
     *,
     task: str = "testbed",
     problems: int = 200,
-    samples: int = 2,
+    samples: int | None = None,
     temperature: float = 0.7,
     seed: int = 0,
     threads: int = 1,
@@ -40,8 +41,10 @@ def rollout_competence(
     """Per workflow: its pass@1 and what its judging role did with the candidates the model itself wrote.
 
     `task` "testbed_code": the code task's held-out problems (80 of them), every program run in the sandbox by
-    the task's own scorer, as training runs it.
+    the task's own scorer, as training runs it. `samples` per problem: 2 for arithmetic's 200 problems, 4 for
+    code's 80 (default), so both measure a few hundred episodes per workflow.
     """
+    samples = samples if samples is not None else 4 if task == "testbed_code" else 2
     out: dict[str, Any] = {
         "protocol": {"task": task, "problems": problems, "samples": samples, "temperature": temperature}
     }
@@ -51,6 +54,8 @@ def rollout_competence(
                 "model.path": str(path),
                 "workflow.name": name,
                 "task.name": task,
+                # the code build's roles derive before they decide (configs/testbed_code.yaml)
+                **({"rollout.max_new_tokens": CODE_MAX_NEW_TOKENS} if task == "testbed_code" else {}),
                 "seed": seed,
                 "threads": threads,
             }

@@ -168,7 +168,7 @@ def noisy_answer(
     differences, then the function, since that is what evaluators, aggregators and refiners read in a workflow."""
     text = _noisy_answer(problem, rng, p_correct, misses)
     if derive_code and is_code(problem) and text.startswith("```python\ndef"):
-        return code_solver_text(problem).split(" ```", 1)[0] + " " + text
+        return code_solver_text(problem).rsplit(" ```", 1)[0] + " " + text
     return text
 
 
@@ -320,12 +320,17 @@ def _minus(a: int, b: int) -> str:
 
 
 def code_solver_text(problem: Problem) -> str:
-    """The code build's solver: the two differences, then the function with its offset worked out in its head
-    (`5-3=2 7-5=2` then `x*2+1`). Taught the function alone, in one step, a probe build's solver reached 0.10 on
-    held-out functions after 300 steps (the offset needs the slope first); taught the whole derivation it would
-    be the judges' computation, and judges then repeat the solver's mistakes."""
-    (_, y1), (_, y2), (_, y3) = problem.meta["tests"][:3]
-    return f"{_minus(y2, y1)} {_minus(y3, y2)} {code_program(problem.reference)}"
+    """The code build's solver: the two differences, the product the offset needs (`2*1=2`; a square: `1*1=1`),
+    then the function with the subtraction done in its head (`5-3=2 7-5=2 2*1=2` then `x*2+1`, 3-2 unwritten).
+
+    Taught the function alone, a probe build's solver was right on 0.09-0.11 of held-out functions after 100-300
+    steps; taught the differences and then the function (the offset y-a*x all in its head), 0.05-0.11. Taught the
+    whole derivation it would do the judges' computation, and judges would then repeat its mistakes.
+    """
+    (x1, y1), (_, y2), (_, y3) = problem.meta["tests"][:3]
+    d1, d2 = y2 - y1, y3 - y2
+    product = f"{x1}*{x1}={x1 * x1}" if d1 != d2 else f"{d1}*{x1}={d1 * x1}"
+    return f"{_minus(y2, y1)} {_minus(y3, y2)} {product} {code_program(problem.reference)}"
 
 
 def code_trace(problem: Problem, strategy: str = "use differences") -> tuple[str, str]:
