@@ -54,13 +54,18 @@ def test_code_trace_by_hand():
 
     p = CodeTestbed.make_problem("x*2+1", 1, "test")
     assert T.code_trace(p, "use differences") == ("5-3=2 7-5=2 3-2*1=1", "x*2+1")
-    assert T.code_trace(p, "find slope") == ("5-3=2 7-5=2 5-2*2=1", "x*2+1")
-    assert T.code_trace(p, "check offset") == ("5-3=2 7-5=2 7-2*3=1", "x*2+1")
+    assert T.code_trace(p, "find slope") == ("7-5=2 5-3=2 3-2*1=1", "x*2+1")
+    assert T.code_trace(p, "check offset") == ("5-3=2 7-5=2 3-2*1=1 2*2+1=5", "x*2+1")
     assert T.code_trace(p, "try squares") == ("3-1*1=2 5-2*2=1 7-3*3=-2 5-3=2 3-2*1=1", "x*2+1")
     assert T.code_trace(p, "guess and check") == ("x*2+1 3*2+1=7", "x*2+1")
     q = CodeTestbed.make_problem("x*x-7", 1, "test")
     assert T.code_trace(q, "use differences") == ("-3+6=3 2+3=5 -6-1*1=-7", "x*x-7")
     assert T.code_trace(q, "try squares") == ("-6-1*1=-7 -3-2*2=-7 2-3*3=-7", "x*x-7")
+    assert T.code_solver_text(q) == "-3+6=3 ```python\ndef f(x): return x*x-7\n```"
+    # from x = 0 the offset is f(0)
+    z = CodeTestbed.make_problem("x*4-3", 0, "test")
+    assert z.text == "f(0)=-3 f(1)=1 f(2)=5" and [x for x, _ in z.meta["tests"]] == [0, 1, 2, 5, 7]
+    assert T.code_trace(z) == ("1+3=4 5-1=4 -3-4*0=-3", "x*4-3")
     assert [T.code_expression(s, b) for s, b in ((1, 3), (1, -2), (4, 0), (None, 0), (None, 5))] == [
         "x+3",
         "x-2",
@@ -89,18 +94,15 @@ def test_the_code_builds_judges_derive_then_compare(code):
         if work.info["strategy"] in T.CODE_STRATEGIES:
             assert work.target.startswith(T.code_trace(p, work.info["strategy"])[0] + " ```python\n")
         assert T.is_correct(p, work.target)
-        # the solver: the differences and the product its offset needs, then the function (the subtraction unwritten)
-        (x1, y1), (_, y2), (_, y3) = p.meta["tests"][:3]
+        # the solver: the first difference, then the function (offset and square check in its head)
+        (_, y1), (_, y2) = p.meta["tests"][:2]
         solver = T.make_example("solve", p, rng, book, derive_code=True).target
-        slope = y2 - y1 if y3 - y2 == y2 - y1 else x1
-        assert solver == (
-            f"{T._minus(y2, y1)} {T._minus(y3, y2)} {slope}*{x1}={slope * x1} {T.answer_text(p, p.reference)}"
-        )
-        assert _check_steps(solver) == 3 and T.is_correct(p, solver)
+        assert solver == f"{T._minus(y2, y1)} {T.answer_text(p, p.reference)}"
+        assert _check_steps(solver) == 1 and T.is_correct(p, solver)
         # what the judges read is written the way the solver writes: the differences, then a function
         candidate = ev.messages[0]["content"].split("try: ", 1)[1]
         unparseable = candidate in ("```python\n```", f"def f(x) return {p.reference}")  # the noise model's 5%
-        assert unparseable or candidate.startswith(f"{T._minus(y2, y1)} {T._minus(y3, y2)} {slope}*{x1}=")
+        assert unparseable or candidate.startswith(f"{T._minus(y2, y1)} ```python\ndef f(x): return ")
         old = T.make_example("evaluate", p, random.Random(1), book)
         assert old.target.startswith(f"= {p.reference} vs ")
 

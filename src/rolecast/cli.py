@@ -202,7 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         help="warm-start optimizer steps (default 2000, batch 64, the first 500 the solver and worker traces only; "
-        "--kind code: 1000, the first 100)",
+        "--kind code: 900 of 32, the first 100)",
     )
     p.add_argument(
         "--threads",

@@ -112,7 +112,14 @@ class ArithmeticTestbed(Task):
 # --- code -----------------------------------------------------------------------------------------
 
 CODE_XS_SHOWN = 3  # examples in the problem text
-CODE_HIDDEN_XS = (0, 7)  # extra inputs the candidate must also get right: it must be the function, not a table
+# Extra inputs a candidate must also get right (it must be the function, not a table), and where the shown examples
+# start. Since 2026-12-02 the examples start at 0 or 1, so a function's offset is f(0) or f(1) minus its slope: the
+# testbed model did not learn y - a*x with larger x at its build budget (docs/testbed.md, "The code build"). The
+# math build's code share keeps the layout it was built with (LEGACY_CODE_LAYOUT), so it still reproduces its weights.
+CODE_HIDDEN_XS = (5, 7)
+CODE_TRAIN_STARTS = (0, 1)
+CODE_TEST_STARTS = (0, 1)
+LEGACY_CODE_LAYOUT = {"train_starts": (0, 1, 2, 3), "test_starts": (1, 2), "hidden_xs": (0, 7)}
 
 
 def code_functions() -> list[str]:
@@ -173,8 +180,17 @@ class CodeTestbed(Task):
     family = "testbed"
     executes_code = True
 
-    def __init__(self, seed: int = 0, test_functions: int = 40, timeout_s: float = 5.0):
+    def __init__(
+        self,
+        seed: int = 0,
+        test_functions: int = 40,
+        timeout_s: float = 5.0,
+        train_starts: tuple[int, ...] = CODE_TRAIN_STARTS,
+        test_starts: tuple[int, ...] = CODE_TEST_STARTS,
+        hidden_xs: tuple[int, ...] = CODE_HIDDEN_XS,
+    ):
         self.seed = seed
+        self.train_starts, self.test_starts, self.hidden_xs = train_starts, test_starts, hidden_xs
         self.test_functions = test_functions
         self.timeout_s = timeout_s
 
@@ -185,9 +201,9 @@ class CodeTestbed(Task):
         return fs[self.test_functions :], fs[: self.test_functions]
 
     @staticmethod
-    def make_problem(expr: str, start: int, split: str) -> Problem:
+    def make_problem(expr: str, start: int, split: str, hidden_xs: tuple[int, ...] = CODE_HIDDEN_XS) -> Problem:
         xs = list(range(start, start + CODE_XS_SHOWN))
-        tests = [(x, code_value(expr, x)) for x in xs + [x for x in CODE_HIDDEN_XS if x not in xs]]
+        tests = [(x, code_value(expr, x)) for x in xs + [x for x in hidden_xs if x not in xs]]
         text = " ".join(f"f({x})={y}" for x, y in tests[:CODE_XS_SHOWN])
         return Problem(id=f"testbed_code/{split}/{expr}/{start}", text=text, reference=expr, meta={"tests": tests})
 
@@ -195,8 +211,8 @@ class CodeTestbed(Task):
     def _problems(self) -> dict[str, list[Problem]]:
         train, test = self._split_functions
         return {
-            "train": [self.make_problem(f, start, "train") for f in train for start in range(0, 4)],
-            "test": [self.make_problem(f, start, "test") for f in test for start in (1, 2)],
+            "train": [self.make_problem(f, s, "train", self.hidden_xs) for f in train for s in self.train_starts],
+            "test": [self.make_problem(f, s, "test", self.hidden_xs) for f in test for s in self.test_starts],
         }
 
     def problems(self, split: str) -> Sequence[Problem]:

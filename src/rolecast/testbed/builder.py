@@ -27,7 +27,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rolecast.policies.shipped import KINDS, default_path
 from rolecast.prompts import PromptBook
-from rolecast.tasks.testbed import ArithmeticTestbed, CodeTestbed
+from rolecast.tasks.testbed import LEGACY_CODE_LAYOUT, ArithmeticTestbed, CodeTestbed
 from rolecast.testbed import transcripts as T
 from rolecast.testbed.model import SHAPES, model_config, new_model
 from rolecast.testbed.rollouts import rollout_competence
@@ -78,7 +78,8 @@ DECISION_WEIGHT = 10.0
 # or "code", the `testbed-code` models: the math build's weights continued on code alone, its careful roles
 # deriving the function step by step. A separate model keeps the math map's weights (and every result drawn on
 # them) as they are; the code build's step count and time are its own.
-CODE_DEFAULT_STEPS = 1000
+CODE_DEFAULT_STEPS = 900
+CODE_BATCH_SIZE = 32  # its examples are ~2x the math build's tokens: 900 steps of 32 take ~27 min on 2 cores
 
 # Other reasoning-gym generators whose text fills the BPE vocabulary (the task text alone fills ~400
 # tokens). All offline and fast; generators that need data downloads or are slow are left out.
@@ -120,7 +121,18 @@ class Curriculum:
         self.kind = kind
         self.book = PromptBook("testbed")
         self.arith = ArithmeticTestbed(seed=seed)
-        self.code = CodeTestbed(seed=seed)
+        # the math build keeps the code layout it was built with, so it still reproduces the shipped weights
+        legacy = LEGACY_CODE_LAYOUT
+        self.code = (
+            CodeTestbed(seed=seed)
+            if kind == "code"
+            else CodeTestbed(
+                seed=seed,
+                train_starts=legacy["train_starts"],
+                test_starts=legacy["test_starts"],
+                hidden_xs=legacy["hidden_xs"],
+            )
+        )
         self.derive_code = kind == "code"
         code = kind == "code"
         self.code_share = 1.0 if code else CODE_SHARE
@@ -418,7 +430,7 @@ def build(
     steps: int | None = None,
     kind: str = "math",
     init_from: str | Path | None = None,
-    batch_size: int = 64,
+    batch_size: int | None = None,
     lr: float = 1e-3,
     micro_batch: int = 32,
     threads: int = DEFAULT_THREADS,
@@ -445,7 +457,7 @@ def build(
 
     `kind` "code" builds a `testbed-code` model: it starts from `init_from` (default: the shipped math build of
     the same size, whose tokenizer it keeps) and trains on code only (Curriculum); defaults 1,000 steps, the
-    first 100 the solver and workers only. `steps` / `solver_steps` default per kind.
+    first 100 the solver and workers only, batches of 32. `steps`, `solver_steps` and `batch_size` default per kind.
     """
     t0 = time.time()
     out_dir = Path(out_dir)
@@ -457,6 +469,7 @@ def build(
     if kind == "code" and init_from is None:
         init_from = default_path(size)
     steps = steps if steps is not None else CODE_DEFAULT_STEPS if kind == "code" else DEFAULT_STEPS
+    batch_size = batch_size if batch_size is not None else CODE_BATCH_SIZE if kind == "code" else 64
     solver_steps = solver_steps if solver_steps is not None else 100 if kind == "code" else SOLVER_PHASE_STEPS
 
     tmp = Path(tempfile.mkdtemp(prefix="testbed-build-"))

@@ -320,17 +320,16 @@ def _minus(a: int, b: int) -> str:
 
 
 def code_solver_text(problem: Problem) -> str:
-    """The code build's solver: the two differences, the product the offset needs (`2*1=2`; a square: `1*1=1`),
-    then the function with the subtraction done in its head (`5-3=2 7-5=2 2*1=2` then `x*2+1`, 3-2 unwritten).
+    """The code build's solver: the first difference, then the function (`5-3=2` then `x*2+1`), its offset (f(0),
+    or f(1) minus the slope) and whether the function is a square worked out in its head, the hard way.
 
-    Taught the function alone, a probe build's solver was right on 0.09-0.11 of held-out functions after 100-300
-    steps; taught the differences and then the function (the offset y-a*x all in its head), 0.05-0.11. Taught the
-    whole derivation it would do the judges' computation, and judges would then repeat its mistakes.
+    Probe builds (examples from x = 1 or 2) whose solver worked anything out in its head never learnt it in 900
+    steps: taught the function alone, 0.09-0.11 of held-out functions right; the differences and then the function,
+    0.05-0.11; the differences and the product the offset needs, 0.06; the offset written at the second example,
+    0.09-0.14, as the workers computing y - a*x at larger x (0.14).
     """
-    (x1, y1), (_, y2), (_, y3) = problem.meta["tests"][:3]
-    d1, d2 = y2 - y1, y3 - y2
-    product = f"{x1}*{x1}={x1 * x1}" if d1 != d2 else f"{d1}*{x1}={d1 * x1}"
-    return f"{_minus(y2, y1)} {_minus(y3, y2)} {product} {code_program(problem.reference)}"
+    (_, y1), (_, y2) = problem.meta["tests"][:2]
+    return f"{_minus(y2, y1)} {code_program(problem.reference)}"
 
 
 def code_trace(problem: Problem, strategy: str = "use differences") -> tuple[str, str]:
@@ -339,8 +338,8 @@ def code_trace(problem: Problem, strategy: str = "use differences") -> tuple[str
 
     - use differences (and every judge): both differences, then the offset at the first example
       (`5-3=2 7-5=2 3-2*1=1`); unequal differences mean x*x, offset `y-x*x`;
-    - find slope: the same, offset at the second example;
-    - check offset: the same, offset at the third example;
+    - find slope: the later difference first, then as above;
+    - check offset: as above, then the function's value at the second example;
     - try squares: `y-x*x` at all three examples first; equal means x*x plus it, else the slope as above;
     - guess and check: the function first, then its value at the third example.
     """
@@ -365,9 +364,13 @@ def code_trace(problem: Problem, strategy: str = "use differences") -> tuple[str
             return steps, code_expression(None, rests[0][1])
         step, off = at(x1, y1)
         return f"{steps} {_minus(y2, y1)} {step}", code_expression(slope, off)
-    point = {"find slope": (x2, y2), "check offset": (x3, y3)}.get(strategy, (x1, y1))
-    step, off = at(*point)
-    return f"{diffs} {step}", code_expression(slope, off)
+    step, off = at(x1, y1)
+    expr = code_expression(slope, off)
+    if strategy == "find slope":  # the later difference first
+        return f"{_minus(y3, y2)} {_minus(y2, y1)} {step}", expr
+    if strategy == "check offset":  # the function checked at the second example
+        return f"{diffs} {step} {expr.replace('x', str(x2))}={y2}", expr
+    return f"{diffs} {step}", expr
 
 
 def work_example(problem: Problem, strategy: str, book: PromptBook, derive_code: bool = False) -> Example:
