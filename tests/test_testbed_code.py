@@ -157,7 +157,9 @@ def test_the_shipped_names_of_the_code_models():
 
     assert default_path("small", "code") == ARTIFACT_DIRS["code", "small"]
     assert resolve_model_path("testbed-code") == str(ARTIFACT_DIRS["code", "small"])
-    assert resolve_model_path("testbed-code-large") == str(ARTIFACT_DIRS["code", "large"])
+    # the large code build is not shipped: its name says how to build it
+    with pytest.raises(FileNotFoundError, match="rolecast testbed build --kind code --size large"):
+        resolve_model_path("testbed-code-large")
     assert resolve_model_path("testbed") == str(ARTIFACT_DIRS["math", "small"])
     assert load_config(overrides={"model.path": "testbed-code"}).model.path == "testbed-code"
     with pytest.raises(ValueError, match="kinds"):
