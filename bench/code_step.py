@@ -7,7 +7,8 @@
 For each tree, workflow and task (`testbed`, the arithmetic task, and `testbed_code`, whose programs are graded in
 the sandbox) a fresh process (PYTHONPATH=<tree>/src, the tree's own python if given) trains `--steps` steps through
 `rolecast.training.grpo.train` with the settings `make run` trains its cells with (configs/testbed_matrix.yaml: 8
-problems x group 8 a step, one pass per batch; gradient diagnostics off, since they cost both tasks alike) and reads
+problems x group 8 a step, one pass per batch; gradient diagnostics off, since they cost both tasks alike; the code
+task on its own model, `testbed-code`, with 128 new tokens, where the tree has it) and reads
 `time/rollout`, `time/reward`, `time/update` and `time/step` of each step from metrics.jsonl. The first step is a
 warm-up (it starts the sandbox pool and the math verifier's workers) and is left out of the medians.
 
@@ -46,6 +47,16 @@ MATRIX = {
     "eval.every": 0,
 }
 PHASES = ("rollout", "reward", "update", "step")
+# what configs/testbed_matrix.yaml sets for its code cells since the code build (2026-12-02)
+CODE_CELL = {"model.path": "testbed-code", "rollout.max_new_tokens": 128}
+
+
+def _has_code_model() -> bool:
+    try:
+        from rolecast.policies.shipped import MODEL_NAMES
+    except ImportError:
+        return False
+    return "testbed-code" in MODEL_NAMES
 
 
 def worker(workflow: str, task: str, sharing: str, steps: int, threads: int, out: Path) -> None:
@@ -98,6 +109,8 @@ def worker(workflow: str, task: str, sharing: str, steps: int, threads: int, out
         "routing.sharing": sharing,
         "train.steps": steps,
         "threads": threads,
+        # each task on the model `make run` trains it on (a tree from before the code build: the math testbed)
+        **(CODE_CELL if task == "testbed_code" and _has_code_model() else {}),
     }
     torch.set_num_threads(threads)
     with tempfile.TemporaryDirectory() as tmp:

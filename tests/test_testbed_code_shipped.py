@@ -15,10 +15,9 @@ import pytest
 import torch
 
 from rolecast.policies.shipped import default_path
-from rolecast.prompts import PromptBook
 from rolecast.tasks import make_task
 from rolecast.testbed import info
-from rolecast.testbed.builder import greedy
+from rolecast.testbed.builder import Curriculum, encode, greedy
 
 torch.set_num_threads(2)
 
@@ -35,15 +34,10 @@ def test_the_code_solver_is_in_the_band_rl_can_improve(shipped):
     """Greedy, every held-out problem, each program run in the sandbox by the task's own scorer."""
     model, tok = shipped
     task = make_task("testbed_code")
-    probs = list(task.problems("test"))
-    book = PromptBook("testbed")
-    prompts = [
-        tok.apply_chat_template(
-            book.render("solve", problem=p.text), add_generation_prompt=True, enable_thinking=False, tokenize=False
-        )
-        for p in probs
-    ]
-    outs = greedy(model, tok, [tok.encode(s, add_special_tokens=False) for s in prompts], 48)
+    exs = [e for e in Curriculum(0, "code").held_out(0, per_role=1) if e.role == "solve"]
+    probs = [e.problem for e in exs]
+    prompts = [encode(tok, e)[0] for e in exs]  # rendered exactly as a rollout renders them
+    outs = greedy(model, tok, prompts, 48)
     scores = task.score_many(probs, outs)
     acc = sum(s.reward for s in scores) / len(probs)
     assert len(probs) == 80
@@ -67,7 +61,7 @@ def test_the_code_roles_do_their_job_on_their_own_rollouts():
 
 
 def test_the_code_judging_roles_beat_their_trivial_policies_on_the_noise_model(shipped):
-    from rolecast.testbed.builder import Curriculum, evaluate_roles
+    from rolecast.testbed.builder import evaluate_roles
 
     model, tok = shipped
     exs = [

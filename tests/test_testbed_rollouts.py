@@ -54,7 +54,7 @@ def test_rollout_competence_runs_the_real_workflows():
     from rolecast.testbed.rollouts import rollout_competence
 
     r = rollout_competence(default_path(), problems=6, samples=2, threads=2)
-    assert r["protocol"] == {"problems": 6, "samples": 2, "temperature": 0.7}
+    assert r["protocol"] == {"task": "testbed", "problems": 6, "samples": 2, "temperature": 0.7}
     for name in ("eval_opt", "voting", "orch_workers"):
         assert r[name]["n_episodes"] == 12
     # Orch-Workers returns the synthesizer's answer, so its pass@1 is the synthesizer's accuracy.
