@@ -75,21 +75,61 @@ def test_code_trace_by_hand():
     ]
 
 
-def test_the_code_builds_judges_derive_then_compare(code):
-    """With `derive_code` the evaluator, aggregator, refiner and a synthesizer with no agreeing pair write the
-    judges' derivation (`use differences`) before their function; workers follow their strategy; the solver
-    writes the differences and then the function. Without it (the math build's code share), `= <function>`."""
+def test_code_check_by_hand():
+    """A candidate evaluated at each shown example, up to the first that differs (f(1)=3 f(2)=5 f(3)=7)."""
+    from rolecast.tasks.testbed import CodeTestbed
+
+    p = CodeTestbed.make_problem("x*2+1", 1, "test")
+    assert T.code_check(p, "x*2+1") == ("x*2+1 1*2+1=3 vs 3 2*2+1=5 vs 5 3*2+1=7 vs 7", True)
+    assert T.code_check(p, "x*2+2") == ("x*2+2 1*2+2=4 vs 3", False)
+    assert T.code_check(p, "x*3") == ("x*3 1*3=3 vs 3 2*3=6 vs 5", False)
+    assert T.code_check(p, "x*x+2") == ("x*x+2 1*1+2=3 vs 3 2*2+2=6 vs 5", False)
+    assert T.code_check(p, "?") == ("?", False)
+    z = CodeTestbed.make_problem("x-4", 0, "test")
+    assert T.code_check(z, "x-4") == ("x-4 0-4=-4 vs -4 1-4=-3 vs -3 2-4=-2 vs -2", True)
+
+
+def test_the_code_builds_judges_check_and_its_solvers_derive(code):
+    """With `derive_code` the evaluator, aggregator and synthesizer check candidates on the shown examples
+    (`code_check`) and decide by what the check says; the refiner and a synthesizer with no passing candidate
+    derive (`use differences`) before their function; workers follow their strategy; the solver writes the first
+    difference and then the function. Without it (the math build's code share), `= <function>`."""
     book, rng = PromptBook("testbed"), random.Random(7)
+    seen = {"Correct": 0, "Incorrect": 0, "derived": 0}
     for p in code.problems("train")[:60]:
         steps, expr = T.code_trace(p)
         ev = T.make_example("evaluate", p, rng, book, derive_code=True)
-        assert ev.target.startswith(f"{steps} {expr} vs "), ev.target
+        candidate = ev.messages[0]["content"].split("try: ", 1)[1]
+        check, passed = T.code_check(p, T._shown(p, candidate))
         verdict = ev.target.rsplit("{", 1)[1].rstrip("}")
-        assert (verdict == "Correct") == T.is_correct(p, ev.messages[0]["content"].split("try: ", 1)[1])
+        assert ev.target == f"{check} \\boxed{{{verdict}}}"
+        assert (verdict == "Correct") == T.is_correct(p, candidate) == passed
+        assert _check_steps(check) >= (check != "?")
+        seen[verdict] += 1
         agg = T.make_example("aggregate", p, rng, book, derive_code=True)
-        assert agg.target.startswith(f"{steps} {expr} 1:"), agg.target
+        rows = re.findall(r"(\d):(.*?) (yes|no)", agg.target)
+        assert [int(i) for i, _, _ in rows] == list(range(1, len(rows) + 1))
+        for i, text, said in rows:
+            assert (text, said == "yes") == T.code_check(p, T._shown(p, agg.info["candidates"][int(i) - 1]))
+        pick = int(agg.target.rsplit("{", 1)[1].rstrip("}"))
+        assert pick - 1 == agg.info["acceptable"][0]
+        if rows[-1][2] == "yes":  # the first passing candidate is the pick
+            assert pick == int(rows[-1][0])
+        syn = T.make_example("synthesize", p, rng, book, derive_code=True)
+        rows = re.findall(r"(\d):(.*?) (yes|no) ", syn.target)
+        for i, text, said in rows:
+            assert (text, said == "yes") == T.code_check(p, T._shown(p, syn.info["candidates"][int(i) - 1]))
+        if rows[-1][2] == "yes":  # the first passing worker's program
+            chosen = T._shown(p, syn.info["candidates"][int(rows[-1][0]) - 1])
+            assert syn.target.endswith(f"yes {T.answer_text(p, chosen)}") and T.is_correct(p, syn.target)
+        else:  # none passed: its own derivation, then the function
+            assert syn.target.endswith(f"no {steps} {expr} {T.answer_text(p, p.reference)}"), syn.target
+            seen["derived"] += 1
         ref = T.make_example("refine", p, rng, book, derive_code=True)
         assert ref.target == f"{steps} {expr} ```python\ndef f(x): return {expr}\n```"
+        # every critique in a refine prompt is a failed check
+        assert ref.messages[0]["content"].count("\\boxed{Incorrect}") >= 1
+        assert "\\boxed{Correct}" not in ref.messages[0]["content"]
         work = T.make_example("work", p, rng, book, derive_code=True)
         if work.info["strategy"] in T.CODE_STRATEGIES:
             assert work.target.startswith(T.code_trace(p, work.info["strategy"])[0] + " ```python\n")
@@ -100,11 +140,11 @@ def test_the_code_builds_judges_derive_then_compare(code):
         assert solver == f"{T._minus(y2, y1)} {T.answer_text(p, p.reference)}"
         assert _check_steps(solver) == 1 and T.is_correct(p, solver)
         # what the judges read is written the way the solver writes: the differences, then a function
-        candidate = ev.messages[0]["content"].split("try: ", 1)[1]
         unparseable = candidate in ("```python\n```", f"def f(x) return {p.reference}")  # the noise model's 5%
         assert unparseable or candidate.startswith(f"{T._minus(y2, y1)} ```python\ndef f(x): return ")
         old = T.make_example("evaluate", p, random.Random(1), book)
         assert old.target.startswith(f"= {p.reference} vs ")
+    assert min(seen.values()) >= 1, seen
 
 
 def test_the_code_curriculum_is_code_only_and_the_math_one_is_unchanged():

@@ -1,12 +1,13 @@
 """The shipped code testbed (`testbed-code`, small), re-measured on each run of the suite so docs/testbed.md cannot
 drift from the weights.
 
-Issue 36 asks of a code task a map can be drawn on: the solver's base pass@1 between 0.4 and 0.7 (met, checked
-here: greedy, all 80 held-out problems, graded in the sandbox); on the model's own workflow rollouts the evaluator's
-balanced accuracy >= 0.8 and the aggregator and synthesizer above their trivial policies. This build does not meet
-the second part (evaluator 0.65, aggregator +0.03 +- 0.03, synthesizer -0.17 +- 0.05; docs/testbed.md says why),
-so the test checks that the recorded numbers are what the weights give, and what the build does meet: every
-judging role beats its trivial policy on the noise model's candidates.
+Issue 36 asks of a code task a map can be drawn on: the solver's base pass@1 between 0.4 and 0.7 (checked here:
+greedy, all 80 held-out problems, graded in the sandbox); on the model's own workflow rollouts the evaluator's
+balanced accuracy >= 0.8 and the aggregator and synthesizer above their trivial policies. This build (2026-12-06,
+its judges checking candidates on the shown examples) meets all of it but the synthesizer's part: evaluator 0.87 +-
+0.03, aggregator +0.08 +- 0.04 over voter 1, synthesizer -0.02 +- 0.04 against worker 1 (docs/testbed.md). The
+tests re-measure the recorded numbers (equality), check the parts that are met, and every judging role against its
+trivial policy on the noise model's candidates.
 """
 
 from __future__ import annotations
@@ -57,7 +58,11 @@ def test_the_code_roles_do_their_job_on_their_own_rollouts():
     measured = rollout_competence(path, task="testbed_code", problems=p["problems"], samples=p["samples"], threads=1)
     assert measured == recorded
     ev = measured["eval_opt"]
-    assert 0.5 < ev["balanced_accuracy"] < 0.8, ev  # above chance, below the bar (docs/testbed.md)
+    assert ev["balanced_accuracy"] - ev["balanced_accuracy_ci"] >= 0.8, ev  # the bar, with its interval
+    agg = measured["voting"]["vs_first"]
+    assert agg["margin"] - agg["margin_ci"] > 0, agg  # above always-voter-1
+    syn = measured["orch_workers"]["vs_first"]
+    assert abs(syn["margin"]) <= syn["margin_ci"], syn  # level with worker 1, not above (the bar not met)
 
 
 def test_the_code_judging_roles_beat_their_trivial_policies_on_the_noise_model(shipped):

@@ -18,7 +18,7 @@ from typing import Any
 
 from rolecast.prompts import PromptBook
 from rolecast.tasks.base import Problem
-from rolecast.tasks.testbed import code_program, code_value, extract_program, last_boxed
+from rolecast.tasks.testbed import CODE_XS_SHOWN, code_program, code_value, extract_program, last_boxed
 
 ROLES = ("solve", "refine", "evaluate", "aggregate", "orchestrate", "work", "synthesize")
 
@@ -406,15 +406,16 @@ def make_example(
         sols = [noisy_answer(problem, rng, p, misses, derive_code) for _ in range(n)]
         strategies = strategies_for(problem, n)
         msgs = book.render("synthesize", problem=problem.text, strategies=strategies, solutions=sols)
-        target, decisions = _with_decisions(_agreement_parts(problem, sols, derive_code))
+        if is_code(problem) and derive_code:
+            target, decisions = _with_decisions(_code_synthesis_parts(problem, sols))
+        else:
+            target, decisions = _with_decisions(_agreement_parts(problem, sols, derive_code))
         info["candidates"] = sols
     elif role == "evaluate":
         sol = noisy_answer(problem, rng, 0.5, misses, derive_code)
         ok = is_correct(problem, sol)
         msgs = book.render("evaluate", problem=problem.text, solution=sol, history=[])
-        target, decisions = _with_decisions(
-            _verdict_parts(_stated(problem, None, derive_code), _shown(problem, sol), ok)
-        )
+        target, decisions = _with_decisions(_evaluator_parts(problem, sol, ok, derive_code))
         info["truth"] = ok
     elif role == "aggregate":
         n = 3 if rng.random() < 0.8 else rng.choice((2, 4))
@@ -422,26 +423,16 @@ def make_example(
         sols = [noisy_answer(problem, rng, p, misses, derive_code) for _ in range(n)]
         good = acceptable_picks(problem, sols)
         msgs = book.render("aggregate", problem=problem.text, solutions=sols)
-        # Candidates are checked in order, up to the first match, each row like the evaluator's output (the
-        # candidate's answer next to its own, then yes/no), so every comparison is between adjacent spans and
-        # the pick is the label just written; with no match, the majority answer. With its own answer stated
-        # only once, a probe build said "no" to candidates equal to it far down the list.
-        own = _shown(problem, solve_text)
-        parts: list[str | tuple[str]] = [_stated(problem, None, derive_code)]
-        for i, c in enumerate(sols, 1):
-            shown = _shown(problem, c)
-            match = shown == own
-            parts += [f" {i}:{shown} vs {own} ", ("yes" if match else "no",)]
-            if match:
-                break
-        parts += [" \\boxed{", (str(good[0] + 1),), "}"]
-        target, decisions = _with_decisions(parts)
+        target, decisions = _with_decisions(_aggregator_parts(problem, sols, good, derive_code))
         info.update(candidates=sols, acceptable=good)
     elif role == "refine":
         rounds = rng.choice((1, 1, 2))
         history = []
         for _ in range(rounds):
             sol = noisy_answer(problem, rng, 0.25, misses, derive_code)
+            while is_code(problem) and derive_code and is_correct(problem, sol):
+                # the code build's critique checks the candidate (`code_check`): only a wrong one fails it
+                sol = noisy_answer(problem, rng, 0.25, misses, derive_code)
             # Refinement only happens after a rejection, so every critique says Incorrect; its own
             # stated answer is usually right, and never equal to the rejected one.
             sol_ans = canonical_answer(problem, sol)
@@ -452,9 +443,12 @@ def make_example(
                 options = [problem.reference] * 3 + misses
                 options = [a for a in options if a != sol_ans]
             critic_answer = rng.choice(options) if options else problem.reference
-            critique = _with_decisions(
-                _verdict_parts(_stated(problem, critic_answer, derive_code), _shown(problem, sol), False)
-            )[0]
+            if is_code(problem) and derive_code:  # the code build's evaluator checks the candidate
+                critique = _with_decisions(_evaluator_parts(problem, sol, False, derive_code))[0]
+            else:
+                critique = _with_decisions(
+                    _verdict_parts(_stated(problem, critic_answer, derive_code), _shown(problem, sol), False)
+                )[0]
             history.append({"solution": sol, "critique": critique})
         msgs = book.render("refine", problem=problem.text, history=history)
         # After a rejection the answer is re-derived the careful way, as the judges do.
@@ -469,6 +463,88 @@ def make_example(
     else:
         raise ValueError(f"unknown role {role!r}; roles: {ROLES}")
     return Example(task, role, problem, msgs, target, info, decisions)
+
+
+def code_check(problem: Problem, expression: str) -> tuple[str, bool]:
+    """(the steps, passed): `expression` (a candidate's function), copied, then evaluated at each shown example and
+    set against its value (`x*2+1 1*2+1=3 vs 3 2*2+1=5 vs 5 ...`), up to the first that differs; `?` (no function)
+    fails at once.
+
+    How the code build's judges decide. Taught to derive the function themselves and compare (as arithmetic's
+    judges do), on the model's own rollouts their derivation bent toward the candidate in the prompt: the
+    evaluator said Correct to 84% of candidates, 53% of them right (balanced accuracy 0.65), the aggregator
+    picked no better than voter 1. A check substitutes the candidate's own numbers, so there is nothing to bend.
+    The function is copied first so that substituting reads it from the line being written, and a synthesizer
+    that says yes copies its program from there: without the copy, a probe build's synthesizer checked worker
+    1's function, said yes, and wrote the last worker's program (31 of 320 episodes, worker 1 right and it wrong).
+    """
+    if expression == "?":
+        return "?", False
+    steps = [expression]
+    for x, y in problem.meta["tests"][:CODE_XS_SHOWN]:
+        value = _safe_code_values(f"def f(x): return {expression}", [x])
+        computed = "?" if value is None else str(value[0])
+        steps.append(f"{expression.replace('x', str(x))}={computed} vs {y}")
+        if value is None or value[0] != y:
+            return " ".join(steps), False
+    return " ".join(steps), True
+
+
+def _evaluator_parts(problem: Problem, candidate: str, correct: bool, derive_code: bool) -> list[str | tuple[str]]:
+    """An evaluator's output as parts: the code build's checks the candidate (`code_check`), the others
+    re-derive and compare (`_verdict_parts`); the verdict is the truth, marked as its decision."""
+    if is_code(problem) and derive_code:
+        steps, _ = code_check(problem, _shown(problem, candidate))
+        return [f"{steps} \\boxed{{", ("Correct" if correct else "Incorrect",), "}"]
+    return _verdict_parts(_stated(problem, None, derive_code), _shown(problem, candidate), correct)
+
+
+def _code_synthesis_parts(problem: Problem, candidates: list[str]) -> list[str | tuple[str]]:
+    """The code build's synthesizer: each worker's function checked on the shown examples (`code_check`), in
+    order, up to the first that passes, whose program it gives; when none passes, its own derivation and the
+    function. (Its agreement rule, `_agreement_parts`, fell 0.17 below worker 1 on the model's own rollouts.)"""
+    parts: list[str | tuple[str]] = []
+    for i, c in enumerate(candidates, 1):
+        steps, passed = code_check(problem, _shown(problem, c))
+        parts += [f"{i}:{steps} ", ("yes" if passed else "no",), " "]
+        if passed:
+            # The function copied into the program weighs as a decision: a probe build with the function copied
+            # into the check (`code_check`) still wrote a right worker's program with another worker's offset
+            # after saying yes to it (19 of 320 episodes), the copy's tokens weighing 1 among ~60.
+            expression = _shown(problem, c)
+            head, tail = answer_text(problem, expression).split(expression)
+            return parts + [head, (expression,), tail]
+    return parts + [f"{_stated(problem, None, True)} {answer_text(problem, problem.reference)}"]
+
+
+def _aggregator_parts(
+    problem: Problem, candidates: list[str], good: list[int], derive_code: bool
+) -> list[str | tuple[str]]:
+    """An aggregator's output as parts: candidates checked in order up to the first that passes, then the pick
+    (`good[0]`: the first correct one, else the first majority holder)."""
+    # Candidates are checked in order, up to the first match, each row like the evaluator's output (the
+    # candidate's answer next to its own, then yes/no), so every comparison is between adjacent spans and
+    # the pick is the label just written; with no match, the majority answer. With its own answer stated
+    # only once, a probe build said "no" to candidates equal to it far down the list.
+    parts: list[str | tuple[str]] = []
+    if is_code(problem) and derive_code:
+        # The code build's aggregator checks each candidate on the shown examples, as its evaluator does.
+        for i, c in enumerate(candidates, 1):
+            steps, passed = code_check(problem, _shown(problem, c))
+            parts += [f"{' ' if i > 1 else ''}{i}:{steps} ", ("yes" if passed else "no",)]
+            if passed:
+                break
+    else:
+        own = _shown(problem, answer_text(problem, problem.reference))
+        parts.append(_stated(problem, None, derive_code))
+        for i, c in enumerate(candidates, 1):
+            shown = _shown(problem, c)
+            match = shown == own
+            parts += [f" {i}:{shown} vs {own} ", ("yes" if match else "no",)]
+            if match:
+                break
+    parts += [" \\boxed{", (str(good[0] + 1),), "}"]
+    return parts
 
 
 def _verdict_parts(stated: str, shown: str, correct: bool) -> list[str | tuple[str]]:
