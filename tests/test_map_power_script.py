@@ -91,3 +91,21 @@ def test_the_plans_t_interval_ignores_the_evaluations_noise_and_the_reports_floo
     assert mp.rule(runs, floored=True)["voting"]["state"] == "continue"
     [(stage, workflow, plan_reading, floored_reading)] = mp.rule_by_stage(runs)
     assert (stage, workflow) == (1, "voting") and plan_reading["state"] != floored_reading["state"]
+
+
+def test_the_code_maps_seed_0_is_make_runs_code_half_untraded():
+    """map_power_code_s1.yaml's seed-0 cells train as `make run`'s code cells (configs/testbed_matrix.yaml) but for
+    what `make run` trades for time (problems a step, how often it evaluates and checkpoints) and where they write."""
+    from rolecast.config import CONFIG_DIR
+    from rolecast.sweep.matrix import load_matrix
+
+    runs = {c.name: c for c in load_matrix(CONFIG_DIR / "testbed_matrix.yaml").cells}
+    stage1 = load_matrix(CONFIG_DIR / "experiments" / "map_power_code_s1.yaml")
+    seed0 = [c for c in stage1.train_cells if c.config.seed == 0]
+    assert len(seed0) == 7 and len(stage1.train_cells) == 35
+    traded = {"run_dir": True, "train": {"problems_per_step"}, "eval": {"every"}, "checkpoint": {"every"}}
+    for c in seed0:
+        twin = runs[c.name]
+        assert twin.config.model_dump(exclude=traded) == c.config.model_dump(exclude=traded), c.name
+        assert (c.config.train.problems_per_step, twin.config.train.problems_per_step) == (8, 4)
+    assert seed0[0].config.eval.every == 10 and seed0[0].config.rollout.max_new_tokens == 128

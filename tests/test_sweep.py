@@ -668,15 +668,20 @@ def test_ray_executor_runs_two_cells_on_a_local_ray(tmp_path, monkeypatch):
 
 
 def test_shipped_testbed_matrix_is_every_workflow_and_sharing_mode_on_both_tasks():
-    """`make run`: {math, code} x every workflow x both sharing modes, each task on its own testbed model (the math
-    cells named and configured as before the code half existed, so their directories resume)."""
+    """`make run`: {math, code} x every workflow x both sharing modes (the single agent in one), each task on its own
+    testbed model, the code cells evaluated less often than the math ones."""
     from rolecast.config import CONFIG_DIR
 
     m = load_matrix(CONFIG_DIR / "testbed_matrix.yaml")
     workflows = ["single", "voting", "eval_opt", "orch_workers"]
     tasks = [("testbed", "testbed"), ("testbed_code", "testbed-code")]
+    # the single agent in Shared only: one role is one policy under either mode (traded for time)
     assert [c.name for c in m.train_cells] == [
-        f"{t}-{w}-{model}-{s}-s0" for w in workflows for t, model in tasks for s in ("shared", "isolated")
+        f"{t}-{w}-{model}-{s}-s0"
+        for w in workflows
+        for t, model in tasks
+        for s in ("shared", "isolated")
+        if (w, s) != ("single", "isolated")
     ]
     assert [c.name for c in m.cells if c.kind == "base_eval"] == [
         f"base-{t}-{w}-{model}-s0" for w in workflows for t, model in tasks
@@ -685,8 +690,9 @@ def test_shipped_testbed_matrix_is_every_workflow_and_sharing_mode_on_both_tasks
         code = c.config.task.name == "testbed_code"
         assert c.config.model.path == ("testbed-code" if code else "testbed")
         assert c.config.rollout.max_new_tokens == (128 if code else 64)  # the code roles' derivations fit
-    cfg = m.train_cells[0].config
-    assert cfg.eval.every > 0 and cfg.eval.every < cfg.train.steps  # periodic evaluations: peaks are visible
+    for c in m.train_cells:  # periodic evaluations: peaks are visible (code: at 15 and 30)
+        cfg = c.config
+        assert (cfg.eval.every, cfg.train.steps) == ((15 if cfg.task.name == "testbed_code" else 10), 30)
     for c in m.cells:  # sampled as the study does, so Voting's voters can disagree (greedy: identical votes)
         assert (c.config.eval.protocol, c.config.eval.temperature) == ("study", 0.7) and c.config.eval.n_samples >= 2
 
@@ -709,18 +715,21 @@ def test_make_runs_matrix_evaluates_the_same_base_as_before_per_seed_bases():
 
 
 def test_shipped_scale_matrix_adds_the_large_testbed_and_nothing_else():
-    """configs/testbed_scale_matrix.yaml is the main job's math half with a model axis over both testbed sizes (the
-    large code build is not shipped)."""
+    """configs/testbed_scale_matrix.yaml is the math half of the map with a model axis over both testbed sizes (the
+    large code build is not shipped), on the untraded protocol: `make run`'s math cells but for what `make run`
+    trades for time (problems a step, how often it evaluates and checkpoints, the single agent's Isolated cell)."""
     from rolecast.config import CONFIG_DIR
 
     small, scaled = (load_matrix(CONFIG_DIR / f) for f in ("testbed_matrix.yaml", "testbed_scale_matrix.yaml"))
     math = [c for c in small.cells if c.config.task.name == "testbed"]
     assert {c.config.model.path for c in scaled.train_cells} == {"testbed", "testbed-large"}
-    assert len(scaled.cells) == 2 * len(math) and len(scaled.train_cells) == 2 * len(small.train_cells) // 2
+    assert len(scaled.train_cells) == 2 * 4 * 2 and len(scaled.cells) - len(scaled.train_cells) == 2 * 4
     by_name = {c.name: c for c in scaled.cells}
-    for c in math:  # every small math cell is there, with the same settings
+    traded = {"run_dir": True, "train": {"problems_per_step"}, "eval": {"every"}, "checkpoint": {"every"}}
+    for c in math:  # every small math cell is there, with the same settings but the traded ones
         twin = by_name[c.name]
-        assert twin.config.model_dump(exclude={"run_dir"}) == c.config.model_dump(exclude={"run_dir"}), c.name
+        assert twin.config.model_dump(exclude=traded) == c.config.model_dump(exclude=traded), c.name
+        assert (twin.config.train.problems_per_step, twin.config.eval.every) == (8, 5)
 
 
 def test_shipped_study_matrix_spans_the_study():
