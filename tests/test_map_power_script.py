@@ -103,7 +103,7 @@ def test_the_code_maps_seed_0_is_make_runs_code_half_untraded():
     stage1 = load_matrix(CONFIG_DIR / "experiments" / "map_power_code_s1.yaml")
     seed0 = [c for c in stage1.train_cells if c.config.seed == 0]
     assert len(seed0) == 7 and len(stage1.train_cells) == 35
-    traded = {"run_dir": True, "train": {"problems_per_step"}, "eval": {"every"}, "checkpoint": {"every"}}
+    traded = {"run_dir": True, "train": {"problems_per_step"}, "eval": {"every", "n_samples"}, "checkpoint": {"every"}}
     for c in seed0:
         twin = runs[c.name]
         assert twin.config.model_dump(exclude=traded) == c.config.model_dump(exclude=traded), c.name

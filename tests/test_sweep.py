@@ -582,6 +582,63 @@ run_sweep(load_matrix(matrix, out=out), LocalExecutor(), progress=False)
 """
 
 
+def _descendants(pid: int) -> set[int]:
+    """Every live process below `pid`, from /proc (the cells are forked by the pool's fork server, a child)."""
+    parent = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] != "Z":
+                parent[int(d.name)] = int(fields[1])
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {p for p, pp in parent.items() if pp in frontier} - found
+        found |= frontier
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_sigterm_to_a_pool_sweep_ends_its_cells_too(tmp_path):
+    """`kill <driver>` ends the cells it started (they stay resumable), as Ctrl-C does: before, the driver died
+    alone and its cells trained on as orphans."""
+    import signal
+    import time
+
+    p = write(tmp_path, TINY.format(steps=400) + "base_eval: false\naxes: {seed: [0, 1]}\n")
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    args = [sys.executable, "-m", "rolecast.cli", "sweep", str(p), "--out", str(out), "--executor", "pool"]
+    driver = subprocess.Popen([*args, "--workers", "2"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.time() + 300
+        while not list(out.glob("*/checkpoints/step_1")) and time.time() < deadline and driver.poll() is None:
+            time.sleep(0.5)
+        assert list(out.glob("*/checkpoints/step_1")), "no cell started training"
+        below = _descendants(driver.pid)
+        assert len(below) >= 3  # the fork server and two cells (and multiprocessing's resource tracker)
+        driver.send_signal(signal.SIGTERM)
+        assert driver.wait(timeout=60) == 128 + signal.SIGTERM
+        deadline = time.time() + 30
+        while below and time.time() < deadline:
+            below = {q for q in below if _state(q) != "Z"}  # gone or a zombie: ended
+            time.sleep(0.2)
+        assert not below, f"still running after the driver's SIGTERM: {sorted(below)}"
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    assert not any((c / "DONE.json").exists() for c in out.iterdir() if c.is_dir())  # stopped mid-run, resumable
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "Z"
+
+
 def test_killed_sweep_resumes_and_ends_as_an_uninterrupted_one(tmp_path):
     p = write(tmp_path, TINY.format(steps=3) + "  eval.every: 2\naxes: {seed: [0, 1]}\n")
     first, second, base, base1 = (
@@ -725,7 +782,7 @@ def test_shipped_scale_matrix_adds_the_large_testbed_and_nothing_else():
     assert {c.config.model.path for c in scaled.train_cells} == {"testbed", "testbed-large"}
     assert len(scaled.train_cells) == 2 * 4 * 2 and len(scaled.cells) - len(scaled.train_cells) == 2 * 4
     by_name = {c.name: c for c in scaled.cells}
-    traded = {"run_dir": True, "train": {"problems_per_step"}, "eval": {"every"}, "checkpoint": {"every"}}
+    traded = {"run_dir": True, "train": {"problems_per_step"}, "eval": {"every", "n_samples"}, "checkpoint": {"every"}}
     for c in math:  # every small math cell is there, with the same settings but the traded ones
         twin = by_name[c.name]
         assert twin.config.model_dump(exclude=traded) == c.config.model_dump(exclude=traded), c.name
