@@ -499,22 +499,31 @@ def _evaluator_parts(problem: Problem, candidate: str, correct: bool, derive_cod
     return _verdict_parts(_stated(problem, None, derive_code), _shown(problem, candidate), correct)
 
 
-def _code_synthesis_parts(problem: Problem, candidates: list[str]) -> list[str | tuple[str]]:
-    """The code build's synthesizer: each worker's function checked on the shown examples (`code_check`), in
-    order, up to the first that passes, whose program it gives; when none passes, its own derivation and the
-    function. (Its agreement rule, `_agreement_parts`, fell 0.17 below worker 1 on the model's own rollouts.)"""
+def _code_check_rows(problem: Problem, candidates: list[str]) -> tuple[list[str | tuple[str]], int | None]:
+    """The code build's judges' rows (`1:<check> no 2:<check> yes`): each candidate's function checked on the shown
+    examples (`code_check`), in order, up to the first that passes; (the parts, its 0-based index or None)."""
     parts: list[str | tuple[str]] = []
-    for i, c in enumerate(candidates, 1):
+    for i, c in enumerate(candidates):
         steps, passed = code_check(problem, _shown(problem, c))
-        parts += [f"{i}:{steps} ", ("yes" if passed else "no",), " "]
+        parts += [f"{' ' if i else ''}{i + 1}:{steps} ", ("yes" if passed else "no",)]
         if passed:
-            # The function copied into the program weighs as a decision: a probe build with the function copied
-            # into the check (`code_check`) still wrote a right worker's program with another worker's offset
-            # after saying yes to it (19 of 320 episodes), the copy's tokens weighing 1 among ~60.
-            expression = _shown(problem, c)
-            head, tail = answer_text(problem, expression).split(expression)
-            return parts + [head, (expression,), tail]
-    return parts + [f"{_stated(problem, None, True)} {answer_text(problem, problem.reference)}"]
+            return parts, i
+    return parts, None
+
+
+def _code_synthesis_parts(problem: Problem, candidates: list[str]) -> list[str | tuple[str]]:
+    """The code build's synthesizer: the judges' rows (`_code_check_rows`), then the first passing worker's program;
+    when none passes, its own derivation and the function. (Its agreement rule, `_agreement_parts`, fell 0.17 below
+    worker 1 on the model's own rollouts.)"""
+    parts, passing = _code_check_rows(problem, candidates)
+    if passing is None:
+        return parts + [f" {_stated(problem, None, True)} {answer_text(problem, problem.reference)}"]
+    # The function copied into the program weighs as a decision: a probe build with the function copied into the
+    # check (`code_check`) still wrote a right worker's program with another worker's offset after saying yes to
+    # it (19 of 320 episodes), the copy's tokens weighing 1 among ~60.
+    expression = _shown(problem, candidates[passing])
+    head, tail = answer_text(problem, expression).split(expression)
+    return parts + [" " + head, (expression,), tail]
 
 
 def _aggregator_parts(
@@ -529,11 +538,7 @@ def _aggregator_parts(
     parts: list[str | tuple[str]] = []
     if is_code(problem) and derive_code:
         # The code build's aggregator checks each candidate on the shown examples, as its evaluator does.
-        for i, c in enumerate(candidates, 1):
-            steps, passed = code_check(problem, _shown(problem, c))
-            parts += [f"{' ' if i > 1 else ''}{i}:{steps} ", ("yes" if passed else "no",)]
-            if passed:
-                break
+        parts, _ = _code_check_rows(problem, candidates)
     else:
         own = _shown(problem, answer_text(problem, problem.reference))
         parts.append(_stated(problem, None, derive_code))
