@@ -109,3 +109,21 @@ def test_the_code_maps_seed_0_is_make_runs_code_half_untraded():
         assert twin.config.model_dump(exclude=traded) == c.config.model_dump(exclude=traded), c.name
         assert (c.config.train.problems_per_step, twin.config.train.problems_per_step) == (8, 4)
     assert seed0[0].config.eval.every == 10 and seed0[0].config.rollout.max_new_tokens == 128
+
+
+def test_the_large_code_maps_stage_1_is_the_small_ones_but_for_the_model():
+    """map_power_code_large_s1.yaml: the small code map's stage 1, cell for cell and setting for setting, with the
+    large code build in place of the small one (its plan: size is the only difference)."""
+    from rolecast.config import CONFIG_DIR
+    from rolecast.sweep.matrix import load_matrix
+
+    small = load_matrix(CONFIG_DIR / "experiments" / "map_power_code_s1.yaml")
+    large = load_matrix(CONFIG_DIR / "experiments" / "map_power_code_large_s1.yaml")
+    assert len(large.cells) == len(small.cells) and len(large.train_cells) == 35
+    assert {c.config.model.path for c in large.cells} == {"testbed-code-large"}
+    for s, g in zip(small.cells, large.cells, strict=True):
+        assert (s.kind, s.config.seed, s.name.replace("testbed-code", "testbed-code-large")) == (
+            g.kind, g.config.seed, g.name,
+        )  # fmt: skip
+        same = {"run_dir": True, "model": {"path"}}
+        assert s.config.model_dump(exclude=same) == g.config.model_dump(exclude=same), g.name

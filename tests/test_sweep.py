@@ -773,8 +773,9 @@ def test_make_runs_matrix_evaluates_the_same_base_as_before_per_seed_bases():
 
 def test_shipped_scale_matrix_adds_the_large_testbed_and_nothing_else():
     """configs/testbed_scale_matrix.yaml is the math half of the map with a model axis over both testbed sizes (the
-    large code build is not shipped), on the untraded protocol: `make run`'s math cells but for what `make run`
-    trades for time (problems a step, how often it evaluates and checkpoints, the single agent's Isolated cell)."""
+    large code build has its own plan, map_power_code_large_plan.yaml), on the untraded protocol: `make run`'s math
+    cells but for what `make run` trades for time (problems a step, how often it evaluates and checkpoints, the
+    single agent's Isolated cell)."""
     from rolecast.config import CONFIG_DIR
 
     small, scaled = (load_matrix(CONFIG_DIR / f) for f in ("testbed_matrix.yaml", "testbed_scale_matrix.yaml"))

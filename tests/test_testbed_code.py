@@ -197,13 +197,20 @@ def test_the_shipped_names_of_the_code_models():
 
     assert default_path("small", "code") == ARTIFACT_DIRS["code", "small"]
     assert resolve_model_path("testbed-code") == str(ARTIFACT_DIRS["code", "small"])
-    # the large code build is not shipped: its name says how to build it
-    with pytest.raises(FileNotFoundError, match="rolecast testbed build --kind code --size large"):
-        resolve_model_path("testbed-code-large")
+    assert resolve_model_path("testbed-code-large") == str(ARTIFACT_DIRS["code", "large"])
     assert resolve_model_path("testbed") == str(ARTIFACT_DIRS["math", "small"])
     assert load_config(overrides={"model.path": "testbed-code"}).model.path == "testbed-code"
     with pytest.raises(ValueError, match="kinds"):
         default_path("small", "poetry")
+
+
+def test_a_missing_shipped_build_says_how_to_build_it(tmp_path, monkeypatch):
+    from rolecast.policies import shipped
+    from rolecast.policies.models import resolve_model_path
+
+    monkeypatch.setitem(shipped.ARTIFACT_DIRS, ("code", "large"), tmp_path / "absent")
+    with pytest.raises(FileNotFoundError, match="rolecast testbed build --kind code --size large"):
+        resolve_model_path("testbed-code-large")
 
 
 def test_a_code_build_starts_from_the_math_build_and_records_it(tmp_path):
