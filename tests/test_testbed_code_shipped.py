@@ -1,13 +1,15 @@
-"""The shipped code testbed (`testbed-code`, small), re-measured on each run of the suite so docs/testbed.md cannot
-drift from the weights.
+"""The shipped code testbeds (`testbed-code`, small, and `testbed-code-large`), re-measured on each run of the suite
+so docs/testbed.md cannot drift from the weights.
 
-Issue 36 asks of a code task a map can be drawn on: the solver's base pass@1 between 0.4 and 0.7 (checked here:
-greedy, all 80 held-out problems, graded in the sandbox); on the model's own workflow rollouts the evaluator's
-balanced accuracy >= 0.8 and the aggregator and synthesizer above their trivial policies. This build (2026-12-06,
-its judges checking candidates on the shown examples) meets all of it but the synthesizer's part: evaluator 0.87 +-
-0.03, aggregator +0.08 +- 0.04 over voter 1, synthesizer -0.02 +- 0.04 against worker 1 (docs/testbed.md). The
-tests re-measure the recorded numbers (equality), check the parts that are met, and every judging role against its
-trivial policy on the noise model's candidates.
+Issue 36 asks of a code task a map can be drawn on, in both sizes: the solver's base pass@1 between 0.4 and 0.7
+(checked here: greedy, all 80 held-out problems, graded in the sandbox); on the model's own workflow rollouts the
+evaluator's balanced accuracy >= 0.8 and the aggregator and synthesizer above their trivial policies. The small
+build (2026-12-06, its judges checking candidates on the shown examples) meets all of it but the synthesizer's part:
+evaluator 0.87 +- 0.03, aggregator +0.08 +- 0.04 over voter 1, synthesizer -0.02 +- 0.04 against worker 1. The
+large build (the same recipe from the large math build) meets the solver's and the aggregator's parts: evaluator
+0.78 +- 0.03 (under the bar), aggregator +0.14 +- 0.05, synthesizer -0.03 +- 0.05 (docs/testbed.md). The tests
+re-measure the recorded numbers (equality), check which parts are met and which are not, and the small build's
+judging roles against their trivial policies on the noise model's candidates.
 """
 
 from __future__ import annotations
@@ -23,17 +25,22 @@ from rolecast.testbed.builder import Curriculum, encode, greedy
 torch.set_num_threads(2)
 
 
-@pytest.fixture(scope="module")
-def shipped():
+def _load(size: str):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    p = default_path("small", "code")
+    p = default_path(size, "code")
     return AutoModelForCausalLM.from_pretrained(p).eval(), AutoTokenizer.from_pretrained(p)
 
 
-def test_the_code_solver_is_in_the_band_rl_can_improve(shipped):
+@pytest.fixture(scope="module")
+def shipped():
+    return _load("small")
+
+
+@pytest.mark.parametrize("size", ["small", "large"])
+def test_the_code_solver_is_in_the_band_rl_can_improve(size):
     """Greedy, every held-out problem, each program run in the sandbox by the task's own scorer."""
-    model, tok = shipped
+    model, tok = _load(size)
     task = make_task("testbed_code")
     exs = [e for e in Curriculum(0, "code").held_out(0, per_role=1) if e.role == "solve"]
     probs = [e.problem for e in exs]
@@ -44,21 +51,25 @@ def test_the_code_solver_is_in_the_band_rl_can_improve(shipped):
     assert len(probs) == 80
     assert 0.4 <= acc <= 0.7, acc
     # the build's own judge (without running anything) agrees with the sandbox on every one of them
-    assert acc == info(default_path("small", "code"))["roles"]["testbed_code/solve"]["accuracy"]
+    assert acc == info(default_path(size, "code"))["roles"]["testbed_code/solve"]["accuracy"]
 
 
-def test_the_code_roles_do_their_job_on_their_own_rollouts():
+@pytest.mark.parametrize("size", ["small", "large"])
+def test_the_code_roles_do_their_job_on_their_own_rollouts(size):
     """The recorded rollout numbers are re-measured (equality)."""
     from rolecast.testbed.rollouts import rollout_competence
 
-    path = default_path("small", "code")
+    path = default_path(size, "code")
     recorded = info(path)["rollouts"]
     p = recorded["protocol"]
     assert p["task"] == "testbed_code"
     measured = rollout_competence(path, task="testbed_code", problems=p["problems"], samples=p["samples"], threads=1)
     assert measured == recorded
     ev = measured["eval_opt"]
-    assert ev["balanced_accuracy"] - ev["balanced_accuracy_ci"] >= 0.8, ev  # the bar, with its interval
+    if size == "small":
+        assert ev["balanced_accuracy"] - ev["balanced_accuracy_ci"] >= 0.8, ev  # the bar, with its interval
+    else:
+        assert ev["balanced_accuracy"] < 0.8 < ev["balanced_accuracy"] + ev["balanced_accuracy_ci"], ev  # not met
     agg = measured["voting"]["vs_first"]
     assert agg["margin"] - agg["margin_ci"] > 0, agg  # above always-voter-1
     syn = measured["orch_workers"]["vs_first"]
