@@ -127,3 +127,31 @@ def test_the_large_code_maps_stage_1_is_the_small_ones_but_for_the_model():
         )  # fmt: skip
         same = {"run_dir": True, "model": {"path"}}
         assert s.config.model_dump(exclude=same) == g.config.model_dump(exclude=same), g.name
+
+
+def test_an_unfinished_stage_is_listed_not_read():
+    """The plan reads its rule after a stage's last cell: while stage 1 has runs to go, its rows say so and no
+    workflow is stopped, even one whose finished seeds would already meet the precision."""
+    runs = []
+    for s, diff in enumerate([0.01, -0.01, 0.0, 0.02, -0.02]):  # half-width 0.020: stopped, once stage 1 is over
+        runs += [run("eval_opt", "shared", s, 0.8, se=0.005), run("eval_opt", "isolated", s, 0.8 + diff, se=0.005)]
+    [(k, w, finished, _)] = mp.rule_by_stage(runs)
+    assert (k, w, finished["state"]) == (1, "eval_opt", "stopped: precision reached")
+    [(_, _, interim, floored)] = mp.rule_by_stage(runs, {1: (3, 13)})
+    assert interim["state"] == floored["state"] == "not read: stage unfinished (3 of 13 runs to run)"
+    assert interim["half_width"] == finished["half_width"]  # the numbers are shown, the state is not read
+    assert mp.rule_by_stage(runs, {2: (5, 5)})[0][2]["state"] == "stopped: precision reached"  # another stage's
+
+
+def test_the_tables_header_names_the_maps_task_and_build_from_its_runs():
+    from rolecast.plan.schema import load_plan
+
+    plan = load_plan(ROOT / "src/rolecast/configs/experiments/map_power_code_large_plan.yaml").plan
+    pt = CurvePoint(30, 0.6, 0.05, 80)
+    large = mp.Run("r", "s1", "voting", "shared", 0, pt, pt, pt, None, "testbed_code", "testbed-code-large")
+    small = mp.Run("r", "s1", "voting", "shared", 0, pt, pt, pt, None, "testbed_code", "testbed-code")
+    math_run = mp.Run("r", "s1", "voting", "shared", 0, pt, pt, pt, None, "testbed", "testbed")
+    assert mp.family([large], plan) == ("code", "large", 80)
+    assert mp.family([small], plan) == ("code", "small", 80)
+    assert mp.family([math_run], plan) == ("math", "small", 200)
+    assert mp.family([], plan) == ("code", "large", 80)  # no run finished yet: the plan's title says
