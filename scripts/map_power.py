@@ -31,6 +31,7 @@ import argparse
 import json
 import math
 import sys
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +49,7 @@ TARGET_HALF_WIDTH = 0.04  # the plan's stopping precision
 CAP_SEEDS = 20  # the plan's cap: stage 4
 STAGE_SEEDS = 5
 WORKFLOWS = ("single", "voting", "eval_opt", "orch_workers")
+UNFINISHED = ("pending", "running", "incomplete")  # collect_map's states of a cell that has yet to end
 ARMS = ("shared", "isolated")
 
 
@@ -68,15 +70,21 @@ class Run:
     model: str = ""
 
 
-def read_runs(raw: Path, plan: Plan) -> tuple[list[Run], list[str]]:
-    """Every finished training cell of every stage under `raw`; notes for unfinished cells and missing bases."""
+def read_runs(raw: Path, plan: Plan) -> tuple[list[Run], list[str], dict[int, tuple[int, int]]]:
+    """Every finished training cell of every stage under `raw`; notes for unfinished cells and missing bases; and
+    the stages that have not ended: stage number (its seeds', seed // 5 + 1) -> (training runs still to run,
+    training runs). The plan reads its rule after a stage's last cell, so nothing is read from those."""
     if not raw.is_dir():
         raise SystemExit(f"map_power: {raw}: not a directory (collected stages: scripts/map_power.py collect)")
     runs, notes = [], []
+    left, total = Counter[int](), Counter[int]()
     for stage in sorted(p for p in raw.iterdir() if p.is_dir()):
         smap = collect_map(stage)
         notes += [f"{stage.name}: {n}" for n in smap.notes]
         for c in smap.train_cells:
+            k = int(c.axes.get("seed") or 0) // STAGE_SEEDS + 1
+            total[k] += 1
+            left[k] += c.state in UNFINISHED
             if not c.complete or c.curve is None:
                 why = f"{c.state}: {c.error}" if c.error else c.state
                 notes.append(f"{stage.name}/{c.name}: {why} (left out of every table)")
@@ -99,24 +107,8 @@ def read_runs(raw: Path, plan: Plan) -> tuple[list[Run], list[str]]:
                     str(c.axes.get("model") or ""),
                 )
             )
-    return sorted(runs, key=lambda r: (WORKFLOWS.index(r.workflow), ARMS.index(r.arm), r.seed)), notes
-
-
-UNFINISHED = ("pending", "running", "incomplete")  # collect_map's states of a cell that has yet to end
-
-
-def unfinished_stages(raw: Path) -> dict[int, tuple[int, int]]:
-    """stage number -> (training runs still to run, training runs) for every stage under `raw` that has not
-    ended. A stage's number is its seeds' (seed // 5 + 1). The plan reads its rule after a stage's last cell, so
-    nothing is read from these."""
-    out: dict[int, tuple[int, int]] = {}
-    for stage in sorted(p for p in raw.iterdir() if p.is_dir()):
-        cells = collect_map(stage).train_cells
-        left = [c for c in cells if c.state in UNFINISHED]
-        for k in sorted({int(c.axes.get("seed") or 0) // STAGE_SEEDS + 1 for c in left}):
-            in_k = [c for c in cells if int(c.axes.get("seed") or 0) // STAGE_SEEDS + 1 == k]
-            out[k] = (sum(c.state in UNFINISHED for c in in_k), len(in_k))
-    return out
+    unfinished = {k: (left[k], total[k]) for k in sorted(total) if left[k]}
+    return sorted(runs, key=lambda r: (WORKFLOWS.index(r.workflow), ARMS.index(r.arm), r.seed)), notes, unfinished
 
 
 def family(runs: Sequence[Run], plan: Plan) -> tuple[str, str, int]:
@@ -197,7 +189,7 @@ def rule_by_stage(
     runs: Sequence[Run], unfinished: dict[int, tuple[int, int]] | None = None
 ) -> list[tuple[int, str, dict[str, Any], dict[str, Any]]]:
     """The rule after each stage (its seeds so far), both readings: (stage, workflow, plan's t, floored). A stage
-    in `unfinished` (`unfinished_stages`) is not read: its rows' state says how many of its runs are left."""
+    in `unfinished` (`read_runs`' third value) is not read: its rows' state says how many of its runs are left."""
     stages = max((r.seed for r in runs), default=-1) // STAGE_SEEDS + 1
     out = []
     for k in range(1, stages + 1):
@@ -218,8 +210,7 @@ def _record(d: PairedDifference | None) -> dict[str, Any]:
 
 def tables(raw: Path, plan_path: Path, out: Path) -> dict[str, Any]:
     plan = load_plan(plan_path).plan
-    runs, notes = read_runs(raw, plan)
-    unfinished = unfinished_stages(raw)
+    runs, notes, unfinished = read_runs(raw, plan)
     task, size, problems = family(runs, plan)
     md = [f"# The powered testbed map ({task}, {size} build): tables", ""]
     with_plan = "" if plan_path == PLAN else f" --plan {plan_path}"
@@ -347,8 +338,8 @@ FIRST_STAGE = PLAN.parent / "map_power_s1.yaml"  # `next` copies a stage's setti
 
 def next_stage(raw: Path, plan_path: Path, stage: int, first: Path = FIRST_STAGE) -> str | None:
     """The matrix of stage `stage` by the plan's rule, read on the stages before it under `raw`."""
-    runs, _ = read_runs(raw, load_plan(plan_path).plan)
-    early = {k: v for k, v in unfinished_stages(raw).items() if k < stage}
+    runs, _, unfinished = read_runs(raw, load_plan(plan_path).plan)
+    early = {k: v for k, v in unfinished.items() if k < stage}
     if early:
         k, (left, total) = min(early.items())
         raise SystemExit(
