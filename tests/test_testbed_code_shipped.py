@@ -5,9 +5,10 @@ Issue 36 asks of a code task a map can be drawn on, in both sizes: the solver's 
 (checked here: greedy, all 80 held-out problems, graded in the sandbox); on the model's own workflow rollouts the
 evaluator's balanced accuracy >= 0.8 and the aggregator and synthesizer above their trivial policies. The small
 build (2026-12-06, its judges checking candidates on the shown examples) meets all of it but the synthesizer's part:
-evaluator 0.87 +- 0.03, aggregator +0.08 +- 0.04 over voter 1, synthesizer -0.02 +- 0.04 against worker 1. The
+evaluator 0.87 +- 0.05, aggregator +0.08 +- 0.05 over voter 1, synthesizer -0.02 +- 0.06 against worker 1. The
 large build (the same recipe from the large math build) meets the solver's and the aggregator's parts: evaluator
-0.78 +- 0.03 (under the bar), aggregator +0.14 +- 0.05, synthesizer -0.03 +- 0.05 (docs/testbed.md). The tests
+0.78 +- 0.06 (under the bar), aggregator +0.14 +- 0.07, synthesizer -0.03 +- 0.08 (docs/testbed.md; every interval
+clustered by problem). The tests
 re-measure the recorded numbers (equality), check which parts are met and which are not, and the small build's
 judging roles against their trivial policies on the noise model's candidates.
 """

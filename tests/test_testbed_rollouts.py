@@ -54,10 +54,16 @@ def test_rollout_competence_runs_the_real_workflows():
     from rolecast.testbed.rollouts import rollout_competence
 
     r = rollout_competence(default_path(), problems=6, samples=2, threads=2)
-    assert r["protocol"] == {"task": "testbed", "problems": 6, "samples": 2, "temperature": 0.7}
+    assert r["protocol"] == {
+        "task": "testbed",
+        "problems": 6,
+        "samples": 2,
+        "temperature": 0.7,
+        "intervals": "clustered by problem",
+    }
     for name in ("eval_opt", "voting", "orch_workers"):
         assert r[name]["n_episodes"] == 12
     # Orch-Workers returns the synthesizer's answer, so its pass@1 is the synthesizer's accuracy.
     assert r["orch_workers"]["pass1"] == r["orch_workers"]["accuracy"]
     assert r["eval_opt"]["n_verdicts"] >= 12  # at least one verdict per episode
-    assert "synthesizer" in format_rollouts(r)
+    assert "synthesizer" in format_rollouts(r) and "intervals clustered by problem" in format_rollouts(r)

@@ -88,7 +88,7 @@ def format_rollouts(r: dict[str, Any]) -> str:
     lines = [
         f"own workflow rollouts: {p['problems']} held-out {'code' if p.get('task') == 'testbed_code' else 'arithmetic'} "
         f"problems x {p['samples']} samples, "
-        f"temperature {p['temperature']}",
+        f"temperature {p['temperature']}" + (f"; ± 95% intervals {p['intervals']}" if "intervals" in p else ""),
         f"  eval_opt     pass@1 {ev['pass1']:.2f}  evaluator: says Correct {ev['accept_rate']:.2f} "
         f"(truly {ev['truly_correct']:.2f}), balanced accuracy {ev['balanced_accuracy']:.2f} "
         f"± {ev['balanced_accuracy_ci']:.2f} (n={ev['n_verdicts']})",

@@ -6,7 +6,8 @@ slips, truncations, at the map's sampling temperature). The first rebuild's synt
 by 0.20 on the noise model and lost to worker 1 on real rollouts, so both measures are reported.
 
 Each multi-agent workflow runs the held-out arithmetic problems through the real rollout path, and every
-number comes from the claims scored by the trainer's own `score_episodes`.
+number comes from the claims scored by the trainer's own `score_episodes`. Intervals are clustered by problem
+(`stats.clustered_*`): a problem's samples, and an episode's several verdicts, are not independent draws.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from rolecast.evaluation import EvalPlan
 from rolecast.rollout.engine import Sampling
 from rolecast.runtime import build_runtime
 from rolecast.tasks.testbed import extract_program
-from rolecast.testbed.stats import half_width, paired_margin, rate
+from rolecast.testbed.stats import clustered_balanced_accuracy, clustered_margin, clustered_rate, rate
 from rolecast.testbed.transcripts import boxed_integer, majority_holders
 
 WORKFLOWS = ("eval_opt", "voting", "orch_workers")
@@ -46,7 +47,13 @@ def rollout_competence(
     """
     samples = samples if samples is not None else 4 if task == "testbed_code" else 2
     out: dict[str, Any] = {
-        "protocol": {"task": task, "problems": problems, "samples": samples, "temperature": temperature}
+        "protocol": {
+            "task": task,
+            "problems": problems,
+            "samples": samples,
+            "temperature": temperature,
+            "intervals": "clustered by problem",
+        }
     }
     for name in WORKFLOWS:
         cfg = load_config(
@@ -75,39 +82,39 @@ def rollout_competence(
 
 def _evaluator(episodes: Sequence[Episode], code: bool = False) -> dict[str, Any]:
     """Every verdict on a solution the generator wrote: accept rate and balanced accuracy."""
-    verdicts = [t.claim for ep in episodes for t in ep.turns if isinstance(t.claim, VerdictClaim)]
-    right = [v.accept for v in verdicts if v.reviewed_correct]
-    wrong = [not v.accept for v in verdicts if v.reviewed_correct is False]
-    tpr, tnr = sum(right) / max(len(right), 1), sum(wrong) / max(len(wrong), 1)
+    judged = [(t.claim, ep.problem_id) for ep in episodes for t in ep.turns if isinstance(t.claim, VerdictClaim)]
+    known = [(v, pid) for v, pid in judged if v.reviewed_correct is not None]
+    tpr, tnr, balanced, ci = clustered_balanced_accuracy(
+        [v.accept for v, _ in known], [bool(v.reviewed_correct) for v, _ in known], [pid for _, pid in known]
+    )
     return {
-        "n_verdicts": len(verdicts),
-        "accept_rate": rate([v.accept for v in verdicts])[0],
-        "truly_correct": rate([bool(v.reviewed_correct) for v in verdicts])[0],
+        "n_verdicts": len(judged),
+        "accept_rate": rate([v.accept for v, _ in judged])[0],
+        "truly_correct": rate([bool(v.reviewed_correct) for v, _ in judged])[0],
         "accepts_correct": round(tpr, 4),
         "rejects_wrong": round(tnr, 4),
-        "balanced_accuracy": round((tpr + tnr) / 2, 4),
-        "balanced_accuracy_ci": round(
-            (half_width(tpr, len(right)) ** 2 + half_width(tnr, len(wrong)) ** 2) ** 0.5 / 2, 4
-        ),
+        "balanced_accuracy": round(balanced, 4),
+        "balanced_accuracy_ci": round(ci, 4),
     }
 
 
 def _aggregator(episodes: Sequence[Episode], code: bool = False) -> dict[str, Any]:
     """Picks where some voter was right: correct picks vs always voter 1 and vs a random voter."""
-    picks = [t.claim for ep in episodes for t in ep.turns if isinstance(t.claim, PickClaim)]
-    has = [p for p in picks if p.candidates_correct and any(p.candidates_correct)]
-    model = [bool(p.correct) for p in has]
-    first = [float(p.candidates_correct[0]) for p in has if p.candidates_correct]
-    rand = [sum(p.candidates_correct) / len(p.candidates_correct) for p in has if p.candidates_correct]
-    acc, ci = rate(model)
+    picks = [(t.claim, ep.problem_id) for ep in episodes for t in ep.turns if isinstance(t.claim, PickClaim)]
+    has = [(p, p.candidates_correct, pid) for p, pid in picks if p.candidates_correct and any(p.candidates_correct)]
+    ids = [pid for _, _, pid in has]
+    model = [bool(p.correct) for p, _, _ in has]
+    first = [float(flags[0]) for _, flags, _ in has]
+    rand = [sum(flags) / len(flags) for _, flags, _ in has]
+    acc, ci = clustered_rate(model, ids)
     return {
         "n_with_correct": len(has),
         "accuracy_with_correct": acc,
         "accuracy_with_correct_ci": ci,
         "baseline_first": rate(first)[0],
         "baseline_random": rate(rand)[0],
-        "vs_first": paired_margin(model, first),
-        "vs_random": paired_margin(model, rand),
+        "vs_first": clustered_margin(model, first, ids),
+        "vs_random": clustered_margin(model, rand, ids),
     }
 
 
@@ -115,13 +122,14 @@ def _synthesizer(episodes: Sequence[Episode], code: bool = False) -> dict[str, A
     """The synthesizer's answer vs taking worker 1's, episode by episode; and what the workers gave it: how
     often they disagree, each worker position's accuracy, and what a majority vote over them would score
     (ties: worker 1), the ceiling of a synthesizer that only counts votes."""
-    synth, first, disagree, majority = [], [], [], []
+    synth, first, disagree, majority, ids = [], [], [], [], []
     by_position: dict[int, list[bool]] = {}
     for ep in episodes:
         workers = [t.claim for t in ep.turns if t.role == "worker" and isinstance(t.claim, AnswerClaim)]
         final = [t.claim for t in ep.turns if t.role == "synthesizer" and isinstance(t.claim, AnswerClaim)]
         if workers and final:
             synth.append(bool(final[-1].correct))
+            ids.append(ep.problem_id)
             first.append(float(bool(workers[0].correct)))
             answers = [program_body(w.text) if code else boxed_integer(w.text) for w in workers]
             disagree.append(len(set(answers)) > 1)
@@ -129,12 +137,12 @@ def _synthesizer(episodes: Sequence[Episode], code: bool = False) -> dict[str, A
             majority.append(bool(workers[(majority_holders(answers) or [0])[0]].correct))
             for i, w in enumerate(workers):
                 by_position.setdefault(i + 1, []).append(bool(w.correct))
-    acc, ci = rate(synth)
+    acc, ci = clustered_rate(synth, ids)
     return {
         "accuracy": acc,
         "accuracy_ci": ci,
         "baseline_first": rate(first)[0],
-        "vs_first": paired_margin(synth, first),
+        "vs_first": clustered_margin(synth, first, ids),
         "workers_disagree": rate(disagree)[0],
         "worker_accuracy": {str(i): rate(v)[0] for i, v in sorted(by_position.items())},
         "majority_vote": rate(majority)[0],

@@ -1,0 +1,88 @@
+"""The role-competence intervals against hand-computed values: independent and clustered by problem."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from rolecast.core.episode import Episode, PickClaim, Turn, VerdictClaim
+from rolecast.testbed.rollouts import _aggregator, _evaluator
+from rolecast.testbed.stats import (
+    clustered_balanced_accuracy,
+    clustered_margin,
+    clustered_mean,
+    clustered_rate,
+    paired_margin,
+)
+
+
+def test_one_member_per_cluster_is_the_ordinary_paired_interval():
+    # [1, 0, 1, 1]: mean 0.75, sample variance 0.25, so 1.96 * sqrt(0.25 / 4) = 0.49
+    mean, hw = clustered_mean([1, 0, 1, 1], ["a", "b", "c", "d"])
+    assert mean == 0.75 and hw == pytest.approx(0.49)
+    model, base = [True, True, False, True], [0.0, 1.0, 0.0, 0.5]
+    assert clustered_margin(model, base, [0, 1, 2, 3]) == paired_margin(model, base)
+
+
+def test_samples_that_move_together_count_as_one():
+    # two problems, each answered the same way twice: the information of two observations (1, 0),
+    # 1.96 * sqrt(0.5 / 2) = 0.98, where treating the four as independent would give 0.566
+    p, hw = clustered_rate([True, True, False, False], ["a", "a", "b", "b"])
+    assert p == 0.5 and hw == 0.98
+    assert clustered_rate([True, False, True, False], ["a", "a", "b", "b"]) == (0.5, 0.0)  # within-problem only
+
+
+def test_clustered_balanced_accuracy_by_hand():
+    # problem a: accepts a right answer and a wrong one; b: rejects both; c: accepts the right, rejects the wrong.
+    # tpr = tnr = 2/3. Influences on each rate, /3 per side and halved for the mean of the two:
+    # a: (1/3)/6 + (-2/3)/6 = -1/18; b: -1/18; c: 2/18. Variance 3/2 * 6/324 = 1/36, half-width 1.96/6.
+    accept = [True, True, False, False, True, False]
+    truth = [True, False, True, False, True, False]
+    tpr, tnr, ba, hw = clustered_balanced_accuracy(accept, truth, ["a", "a", "b", "b", "c", "c"])
+    assert (tpr, tnr, ba) == pytest.approx((2 / 3, 2 / 3, 2 / 3))
+    assert hw == pytest.approx(1.96 / 6)
+    assert clustered_balanced_accuracy([], [], []) == (0.0, 0.0, 0.0, 0.0)
+
+
+def _turn(claim) -> Turn:
+    return Turn("r", "r", "p", [1], [2], [0.0], "t", "stop", claim=claim)
+
+
+def test_the_evaluator_summary_clusters_its_verdicts_by_problem():
+    def verdict(accept: bool, truth: bool) -> Turn:
+        return _turn(VerdictClaim(accept, "x", reviewed_correct=truth))
+
+    eps = [  # the hand example above, the verdicts of a problem spread over two samples and two rounds
+        Episode("a", 0, [verdict(True, True)]),
+        Episode("a", 1, [verdict(True, False)]),
+        Episode("b", 0, [verdict(False, True), verdict(False, False)]),
+        Episode("c", 0, [verdict(True, True), verdict(False, False)]),
+    ]
+    r = _evaluator(eps)
+    assert r["n_verdicts"] == 6 and r["balanced_accuracy"] == round(2 / 3, 4)
+    assert r["balanced_accuracy_ci"] == round(1.96 / 6, 4)
+
+
+def test_the_aggregator_margin_clusters_its_picks_by_problem():
+    def pick(correct: bool, flags: list[bool]) -> Turn:
+        return _turn(PickClaim(0, ["1", "2", "3"], correct=correct, candidates_correct=flags))
+
+    eps = [
+        Episode("p", 0, [pick(True, [False, True, False])]),
+        Episode("p", 1, [pick(True, [False, True, True])]),
+        Episode("q", 0, [pick(False, [True, False, False])]),
+        Episode("q", 1, [pick(True, [True, True, False])]),
+        Episode("r", 0, [pick(False, [False, False, False])]),  # no voter right: not counted
+    ]
+    r = _aggregator(eps)
+    # model - voter 1 = [1, 1, -1, 0], mean 0.25; cluster influences (0.75 + 0.75) / 4 and (-1.25 - 0.25) / 4,
+    # variance 2 * 2 * 0.375^2 = 0.5625, half-width 1.96 * 0.75
+    assert r["n_with_correct"] == 4
+    assert r["vs_first"] == {"margin": 0.25, "margin_ci": round(1.96 * 0.75, 4)}
+    assert r["accuracy_with_correct"] == 0.75
+    # the same picks as four problems: the ordinary paired interval, narrower
+    alone = [Episode(str(i), 0, e.turns) for i, e in enumerate(eps)]
+    assert _aggregator(alone)["vs_first"]["margin_ci"] == round(
+        1.96 * math.sqrt((2 * 0.75**2 + 1.25**2 + 0.25**2) / 3 / 4), 4
+    )
