@@ -270,6 +270,22 @@ def test_code_jsonl_asserts(tmp_path):
     assert t.score(probs[0], "```python\ndef dbl(x):\n    return 2 * x\n```").reward == 1.0
 
 
+def test_the_study_grader_refuses_tests_it_cannot_run_as_the_data_loads(tmp_path):
+    """grader rllm (the study's LiveCodeBench runner) runs stdio/functional tests only: a file of asserts fails
+    as it loads, naming its first row, instead of every text of the first batch raising at scoring (GraderBug)."""
+    rows = [{"task": "Double x.", "checks": ["assert dbl(2) == 4"]}]
+    f = _write_jsonl(tmp_path / "c.jsonl", rows)
+    kw = dict(path=f, problem_key="task", tests_key="checks", test_format="asserts")
+    with pytest.raises(ValueError, match=r"c.jsonl, line 1: .*grader 'rllm'.* this row's are 'asserts': set task"):
+        make_task("code_jsonl", grader="rllm", **kw).problems("train")
+    assert len(make_task("code_jsonl", **kw).problems("train")) == 1  # rolecast's grader runs them
+    lcb = [{"task": "Echo.", "checks": json.dumps([{"input": "1\n", "output": "1\n", "testtype": "stdin"}])}]
+    f2 = _write_jsonl(tmp_path / "l.jsonl", lcb)
+    t = make_task("code_jsonl", path=f2, problem_key="task", tests_key="checks", grader="rllm")
+    (p,) = t.problems("train")
+    assert p.reference.kind == "stdio"
+
+
 def test_bad_json_line_names_file_and_line(tmp_path):
     f = tmp_path / "bad.jsonl"
     f.write_text('{"a": 1}\n{oops\n')

@@ -53,6 +53,7 @@ from rolecast.rewards.score import MAX_TEXT_CHARS, Score, grader_error
 from rolecast.sandbox import CaseResult, Job, JobResult, Limits, SandboxPool, default_pool, parse_quietly
 
 KINDS = ("asserts", "humaneval", "stdio", "functional")
+RLLM_TEST_KINDS = ("stdio", "functional")  # what the study's LiveCodeBench runner can run
 GRADERS = ("rolecast", "rllm")  # rllm: the reference study's grader, rllm/rewards/code_reward.py
 DEFAULT_TIMEOUT_S = {"asserts": 10.0, "humaneval": 10.0, "stdio": 6.0, "functional": 6.0}  # whole run / per case
 
@@ -313,7 +314,7 @@ def _defines(program: str, name: str) -> bool:
 def _check_grader(grader: str, tests: CodeTests | None = None) -> None:
     if grader not in GRADERS:
         raise ValueError(f"code grader must be one of {GRADERS}, got {grader!r}")
-    if grader == "rllm" and tests is not None and tests.kind not in ("stdio", "functional"):
+    if grader == "rllm" and tests is not None and tests.kind not in RLLM_TEST_KINDS:
         raise ValueError(
             f"the rllm code grader runs LiveCodeBench-style tests (stdio/functional), not {tests.kind!r} tests"
         )

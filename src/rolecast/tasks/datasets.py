@@ -38,7 +38,7 @@ import numpy as np
 from rolecast.core.errors import DatasetError, DatasetFileMissing, require
 from rolecast.core.text import last_boxed
 from rolecast.rewards.code import GRADERS as CODE_GRADERS
-from rolecast.rewards.code import CodeTests, extract_for, score_code_many
+from rolecast.rewards.code import RLLM_TEST_KINDS, CodeTests, extract_for, score_code_many
 from rolecast.rewards.math import GRADERS as MATH_GRADERS
 from rolecast.rewards.math import default_verifier, extract_answer, gsm8k_gold, score_math
 from rolecast.rewards.math_study import study_extract
@@ -287,7 +287,7 @@ class DatasetTask(Task):
             skipped: Counter[str] = Counter()
             for i, row, src in self._rows(split):
                 try:
-                    out.append(self.make_problem(row, i, src))
+                    out.append(self.admit(self.make_problem(row, i, src)))
                 except _Skip as e:
                     skipped[str(e)] += 1
                 except (KeyError, TypeError, ValueError) as e:
@@ -308,6 +308,10 @@ class DatasetTask(Task):
 
     def make_problem(self, row: dict[str, Any], index: int, split: str) -> Problem:
         raise NotImplementedError
+
+    def admit(self, problem: Problem) -> Problem:
+        """A made problem checked against the task's options; a ValueError names the row (`problems`)."""
+        return problem
 
 
 def _require(row: Mapping[str, Any], key: str, what: str) -> Any:
@@ -649,6 +653,18 @@ class CodeTask(DatasetTask):
         self.timeout_s = timeout_s
         self.grader = grader
         self.reliability_guard = reliability_guard
+
+    def admit(self, problem: Problem) -> Problem:
+        # The study's runner (grader "rllm") runs LiveCodeBench's stdio/functional tests only. Caught here, a
+        # dataset whose tests it cannot run (MBPP's asserts, HumanEval's check()) fails as it loads, naming the
+        # row; caught at scoring, every text of the first batch raised and the run stopped with GraderBug.
+        kind = problem.reference.kind if isinstance(problem.reference, CodeTests) else None
+        if self.grader == "rllm" and kind not in RLLM_TEST_KINDS:
+            raise ValueError(
+                f"grader 'rllm' (the study's LiveCodeBench runner) runs {' and '.join(RLLM_TEST_KINDS)} tests, "
+                f"and this row's are {kind!r}: set task.options.grader: rolecast"
+            )
+        return problem
 
     def extract_answer(self, text: str | None) -> str | None:
         return extract_for(text, self.grader)
