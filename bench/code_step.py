@@ -3,6 +3,7 @@
     .venv/bin/python bench/code_step.py                                   # this tree, every workflow
     .venv/bin/python bench/code_step.py --tree /path/to/baseline --tree . # before/after, interleaved
     .venv/bin/python bench/code_step.py --workflows voting,eval_opt --steps 6 --rounds 2
+    .venv/bin/python bench/code_step.py --size large                      # testbed-large vs testbed-code-large
 
 For each tree, workflow and task (`testbed`, the arithmetic task, and `testbed_code`, whose programs are graded in
 the sandbox) a fresh process (PYTHONPATH=<tree>/src, the tree's own python if given) trains `--steps` steps through
@@ -49,6 +50,8 @@ MATRIX = {
 PHASES = ("rollout", "reward", "update", "step")
 # what configs/testbed_matrix.yaml sets for its code cells since the code build (2026-12-02)
 CODE_CELL = {"model.path": "testbed-code", "rollout.max_new_tokens": 128}
+# --size large: each task on its large build (the large maps' models)
+LARGE_MODELS = {"testbed": "testbed-large", "testbed_code": "testbed-code-large"}
 
 
 def _has_code_model() -> bool:
@@ -59,7 +62,7 @@ def _has_code_model() -> bool:
     return "testbed-code" in MODEL_NAMES
 
 
-def worker(workflow: str, task: str, sharing: str, steps: int, threads: int, out: Path) -> None:
+def worker(workflow: str, task: str, sharing: str, steps: int, threads: int, out: Path, size: str = "small") -> None:
     """Train `steps` steps of one cell; write each step's times and counts to `out` (JSON)."""
     import torch
 
@@ -111,6 +114,7 @@ def worker(workflow: str, task: str, sharing: str, steps: int, threads: int, out
         "threads": threads,
         # each task on the model `make run` trains it on (a tree from before the code build: the math testbed)
         **(CODE_CELL if task == "testbed_code" and _has_code_model() else {}),
+        **({"model.path": LARGE_MODELS[task]} if size == "large" else {}),
     }
     torch.set_num_threads(threads)
     with tempfile.TemporaryDirectory() as tmp:
@@ -134,7 +138,7 @@ def _task_class(name: str) -> type:
 def _run(tree: Path, python: str, workflow: str, task: str, a: argparse.Namespace, out: Path) -> dict:
     env = {**os.environ, "PYTHONPATH": str(tree / "src"), "OMP_NUM_THREADS": str(a.threads)}
     cmd = [python, str(Path(__file__).resolve()), "--worker", f"{workflow}:{task}", "--out", str(out)]
-    cmd += ["--steps", str(a.steps), "--threads", str(a.threads), "--sharing", a.sharing]
+    cmd += ["--steps", str(a.steps), "--threads", str(a.threads), "--sharing", a.sharing, "--size", a.size]
     subprocess.run(cmd, env=env, check=True, cwd=str(tree), stdout=subprocess.DEVNULL)
     return json.loads(out.read_text())
 
@@ -156,12 +160,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=5, help="training steps per process (the first is a warm-up)")
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--size", choices=("small", "large"), default="small", help="the testbed builds' size")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.worker:
         workflow, task = a.worker.split(":")
-        worker(workflow, task, a.sharing, a.steps, a.threads, Path(a.out))
+        worker(workflow, task, a.sharing, a.steps, a.threads, Path(a.out), a.size)
         return 0
     here = Path(__file__).resolve().parent.parent
     trees = []
@@ -171,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     workflows = [w.strip() for w in a.workflows.split(",") if w.strip()]
     cells = [(ti, t) for ti in range(len(trees)) for t in TASKS]
     results: dict[tuple[int, str, str], list[dict]] = {}
-    print(f"load average at start: {os.getloadavg()[0]:.2f}", flush=True)
+    print(f"{a.size} builds; load average at start: {os.getloadavg()[0]:.2f}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         for rnd in range(a.rounds):
             for wf in workflows:
