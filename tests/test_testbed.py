@@ -489,6 +489,22 @@ def test_build_is_deterministic(tmp_path):
     assert info(c)["tokenizer_sha256"] == info()["tokenizer_sha256"] != info(a)["tokenizer_sha256"]
 
 
+def test_code_build_is_deterministic(tmp_path):
+    """The code build's own path (its curriculum of checks, the solver phase, warm start from the shipped math build):
+    the same short build twice gives bit-identical weights, which its 6 steps moved away from the math build's."""
+    from safetensors.torch import load_file
+
+    from rolecast.testbed import build
+
+    kw = dict(kind="code", seed=3, steps=6, solver_steps=3, batch_size=8, evaluate=False, log=lambda _: None)
+    a, b = build(tmp_path / "a", **kw), build(tmp_path / "b", **kw)
+    wa, wb, init = (load_file(p / "model.safetensors") for p in (a, b, default_path()))
+    assert wa.keys() == wb.keys() == init.keys()
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    assert not all(torch.equal(wa[k], init[k]) for k in wa)  # it trained: equal builds are not the untouched start
+    assert info(a)["kind"] == "code" and info(a)["steps"] == 6
+
+
 def test_testbed_build_command_line_options_reach_the_build(tmp_path):
     """`--steps`, `--threads` and `--tokenizer` (default: the shipped one; `train`: a new one; DIR: that
     build's) are what the build records."""
