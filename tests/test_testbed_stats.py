@@ -86,3 +86,41 @@ def test_the_aggregator_margin_clusters_its_picks_by_problem():
     assert _aggregator(alone)["vs_first"]["margin_ci"] == round(
         1.96 * math.sqrt((2 * 0.75**2 + 1.25**2 + 0.25**2) / 3 / 4), 4
     )
+
+
+def test_checked_worker_reads_the_first_row_said_yes_to():
+    from rolecast.testbed.rollouts import checked_worker
+
+    two_rows = "1:x*2+1 1*2+1=3 vs 3 2*2+1=5 vs 6 no 2:x*2 1*2=2 vs 2 yes ```python\ndef f(x): return x*2\n```"
+    assert checked_worker(two_rows) == 2
+    assert checked_worker("1:x+1 0+1=1 vs 1 yes 2:x+2 0+2=2 vs 1 no") == 1
+    # no yes: the synthesizer derives and writes its own program; `?` (no function) fails at once
+    assert checked_worker("1:? no 2:x*3 1*3=3 vs 4 no 8-4=4 x*4 ```python\ndef f(x): return x*4\n```") is None
+    assert checked_worker("") is None
+
+
+def test_synthesizer_picks_by_hand():
+    """Four episodes of two problems: the checked pick follows the rows, the own answer the synthesizer's claim."""
+    from rolecast.core.episode import AnswerClaim
+    from rolecast.testbed.rollouts import synthesizer_picks
+
+    def ep(pid: str, workers: list[bool], rows: str, own: bool) -> Episode:
+        turns = []
+        for role, text, ok in [*(("worker", f"w{i}", w) for i, w in enumerate(workers)), ("synthesizer", rows, own)]:
+            turns.append(Turn(role, role, "p", [1], [2], [0.0], text, "stop", claim=AnswerClaim(text, correct=ok)))
+        return Episode(pid, 0, turns)
+
+    r = synthesizer_picks(
+        [
+            ep("a", [False, True, True], "1:x no 2:x+1 yes", own=False),  # a copy slip: it chose worker 2, wrote wrong
+            ep("a", [True, False, False], "1:x yes", own=True),
+            ep("b", [False, False, True], "1:x no 2:y no 3:z no", own=False),  # no yes: its own (wrong) program
+            ep("b", [False, True, False], "1:x no 2:y yes", own=True),
+        ]
+    )
+    assert r["n_episodes"] == 4 and r["checked_right_own_wrong"] == 1
+    assert r["own"][0] == 0.5 and r["checked"][0] == 0.75
+    assert r["worker_1"] == 0.25 and r["any_worker"] == 1.0
+    # checked - worker 1 = [1, 0, 0, 1]: mean 0.5; clusters a (0.5 + -0.5) = 0 and b (-0.5 + 0.5) = 0: no spread
+    assert r["checked_vs_first"] == {"margin": 0.5, "margin_ci": 0.0}
+    assert r["own_vs_first"]["margin"] == 0.25

@@ -12,6 +12,7 @@ number comes from the claims scored by the trainer's own `score_episodes`. Inter
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -56,28 +57,48 @@ def rollout_competence(
         }
     }
     for name in WORKFLOWS:
-        cfg = load_config(
-            overrides={
-                "model.path": str(path),
-                "workflow.name": name,
-                "task.name": task,
-                # the code build's roles derive before they decide (configs/testbed_code.yaml)
-                **({"rollout.max_new_tokens": CODE_MAX_NEW_TOKENS} if task == "testbed_code" else {}),
-                "seed": seed,
-                "threads": threads,
-            }
-        )
-        rt = build_runtime(cfg, data_splits=[cfg.task.eval_split])
-        probs = list(rt.task.problems(cfg.task.eval_split))[:problems]
-        out["protocol"]["problems"] = len(probs)
-        plan = EvalPlan(n_samples=samples, sampling=Sampling(temperature=temperature), seed=seed)
-        res = rt.evaluate(probs, plan, options=cfg.workflow.options)
+        episodes, pass1, n_problems = workflow_episodes(
+            path, name, task=task, problems=problems, samples=samples, temperature=temperature, seed=seed,
+            threads=threads,
+        )  # fmt: skip
+        out["protocol"]["problems"] = n_problems
         out[name] = {
-            "n_episodes": len(res.episodes),
-            "pass1": round(res.pass1, 4),
-            **SUMMARIES[name](res.episodes, task == "testbed_code"),
+            "n_episodes": len(episodes),
+            "pass1": round(pass1, 4),
+            **SUMMARIES[name](episodes, task == "testbed_code"),
         }
     return out
+
+
+def workflow_episodes(
+    path: str | Path,
+    workflow: str,
+    *,
+    task: str = "testbed",
+    problems: int = 200,
+    samples: int = 2,
+    temperature: float = 0.7,
+    seed: int = 0,
+    threads: int = 1,
+) -> tuple[list[Episode], float, int]:
+    """One workflow's scored episodes on the first `problems` held-out problems x `samples`, through the real
+    rollout path (the trainer's runtime and `score_episodes`); (episodes, pass@1, the number of problems)."""
+    cfg = load_config(
+        overrides={
+            "model.path": str(path),
+            "workflow.name": workflow,
+            "task.name": task,
+            # the code build's roles derive before they decide (configs/testbed_code.yaml)
+            **({"rollout.max_new_tokens": CODE_MAX_NEW_TOKENS} if task == "testbed_code" else {}),
+            "seed": seed,
+            "threads": threads,
+        }
+    )
+    rt = build_runtime(cfg, data_splits=[cfg.task.eval_split])
+    probs = list(rt.task.problems(cfg.task.eval_split))[:problems]
+    plan = EvalPlan(n_samples=samples, sampling=Sampling(temperature=temperature), seed=seed)
+    res = rt.evaluate(probs, plan, options=cfg.workflow.options)
+    return list(res.episodes), res.pass1, len(probs)
 
 
 def _evaluator(episodes: Sequence[Episode], code: bool = False) -> dict[str, Any]:
@@ -146,6 +167,51 @@ def _synthesizer(episodes: Sequence[Episode], code: bool = False) -> dict[str, A
         "workers_disagree": rate(disagree)[0],
         "worker_accuracy": {str(i): rate(v)[0] for i, v in sorted(by_position.items())},
         "majority_vote": rate(majority)[0],
+    }
+
+
+_CHECK_ROW = re.compile(r"(?:^|\s)(\d+):\S*(?:\s(?!\d+:)\S+)*?\s(yes|no)\b")
+
+
+def checked_worker(text: str) -> int | None:
+    """The worker (1-based) a code synthesizer's check rows pass (`1:<check> no 2:<check> yes ...`): the first row
+    it said yes to, or None when it said yes to none (then it writes its own program)."""
+    for m in _CHECK_ROW.finditer(text):
+        if m.group(2) == "yes":
+            return int(m.group(1))
+    return None
+
+
+def synthesizer_picks(episodes: Sequence[Episode]) -> dict[str, Any]:
+    """A code synthesizer's own answer against what its checks chose, episode by episode: `checked` takes the
+    program of the worker its rows said yes to (its own where it said yes to none), the answer a synthesizer
+    would give that names a worker and lets the workflow copy its program. Beside them worker 1 and any worker
+    right (the ceiling of picking). Margins over worker 1, clustered by problem."""
+    own, checked, first, oracle, ids = [], [], [], [], []
+    copy_slips = 0
+    for ep in episodes:
+        workers = [t.claim for t in ep.turns if t.role == "worker" and isinstance(t.claim, AnswerClaim)]
+        synth = [t for t in ep.turns if t.role == "synthesizer" and isinstance(t.claim, AnswerClaim)]
+        if not (workers and synth):
+            continue
+        s = bool(synth[-1].claim.correct) if isinstance(synth[-1].claim, AnswerClaim) else False
+        k = checked_worker(synth[-1].text)
+        pick = bool(workers[k - 1].correct) if k is not None and 1 <= k <= len(workers) else s
+        copy_slips += pick and not s
+        own.append(s)
+        checked.append(pick)
+        first.append(float(bool(workers[0].correct)))
+        oracle.append(any(bool(w.correct) for w in workers))
+        ids.append(ep.problem_id)
+    return {
+        "n_episodes": len(own),
+        "own": clustered_rate(own, ids),
+        "checked": clustered_rate(checked, ids),
+        "worker_1": rate(first)[0],
+        "any_worker": rate(oracle)[0],
+        "own_vs_first": clustered_margin(own, first, ids),
+        "checked_vs_first": clustered_margin(checked, first, ids),
+        "checked_right_own_wrong": copy_slips,
     }
 
 

@@ -1,0 +1,44 @@
+"""What a code synthesizer that names a worker would score, read from the shipped code builds' own rollouts (post
+hoc: decided 2026-12-07 after seeing that neither build's synthesizer beats worker 1; docs/testbed.md).
+
+    python scripts/synthesizer_picks.py            # both code builds, `rolecast testbed rollouts`' protocol
+
+Orch-Workers runs on the 80 held-out code problems x 4 samples at T 0.7 (the rollouts' protocol and seed, so the
+episodes are the ones `rolecast testbed rollouts --kind code` measured). For each episode: the synthesizer's own
+program; the program of the worker its check rows said yes to (`checked`: its own where it said yes to none);
+worker 1; any worker right. Margins over worker 1 with 95% intervals clustered by problem.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from rolecast.policies.shipped import default_path
+from rolecast.testbed.rollouts import synthesizer_picks, workflow_episodes
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sizes", default="small,large")
+    ap.add_argument("--threads", type=int, default=1)
+    a = ap.parse_args()
+    print("| build | episodes | synthesizer's own | checked (copy the worker it said yes to) | worker 1 | any worker "
+          "| own - worker 1 | checked - worker 1 | checked right, own wrong |")  # fmt: skip
+    print("|---|---:|---|---|---:|---:|---|---|---:|")
+    for size in a.sizes.split(","):
+        path = default_path(size, "code")
+        episodes, _, _ = workflow_episodes(
+            path, "orch_workers", task="testbed_code", problems=80, samples=4, threads=a.threads
+        )
+        r = synthesizer_picks(episodes)
+        m = lambda x: f"{x['margin']:+.3f} ± {x['margin_ci']:.3f}"  # noqa: E731
+        print(
+            f"| testbed-code{'-large' if size == 'large' else ''} | {r['n_episodes']} | {r['own'][0]:.3f} ± {r['own'][1]:.3f} | "
+            f"{r['checked'][0]:.3f} ± {r['checked'][1]:.3f} | {r['worker_1']:.3f} | {r['any_worker']:.3f} | "
+            f"{m(r['own_vs_first'])} | {m(r['checked_vs_first'])} | {r['checked_right_own_wrong']} |",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()
