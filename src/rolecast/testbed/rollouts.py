@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from rolecast.config.load import load_config
-from rolecast.core.episode import AnswerClaim, Episode, PickClaim, VerdictClaim
+from rolecast.core.episode import AnswerClaim, Episode, PickClaim, Turn, VerdictClaim
 from rolecast.evaluation import EvalPlan
 from rolecast.rollout.engine import Sampling
 from rolecast.runtime import build_runtime
@@ -146,10 +146,9 @@ def _synthesizer(episodes: Sequence[Episode], code: bool = False) -> dict[str, A
     synth, first, disagree, majority, ids = [], [], [], [], []
     by_position: dict[int, list[bool]] = {}
     for ep in episodes:
-        workers = [t.claim for t in ep.turns if t.role == "worker" and isinstance(t.claim, AnswerClaim)]
-        final = [t.claim for t in ep.turns if t.role == "synthesizer" and isinstance(t.claim, AnswerClaim)]
+        workers, final = _workers_and_synthesis(ep)
         if workers and final:
-            synth.append(bool(final[-1].correct))
+            synth.append(bool(final[-1][1].correct))
             ids.append(ep.problem_id)
             first.append(float(bool(workers[0].correct)))
             answers = [program_body(w.text) if code else boxed_integer(w.text) for w in workers]
@@ -168,6 +167,13 @@ def _synthesizer(episodes: Sequence[Episode], code: bool = False) -> dict[str, A
         "worker_accuracy": {str(i): rate(v)[0] for i, v in sorted(by_position.items())},
         "majority_vote": rate(majority)[0],
     }
+
+
+def _workers_and_synthesis(ep: Episode) -> tuple[list[AnswerClaim], list[tuple[Turn, AnswerClaim]]]:
+    """An Orch-Workers episode's worker answers, and its synthesizer turns with their answers, in order."""
+    workers = [t.claim for t in ep.turns if t.role == "worker" and isinstance(t.claim, AnswerClaim)]
+    synth = [(t, t.claim) for t in ep.turns if t.role == "synthesizer" and isinstance(t.claim, AnswerClaim)]
+    return workers, synth
 
 
 _CHECK_ROW = re.compile(r"(?:^|\s)(\d+):\S*(?:\s(?!\d+:)\S+)*?\s(yes|no)\b")
@@ -190,12 +196,12 @@ def synthesizer_picks(episodes: Sequence[Episode]) -> dict[str, Any]:
     own, checked, first, oracle, ids = [], [], [], [], []
     copy_slips = 0
     for ep in episodes:
-        workers = [t.claim for t in ep.turns if t.role == "worker" and isinstance(t.claim, AnswerClaim)]
-        synth = [t for t in ep.turns if t.role == "synthesizer" and isinstance(t.claim, AnswerClaim)]
+        workers, synth = _workers_and_synthesis(ep)
         if not (workers and synth):
             continue
-        s = bool(synth[-1].claim.correct) if isinstance(synth[-1].claim, AnswerClaim) else False
-        k = checked_worker(synth[-1].text)
+        turn, claim = synth[-1]
+        s = bool(claim.correct)
+        k = checked_worker(turn.text)
         pick = bool(workers[k - 1].correct) if k is not None and 1 <= k <= len(workers) else s
         copy_slips += pick and not s
         own.append(s)
