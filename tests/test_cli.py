@@ -8,6 +8,8 @@ import subprocess
 import sys
 from importlib.metadata import version
 
+import pytest
+
 import rolecast
 from rolecast.cli import main
 
@@ -55,6 +57,21 @@ def test_eval_help_lists_only_what_evaluation_uses():
 def test_train_help_keeps_the_training_flags():
     out = run_cli("train", "--help")
     assert {"--steps", "--run-dir", "--trainable", "--resume", "--overwrite", "--stop-after"} <= flags(out.stdout)
+
+
+def test_an_unknown_flag_is_reported_with_the_subcommands_usage(capsys):
+    """`rolecast train --bogus` shows train's usage, which names its flags; argparse alone showed the top-level
+    usage ("rolecast [-h] ... COMMAND"), which names none of them."""
+    with pytest.raises(SystemExit) as stop:
+        main(["train", "--steps", "2", "--bogus", "x"])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: rolecast train ")
+    assert "--stop-after" in err  # train's own usage line
+    assert err.rstrip().endswith("rolecast train: error: unrecognized arguments: --bogus x")
+    with pytest.raises(SystemExit):
+        main(["eval", "--steps", "2"])  # --steps is training-only: eval's own usage reports it
+    assert "usage: rolecast eval " in capsys.readouterr().err
 
 
 def test_threads_flag_sets_the_runs_threads_and_the_recipe_takes_one():

@@ -64,8 +64,22 @@ def _add_run_flags(p: argparse.ArgumentParser, *, training: bool = True) -> None
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+class CommandLineParser(argparse.ArgumentParser):
+    """The top-level parser. It keeps each subcommand's parser (`subcommands`) so that `parse_command_line` reports
+    a flag the subcommand does not know with that subcommand's usage: `rolecast train --bogus` shows train's usage,
+    where argparse alone shows the top-level one, which lists none of train's flags."""
+
+    subcommands: dict[str, argparse.ArgumentParser]
+
+    def parse_command_line(self, argv: list[str] | None) -> argparse.Namespace:
+        args, unknown = self.parse_known_args(argv)
+        if unknown:
+            self.subcommands[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
+        return args
+
+
+def build_parser() -> CommandLineParser:
+    parser = CommandLineParser(
         prog="rolecast", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     # the installed package's version (rolecast.__version__ is the same; the package root is the API, not imported here)
@@ -226,11 +240,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True)
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(command="model")
+    parser.subcommands = dict(sub.choices)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_command_line(argv)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
