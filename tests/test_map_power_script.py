@@ -129,6 +129,24 @@ def test_the_large_code_maps_stage_1_is_the_small_ones_but_for_the_model():
         assert s.config.model_dump(exclude=same) == g.config.model_dump(exclude=same), g.name
 
 
+def test_the_large_math_maps_stage_1_is_the_small_ones_but_for_the_model():
+    """map_power_large_s1.yaml: the small math map's stage 1 (map_power_s1.yaml), cell for cell and setting for
+    setting, with the large math build in place of the small one (its plan: size is the only difference)."""
+    from rolecast.config import CONFIG_DIR
+    from rolecast.sweep.matrix import load_matrix
+
+    small = load_matrix(CONFIG_DIR / "experiments" / "map_power_s1.yaml")
+    large = load_matrix(CONFIG_DIR / "experiments" / "map_power_large_s1.yaml")
+    assert len(large.cells) == len(small.cells) and len(large.train_cells) == 35
+    assert {c.config.model.path for c in small.cells} == {"testbed"}
+    assert {c.config.model.path for c in large.cells} == {"testbed-large"}
+    for s, g in zip(small.cells, large.cells, strict=True):
+        head, _, tail = s.name.rpartition("-testbed-")  # the model is the name's last "-testbed-" part
+        assert (s.kind, s.config.seed, f"{head}-testbed-large-{tail}") == (g.kind, g.config.seed, g.name)
+        same = {"run_dir": True, "model": {"path"}}
+        assert s.config.model_dump(exclude=same) == g.config.model_dump(exclude=same), g.name
+
+
 def test_an_unfinished_stage_is_listed_not_read():
     """The plan reads its rule after a stage's last cell: while stage 1 has runs to go, its rows say so and no
     workflow is stopped, even one whose finished seeds would already meet the precision."""
