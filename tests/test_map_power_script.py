@@ -111,38 +111,27 @@ def test_the_code_maps_seed_0_is_make_runs_code_half_untraded():
     assert seed0[0].config.eval.every == 10 and seed0[0].config.rollout.max_new_tokens == 128
 
 
-def test_the_large_code_maps_stage_1_is_the_small_ones_but_for_the_model():
-    """map_power_code_large_s1.yaml: the small code map's stage 1, cell for cell and setting for setting, with the
-    large code build in place of the small one (its plan: size is the only difference)."""
+@pytest.mark.parametrize(
+    ("small_file", "large_file", "small_model", "large_model"),
+    [
+        ("map_power_code_s1.yaml", "map_power_code_large_s1.yaml", "testbed-code", "testbed-code-large"),
+        ("map_power_s1.yaml", "map_power_large_s1.yaml", "testbed", "testbed-large"),
+    ],
+)
+def test_a_large_maps_stage_1_is_the_small_ones_but_for_the_model(small_file, large_file, small_model, large_model):
+    """map_power_code_large_s1.yaml and map_power_large_s1.yaml: their small map's stage 1, cell for cell and
+    setting for setting, with the large build in place of the small one (their plans: size is the only difference)."""
     from rolecast.config import CONFIG_DIR
     from rolecast.sweep.matrix import load_matrix
 
-    small = load_matrix(CONFIG_DIR / "experiments" / "map_power_code_s1.yaml")
-    large = load_matrix(CONFIG_DIR / "experiments" / "map_power_code_large_s1.yaml")
+    small = load_matrix(CONFIG_DIR / "experiments" / small_file)
+    large = load_matrix(CONFIG_DIR / "experiments" / large_file)
     assert len(large.cells) == len(small.cells) and len(large.train_cells) == 35
-    assert {c.config.model.path for c in large.cells} == {"testbed-code-large"}
+    assert {c.config.model.path for c in small.cells} == {small_model}
+    assert {c.config.model.path for c in large.cells} == {large_model}
     for s, g in zip(small.cells, large.cells, strict=True):
-        assert (s.kind, s.config.seed, s.name.replace("testbed-code", "testbed-code-large")) == (
-            g.kind, g.config.seed, g.name,
-        )  # fmt: skip
-        same = {"run_dir": True, "model": {"path"}}
-        assert s.config.model_dump(exclude=same) == g.config.model_dump(exclude=same), g.name
-
-
-def test_the_large_math_maps_stage_1_is_the_small_ones_but_for_the_model():
-    """map_power_large_s1.yaml: the small math map's stage 1 (map_power_s1.yaml), cell for cell and setting for
-    setting, with the large math build in place of the small one (its plan: size is the only difference)."""
-    from rolecast.config import CONFIG_DIR
-    from rolecast.sweep.matrix import load_matrix
-
-    small = load_matrix(CONFIG_DIR / "experiments" / "map_power_s1.yaml")
-    large = load_matrix(CONFIG_DIR / "experiments" / "map_power_large_s1.yaml")
-    assert len(large.cells) == len(small.cells) and len(large.train_cells) == 35
-    assert {c.config.model.path for c in small.cells} == {"testbed"}
-    assert {c.config.model.path for c in large.cells} == {"testbed-large"}
-    for s, g in zip(small.cells, large.cells, strict=True):
-        head, _, tail = s.name.rpartition("-testbed-")  # the model is the name's last "-testbed-" part
-        assert (s.kind, s.config.seed, f"{head}-testbed-large-{tail}") == (g.kind, g.config.seed, g.name)
+        head, _, tail = s.name.rpartition(f"-{small_model}-")  # the model: the name's last "-<model>-" part
+        assert (s.kind, s.config.seed, f"{head}-{large_model}-{tail}") == (g.kind, g.config.seed, g.name)
         same = {"run_dir": True, "model": {"path"}}
         assert s.config.model_dump(exclude=same) == g.config.model_dump(exclude=same), g.name
 
