@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -162,3 +163,57 @@ def test_the_tables_header_names_the_maps_task_and_build_from_its_runs():
     assert mp.family([small], plan) == ("code", "small", 80)
     assert mp.family([math_run], plan) == ("math", "small", 200)
     assert mp.family([], plan) == ("code", "large", 80)  # no run finished yet: the plan's title says
+
+
+def test_welchs_contrast_of_two_maps_gains_hand_computed():
+    """b - a of independent means over seeds: SE sqrt(0.01^2 + 0.02^2), Welch df 6.08 floored to 6 (t 2.447)."""
+    c = mp.welch({"mean": 0.04, "se": 0.01}, 10, {"mean": 0.07, "se": 0.02}, 5)
+    se = math.sqrt(0.0005)
+    assert (c.mean, c.se, c.df) == (pytest.approx(0.03), pytest.approx(se), 6)  # 2.5e-7 / (1e-8 / 9 + 1.6e-7 / 4)
+    assert (c.low, c.high) == (pytest.approx(0.03 - 2.447 * se, abs=1e-6), pytest.approx(0.03 + 2.447 * se, abs=1e-6))
+    theta = math.atan(0.03 / se / math.sqrt(6))  # Student's t, 6 df: P(|T| < t) = sin(theta)(1 + c^2/2 + 3c^4/8)
+    c2 = math.cos(theta) ** 2
+    assert c.p == pytest.approx(1 - math.sin(theta) * (1 + c2 / 2 + 3 * c2 * c2 / 8), rel=1e-9)
+    assert mp.welch({"mean": 0.1, "se": 0.0}, 5, {"mean": 0.2, "se": 0.0}, 5) is None  # no spread: no interval
+    assert mp.welch({}, 5, {"mean": 0.2, "se": 0.01}, 5) is None
+
+
+def test_holm_steps_down_until_the_first_p_above_its_threshold():
+    assert mp.holm([0.01, 0.04, 0.03, 0.2]) == [True, False, False, False]  # 0.03 > 0.05 / 3 stops the rest
+    assert mp.holm([0.001, 0.02, 0.01]) == [True, True, True]  # 0.001 <= 0.05/3, 0.01 <= 0.05/2, 0.02 <= 0.05
+    assert mp.holm([]) == []
+
+
+def test_the_summary_puts_every_map_in_one_table_and_contrasts_the_sizes(tmp_path):
+    def gain(w, arm, mean, se, n, cliffs=0):
+        t = {"mean": mean, "low": mean - 2 * se, "high": mean + 2 * se, "se": se, "detectable": 3 * se}
+        return {"workflow": w, "arm": arm, "seeds": list(range(n)), "base": 0.5, "final": 0.5 + mean, "t": t} | {
+            "cliffs": cliffs
+        }
+
+    for folder, *_ in mp.MAPS:
+        small = folder in ("map_power", "map_power_code", "map_power_lora")
+        doc = {
+            "gains": [gain("voting", "shared", 0.04 if small else 0.07, 0.01 if small else 0.02, 10 if small else 5)]
+            + [gain("voting", "isolated", 0.05, 0.01, 10 if small else 5, cliffs=1)],
+            "differences": [{"workflow": "voting", "seeds": 5, "p": 0.5, "t": gain("voting", "-", 0.01, 0.01, 5)["t"]}],
+            "rule": [{"stage": 1, "workflow": "voting", "t": {"state": "continue"}}]
+            + [{"stage": 2, "workflow": "voting", "t": {"state": "stopped: precision reached"}}],
+            "unfinished_stages": {},
+        }
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "map_power.json").write_text(json.dumps(doc))
+    result = mp.summary(tmp_path, tmp_path / "out")
+    text = (tmp_path / "out" / "summary.md").read_text()
+    assert len(result["rows"]) == 5 and {r["policies"] for r in result["rows"]} == {"full", "LoRA"}
+    assert "| code | large | full | voting | 5 / 5 | 0.500 | + +0.070 [+0.030, +0.110] |" in text
+    assert "| 0 of 5 / 1 of 5 | stage 2: stopped |" in text  # the rule's last stage read, falls per arm
+    shared_math = next(r for r in result["scale"] if (r["between"], r["arm"]) == ("math", "shared"))
+    assert shared_math["mean"] == pytest.approx(0.03) and shared_math["df"] == 6  # as the hand-computed test above
+    isolated = next(r for r in result["scale"] if (r["between"], r["arm"]) == ("math", "isolated"))
+    assert isolated["mean"] == pytest.approx(0.0) and not isolated["holm"]
+    assert len(result["task"]) == 4  # code - math at both sizes, both arms (LoRA is in no contrast)
+    assert (tmp_path / "out" / "summary.png").stat().st_size > 0
+    (tmp_path / "map_power_code_large" / "map_power.json").unlink()
+    with pytest.raises(SystemExit, match="map_power_code_large/map_power.json is missing"):
+        mp.summary(tmp_path, tmp_path / "out")
