@@ -295,10 +295,15 @@ def tables(raw: Path, plan_path: Path, out: Path) -> dict[str, Any]:
         result["rule"].append({"stage": k, "workflow": w, "t": t, "floored": f})
     if notes:
         md += ["", "## Notes", ""] + [f"- {n}" for n in notes]
+    return _write(out, "map_power", md, result, figure)
+
+
+def _write(out: Path, stem: str, md: list[str], result: dict[str, Any], draw: Any) -> dict[str, Any]:
+    """OUT/STEM.md (the tables, also printed), OUT/STEM.json and OUT/STEM.png (`draw(result, path)`)."""
     out.mkdir(parents=True, exist_ok=True)
-    (out / "map_power.md").write_text("\n".join(md) + "\n")
-    (out / "map_power.json").write_text(json.dumps(result, indent=1, default=_json) + "\n")
-    figure(result, out / "map_power.png")
+    (out / f"{stem}.md").write_text("\n".join(md) + "\n")
+    (out / f"{stem}.json").write_text(json.dumps(result, indent=1, default=_json) + "\n")
+    draw(result, out / f"{stem}.png")
     print("\n".join(md))
     return result
 
@@ -555,12 +560,7 @@ def summary(experiments: Path, out: Path) -> dict[str, Any]:
         "0 without surviving Holm is weaker evidence: over a table of 14 rows, where nothing differs, about 0.7",
         "intervals exclude 0 by chance.",
     ]
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "summary.md").write_text("\n".join(md) + "\n")
-    (out / "summary.json").write_text(json.dumps(result, indent=1, default=_json) + "\n")
-    summary_figure(result, out / "summary.png")
-    print("\n".join(md))
-    return result
+    return _write(out, "summary", md, result, summary_figure)
 
 
 def summary_figure(result: dict[str, Any], path: Path) -> None:
