@@ -196,7 +196,10 @@ def test_the_summary_puts_every_map_in_one_table_and_contrasts_the_sizes(tmp_pat
         doc = {
             "gains": [gain("voting", "shared", 0.04 if small else 0.07, 0.01 if small else 0.02, 10 if small else 5)]
             + [gain("voting", "isolated", 0.05, 0.01, 10 if small else 5, cliffs=1)],
-            "differences": [{"workflow": "voting", "seeds": 5, "p": 0.5, "t": gain("voting", "-", 0.01, 0.01, 5)["t"]}],
+            "differences": [
+                {"workflow": "voting", "seeds": 5, "p": 0.001 if folder == "map_power_code_large" else 0.5}
+                | {"t": gain("voting", "-", 0.01, 0.01, 5)["t"]}
+            ],
             "rule": [{"stage": 1, "workflow": "voting", "t": {"state": "continue"}}]
             + [{"stage": 2, "workflow": "voting", "t": {"state": "stopped: precision reached"}}],
             "unfinished_stages": {},
@@ -208,6 +211,10 @@ def test_the_summary_puts_every_map_in_one_table_and_contrasts_the_sizes(tmp_pat
     assert len(result["rows"]) == 5 and {r["policies"] for r in result["rows"]} == {"full", "LoRA"}
     assert "| code | large | full | voting | 5 / 5 | 0.500 | + +0.070 [+0.030, +0.110] |" in text
     assert "| 0 of 5 / 1 of 5 | stage 2: stopped |" in text  # the rule's last stage read, falls per arm
+    # Holm over the map's 5 differences: 0.001 <= 0.05 / 5 is rejected, then 0.5 > 0.05 / 4 stops the step-down
+    assert [r["holm"] for r in result["rows"]] == [False, False, False, False, True]
+    assert "| 0.001 | yes | 0.030 |" in text and "| 0.500 | no | 0.030 |" in text
+    assert "5 Isolated - Shared rows, Holm's step-down at family-wise 5% rejects 1; the smallest p is 0.001" in text
     shared_math = next(r for r in result["scale"] if (r["between"], r["arm"]) == ("math", "shared"))
     assert shared_math["mean"] == pytest.approx(0.03) and shared_math["df"] == 6  # as the hand-computed test above
     isolated = next(r for r in result["scale"] if (r["between"], r["arm"]) == ("math", "isolated"))
