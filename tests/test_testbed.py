@@ -506,8 +506,8 @@ def test_code_build_is_deterministic(tmp_path):
 
 
 def test_testbed_build_command_line_options_reach_the_build(tmp_path):
-    """`--steps`, `--threads` and `--tokenizer` (default: the shipped one; `train`: a new one; DIR: that
-    build's) are what the build records."""
+    """`--steps`, `--threads`, `--eval-every` and `--tokenizer` (default: the shipped one; `train`: a new one; DIR:
+    that build's) are what the build records."""
     from rolecast.cli import main
 
     def built(name: str, *flags: str) -> dict:
@@ -515,11 +515,32 @@ def test_testbed_build_command_line_options_reach_the_build(tmp_path):
         return info(tmp_path / name)
 
     shipped = info()["tokenizer_sha256"]
-    a = built("a", "--threads", "1")
+    a = built("a", "--threads", "1", "--eval-every", "2")
     assert (a["steps"], a["threads"], a["tokenizer_sha256"]) == (2, 1, shipped)
+    assert [point["step"] for point in a["solver_curve"]] == [2]
     b = built("b", "--tokenizer", "train")
     assert b["threads"] == 2 and b["tokenizer_sha256"] != shipped
     assert built("c", "--tokenizer", str(tmp_path / "b"))["tokenizer_sha256"] == b["tokenizer_sha256"]
+
+
+def test_the_solver_curve_is_recorded_every_n_steps_and_leaves_the_weights_alone(tmp_path):
+    """`eval_every` keeps the held-out solver's accuracy every N steps in build_info.json; the greedy evaluation
+    between steps changes nothing the build trains (the same weights as a build without it)."""
+    from safetensors.torch import load_file
+
+    from rolecast.testbed import build
+
+    kw = dict(steps=2, batch_size=16, evaluate=False, corpus_transcripts=300, filler_per_generator=10)
+    with_curve = build(tmp_path / "curve", eval_every=1, log=lambda _: None, **kw)
+    default = build(tmp_path / "default", log=lambda _: None, **kw)  # every 100 steps: none in 2
+    curve = info(with_curve)["solver_curve"]
+    assert [point["step"] for point in curve] == [1, 2]
+    assert all(0.0 <= point["solver_accuracy"] <= 1.0 for point in curve)
+    assert info(default)["solver_curve"] == []
+    wa, wb = (load_file(p / "model.safetensors") for p in (with_curve, default))
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    with pytest.raises(ValueError, match="eval_every must be >= 0"):
+        build(tmp_path / "bad", eval_every=-1, **kw)
 
 
 def test_one_command_line_for_the_testbed(capsys):

@@ -226,6 +226,15 @@ def build_parser() -> CommandLineParser:
     )
     p.add_argument("--no-eval", action="store_true", dest="no_eval", help="build: skip the per-role evaluation")
     p.add_argument(
+        "--eval-every",
+        type=int,
+        default=None,
+        metavar="N",
+        dest="eval_every",
+        help="build: the held-out solver's accuracy every N steps, kept as build_info.json's solver_curve "
+        "(default 100, as the shipped math builds; 0: none; it does not change the weights)",
+    )
+    p.add_argument(
         "--tokenizer",
         default=None,
         metavar="DIR",

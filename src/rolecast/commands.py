@@ -181,6 +181,8 @@ def cmd_testbed(args: argparse.Namespace) -> int:
             options["steps"] = args.steps
         if args.threads:
             options["threads"] = args.threads
+        if args.eval_every is not None:
+            options["eval_every"] = args.eval_every
         if args.tokenizer is not None:
             options["tokenizer_dir"] = None if args.tokenizer == "train" else args.tokenizer
         path = testbed.build(

@@ -435,7 +435,7 @@ def build(
     micro_batch: int = 32,
     threads: int = DEFAULT_THREADS,
     evaluate: bool = True,
-    eval_every: int = 0,
+    eval_every: int = 100,
     eval_per_role: int = 200,
     corpus_transcripts: int = 4000,
     filler_per_generator: int = 200,
@@ -458,7 +458,13 @@ def build(
     `kind` "code" builds a `testbed-code` model: it starts from `init_from` (default: the shipped math build of
     the same size, whose tokenizer it keeps) and trains on code only (Curriculum); defaults 1,000 steps, the
     first 100 the solver and workers only, batches of 32. `steps`, `solver_steps` and `batch_size` default per kind.
+
+    `eval_every`: every that many steps, the solver's greedy accuracy on held-out problems, recorded as
+    build_info.json's `solver_curve` (0: none). Greedy decoding draws no random numbers and the model goes back to
+    train mode after it, so the curve does not change the weights.
     """
+    if eval_every < 0:
+        raise ValueError(f"testbed build: eval_every must be >= 0 (0: no solver curve), got {eval_every}")
     t0 = time.time()
     out_dir = Path(out_dir)
     # The thread count is fixed for reproducibility (DEFAULT_THREADS).
