@@ -26,6 +26,12 @@ map_power_s1.yaml, `make run`'s; the LoRA map: `--plan .../map_power_lora_plan.y
 
     python scripts/map_power.py summary docs/experiments --out docs/experiments/map_power_summary
 
+`confirm` reads a registered confirmatory follow-up (map_power_large_evalopt_plan.yaml): one workflow's Isolated -
+Shared on new paired seeds, tested one-sided in the original map's direction, the pooled estimate beside it.
+
+    python scripts/map_power.py confirm docs/experiments/map_power_large_evalopt/raw \
+        --original docs/experiments/map_power_large/raw --out docs/experiments/map_power_large_evalopt
+
 `summary` reads the five maps' map_power.json under EXPERIMENTS (`MAPS`: math and code x small and large, and the
 small math map's LoRA companion) and writes one table of them all, per workflow x task x size: the issue's "powered
 map". Beside it, two **post hoc** tables that no plan registered: the same workflow's gain between the two sizes
@@ -612,6 +618,152 @@ def summary_figure(result: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
+CONFIRM_ALPHA = 0.05  # map_power_large_evalopt_plan.yaml: one-sided, in the direction the map found
+CONFIRM_PLAN = PLAN.parent / "map_power_large_evalopt_plan.yaml"
+
+
+def confirmation(
+    new: Sequence[Run], original: Sequence[Run], workflow: str, unfinished: bool = False
+) -> dict[str, Any]:
+    """A registered confirmatory test of one workflow's Isolated - Shared final accuracy on new paired seeds
+    (map_power_large_evalopt_plan.yaml): the one verdict is the paired t test over the new seeds, one-sided in the
+    direction of the original map's mean ("less" when Shared was above), at CONFIRM_ALPHA; beside it, none a
+    verdict, the two-sided 95% t interval, the peak difference, each arm's gain, and the pooled estimate over the
+    original seeds and the new ones (the original seeds were the reason for the test, so the pool is not a test).
+    `unfinished`: runs are still to go, and no verdict is read."""
+    mine = [r for r in new if r.workflow == workflow]
+    before = [r for r in original if r.workflow == workflow]
+    overlap = {r.seed for r in mine} & {r.seed for r in before}
+    if overlap:
+        raise ValueError(f"confirm: seeds {sorted(overlap)} are in both the original map and the new runs")
+    first = paired(before, workflow, "final")
+    direction = "less" if first is None or first[0].mean < 0 else "greater"
+    by = {a: {r.seed: r for r in mine if r.arm == a} for a in ARMS}
+    seeds = sorted(set(by["shared"]) & set(by["isolated"]))
+    diffs = [by["isolated"][s].final.value - by["shared"][s].final.value for s in seeds]
+    test = paired_t_test(diffs, direction)
+    fin, peak = paired(mine, workflow, "final"), paired(mine, workflow, "peak")
+    if unfinished:
+        verdict = "not read: runs still to go"
+    elif len(diffs) < 2:
+        verdict = "not read: fewer than 2 pairs"
+    elif test.p < CONFIRM_ALPHA:
+        verdict = "confirmed"
+    else:
+        verdict = "not established"
+    pooled = paired(list(before) + list(mine), workflow, "final")
+    gains = {a: gain([r for r in mine if r.arm == a]) for a in ARMS}
+    return {
+        "workflow": workflow,
+        "seeds": seeds,
+        "differences": diffs,
+        "alternative": direction,
+        "alpha": CONFIRM_ALPHA,
+        "t": test.t,
+        "df": test.df,
+        "p_one_sided": test.p,
+        "verdict": verdict,
+        "final": _record(fin[0]) if fin else {},
+        "p_two_sided": fin[1] if fin else math.nan,
+        "peak": _record(peak[0]) if peak else {},
+        "gains": {a: _record(g) for a, g in gains.items()},
+        "falls": {a: sum(r.cliff_type == "fall_after_gain" for r in mine if r.arm == a) for a in ARMS},
+        "runs": {a: len(by[a]) for a in ARMS},
+        "original": {"seeds": first[0].seeds, "p_two_sided": first[1]} | _record(first[0]) if first else {},
+        "original_differences": {str(s): d for s, d in _per_seed(before).items()},
+        "pooled": {"seeds": pooled[0].seeds, "p_two_sided": pooled[1]} | _record(pooled[0]) if pooled else {},
+    }
+
+
+def _per_seed(runs: Sequence[Run]) -> dict[int, float]:
+    by = {a: {r.seed: r.final.value for r in runs if r.arm == a} for a in ARMS}
+    return {s: by["isolated"][s] - by["shared"][s] for s in sorted(set(by["shared"]) & set(by["isolated"]))}
+
+
+def _span_of(r: dict[str, Any]) -> str:
+    return f"{r['mean']:+.3f} [{r['low']:+.3f}, {r['high']:+.3f}]" if r else "-"
+
+
+def confirm(raw: Path, original_raw: Path, plan_path: Path, out: Path, workflow: str) -> dict[str, Any]:
+    plan = load_plan(plan_path).plan
+    new, notes, unfinished = read_runs(raw, plan)
+    original, _, _ = read_runs(original_raw, plan)  # the same cliff rule: the follow-up copies the map's plan
+    c = confirmation(new, original, workflow, unfinished=bool(unfinished))
+    c["notes"] = notes
+    left = sum(v[0] for v in unfinished.values())
+    md = [f"# A confirmatory follow-up: {workflow}, Isolated - Shared on new seeds", ""]
+    with_plan = "" if plan_path == CONFIRM_PLAN else f" --plan {plan_path}"
+    md += [f"Generated by `python scripts/map_power.py confirm {raw} --original {original_raw} --out {out}{with_plan}`"]
+    md += ["from the collected runs (the plan, map_power_large_evalopt_plan.yaml, registered the test first).", ""]
+    if unfinished:
+        md += [f"**Interim: {left} training runs still to run. The plan reads no verdict until all have finished.**"]
+        md += [""]
+    o = c["original"]
+    md += [
+        "## The verdict (the plan's one test)",
+        "",
+        "| | seeds | Isolated - Shared final [95% t] | t (df) | p, one-sided | verdict |",
+        "|---|---|---|---|---|---|",
+        f"| original map (the reason for the test) | {o.get('seeds', 0)} | {_span_of(o)} | | "
+        f"{o.get('p_two_sided', math.nan):.3f} two-sided | - |",
+        f"| **new seeds** ({', '.join(map(str, c['seeds']))}) | {len(c['seeds'])} | {_span_of(c['final'])} "
+        f"| {c['t']:+.2f} ({c['df']}) | **{c['p_one_sided']:.3f}** ({c['alternative']}: Isolated - Shared "
+        f"{'<' if c['alternative'] == 'less' else '>'} 0) | **{c['verdict']}** |",
+        "",
+        f"The test: paired t over the new seeds, one-sided at {CONFIRM_ALPHA}; its two-sided p is "
+        f"{c['p_two_sided']:.3f}.",
+        "",
+        "## Beside it (no verdicts)",
+        "",
+        "| measure | value [95% t] |",
+        "|---|---|",
+        f"| Isolated - Shared, peak (new seeds) | {_span_of(c['peak'])} |",
+    ]
+    for a in ARMS:
+        md.append(
+            f"| gain (final - base), {a} ({c['runs'][a]} runs; falls after a gain: {c['falls'][a]}) "
+            f"| {_span_of(c['gains'][a])} |"
+        )
+    pl = c["pooled"]
+    md.append(
+        f"| pooled, original + new ({pl.get('seeds', 0)} seeds; the original seeds selected the test) "
+        f"| {_span_of(pl)}, p {pl.get('p_two_sided', math.nan):.3f} two-sided |"
+    )
+    md += ["", "## Per seed: Isolated - Shared final", ""]
+    md += ["| seed | " + " | ".join(map(str, c["seeds"])) + " |", "|---" * (len(c["seeds"]) + 1) + "|"]
+    md += ["| difference | " + " | ".join(f"{d:+.4f}" for d in c["differences"]) + " |"]
+    if notes:
+        md += ["", "## Notes", ""] + [f"- {n}" for n in notes]
+    return _write(out, "confirm", md, c, confirm_figure)
+
+
+def confirm_figure(result: dict[str, Any], path: Path) -> None:
+    """Each seed's Isolated - Shared final, the original map's seeds and the new ones, with each set's mean and
+    95% t interval."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 3.2))
+    sets = [
+        ("original map", list(result["original_differences"].values()), result["original"], "#888888"),
+        ("new seeds", result["differences"], result["final"], "k"),
+    ]
+    for i, (_, values, summary, color) in enumerate(sets):
+        ax.scatter(values, [i] * len(values), color=color, alpha=0.5, s=14)
+        if summary:
+            m, lo, hi = summary["mean"], summary["low"], summary["high"]
+            ax.errorbar(m, i + 0.25, xerr=[[m - lo], [hi - m]], fmt="o", color=color)
+    ax.set_yticks(range(len(sets)), [f"{name} ({len(values)})" for name, values, _, _ in sets])
+    ax.axvline(0, color="grey", lw=0.8)
+    ax.set_xlabel(f"{result['workflow']}: Isolated - Shared final (dots: seeds; bar: mean, 95% t)")
+    ax.invert_yaxis()
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -630,8 +782,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     m = sub.add_parser("summary", help="one table of the five maps (workflow x task x size), post hoc contrasts beside")
     m.add_argument("experiments", type=Path, help="the folder that holds each map's folder (docs/experiments)")
     m.add_argument("--out", type=Path, required=True)
+    f = sub.add_parser("confirm", help="a registered confirmatory test of one workflow on new paired seeds")
+    f.add_argument("raw", type=Path, help="the follow-up's collected runs")
+    f.add_argument("--original", type=Path, required=True, help="the original map's collected stages")
+    f.add_argument("--out", type=Path, required=True)
+    f.add_argument("--plan", type=Path, default=CONFIRM_PLAN)
+    f.add_argument("--workflow", default="eval_opt", choices=WORKFLOWS[1:])
     a = parser.parse_args(argv)
-    if a.command == "summary":
+    if a.command == "confirm":
+        confirm(a.raw, a.original, a.plan, a.out, a.workflow)
+    elif a.command == "summary":
         summary(a.experiments, a.out)
     elif a.command == "next":
         text = next_stage(a.raw, a.plan, a.stage, a.first)

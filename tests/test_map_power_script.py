@@ -224,3 +224,53 @@ def test_the_summary_puts_every_map_in_one_table_and_contrasts_the_sizes(tmp_pat
     (tmp_path / "map_power_code_large" / "map_power.json").unlink()
     with pytest.raises(SystemExit, match="map_power_code_large/map_power.json is missing"):
         mp.summary(tmp_path, tmp_path / "out")
+
+
+def _t3_sf(t: float) -> float:
+    """Student's t upper tail with 3 df, closed form: 1/2 - (1/pi) (t / (sqrt 3 (1 + t^2/3)) + atan(t / sqrt 3))."""
+    return 0.5 - (t / (math.sqrt(3) * (1 + t * t / 3)) + math.atan(t / math.sqrt(3))) / math.pi
+
+
+def _pairs(diffs: dict[int, float], shared: float = 0.80) -> list[object]:
+    out = []
+    for s, d in diffs.items():
+        out += [run("eval_opt", "shared", s, shared, base=0.7), run("eval_opt", "isolated", s, shared + d, base=0.7)]
+    return out
+
+
+def test_the_confirmatory_test_is_one_sided_on_the_new_seeds_in_the_original_direction():
+    """Original seeds 0-2 have Shared above (mean -0.02), so the new seeds are tested for Isolated - Shared < 0:
+    differences -0.02, -0.03, -0.01, -0.04, mean -0.025, sd 0.0129, t -3.873 with 3 df."""
+    original = _pairs({0: -0.01, 1: -0.03, 2: -0.02})
+    new = _pairs({10: -0.02, 11: -0.03, 12: -0.01, 13: -0.04})
+    c = mp.confirmation(new, original, "eval_opt")
+    sd = math.sqrt((0.005**2 * 2 + 0.015**2 * 2) / 3)
+    t = -0.025 / (sd / 2)
+    assert c["alternative"] == "less"
+    assert c["t"] == pytest.approx(t) and c["df"] == 3
+    assert c["p_one_sided"] == pytest.approx(_t3_sf(-t), rel=1e-6)  # 0.0152
+    assert c["p_two_sided"] == pytest.approx(2 * _t3_sf(-t), rel=1e-6)
+    assert c["verdict"] == "confirmed"
+    assert c["seeds"] == [10, 11, 12, 13] and c["original"]["seeds"] == 3
+    assert c["pooled"]["seeds"] == 7 and c["pooled"]["mean"] == pytest.approx((-0.06 - 0.10) / 7)
+    assert c["gains"]["shared"]["mean"] == pytest.approx(0.10)
+    assert c["gains"]["isolated"]["mean"] == pytest.approx(0.075)
+
+
+def test_new_seeds_against_the_original_direction_do_not_confirm_it():
+    """The same new differences, but the original map had Isolated above: the test looks for > 0 and fails."""
+    original = _pairs({0: 0.01, 1: 0.03, 2: 0.02})
+    new = _pairs({10: -0.02, 11: -0.03, 12: -0.01, 13: -0.04})
+    c = mp.confirmation(new, original, "eval_opt")
+    assert c["alternative"] == "greater"
+    assert c["p_one_sided"] == pytest.approx(1 - _t3_sf(3.8729833), rel=1e-5)
+    assert c["verdict"] == "not established"
+
+
+def test_a_confirmation_reads_no_verdict_before_its_runs_finish_and_refuses_reused_seeds():
+    original = _pairs({0: -0.01, 1: -0.03, 2: -0.02})
+    new = _pairs({10: -0.02, 11: -0.03, 12: -0.01, 13: -0.04})
+    assert mp.confirmation(new, original, "eval_opt", unfinished=True)["verdict"] == "not read: runs still to go"
+    assert mp.confirmation(new[:2], original, "eval_opt")["verdict"] == "not read: fewer than 2 pairs"
+    with pytest.raises(ValueError, match=r"seeds \[2\]"):
+        mp.confirmation(_pairs({2: -0.01, 10: 0.0}), original, "eval_opt")
