@@ -10,8 +10,10 @@ import json
 import subprocess
 
 import pytest
+import torch
 
 from rolecast.core.errors import ConfigError
+from rolecast.core.machine import machine_fingerprint
 from rolecast.plan.registration import (
     REGISTRATION,
     Design,
@@ -129,11 +131,17 @@ def test_registration_then_an_amendment_with_its_reason(tmp_path):
     assert reg["plan"]["sha256"] == hashlib.sha256(PLAN.encode()).hexdigest() and reg["plan"]["text"] == PLAN
     assert reg["matrix"]["sha256"] == hashlib.sha256(b"cells: []\n").hexdigest()
     assert reg["cells_already_run"] == [] and reg["cells"] == ["c-s0", "c-s1"]
+    here = machine_fingerprint()  # the machine is recorded at registration and at every start
+    assert rows[0]["machine"] == rows[1]["machine"] == here
+    assert (
+        here["torch_cpu_capability"] == torch.backends.cpu.get_cpu_capability() and here["torch"] == torch.__version__
+    )
     assert record_first_cell(tmp_path, "c-s0", now=clock) and not record_first_cell(tmp_path, "c-s1", now=clock)
 
     # the same design again: only the start is recorded
-    rows = register_start(tmp_path, design(), jobs=1, git=GIT, now=clock)
+    rows = register_start(tmp_path, design(), jobs=1, git=GIT, now=clock, machine={"cpu": "another"})
     assert [r["event"] for r in rows] == ["registered", "started", "first_cell", "started"]
+    assert rows[-1]["machine"] == {"cpu": "another"} and rows[0]["machine"] == here  # each start its own
 
     # a rule changed without an amendment entry: refused, nothing written
     before = (tmp_path / REGISTRATION).read_bytes()
@@ -174,6 +182,9 @@ def test_registration_then_an_amendment_with_its_reason(tmp_path):
     )
     assert any("amendment 1 at 2026-12-05T10:00:05+00:00" in ln and "fields cliff.min_drop" in ln for ln in lines)
     assert "    reason (2026-12-06) [cliff]: 0.02 is inside one SE" in lines
+    assert log.machines == [here, {"cpu": "another"}]  # registered here, started once on "another"
+    mine = f"{here['cpu']} ({here['torch_cpu_capability']}, torch {here['torch']})"
+    assert f"  started on 2 machines: {mine}; another (?, torch ?)" in lines
 
 
 def test_an_amendment_listing_other_fields_than_those_changed_is_refused(tmp_path):

@@ -487,6 +487,9 @@ def test_build_is_deterministic(tmp_path):
     c = build(tmp_path / "c", **{**{k: v for k, v in kw.items() if k != "tokenizer_dir"}, "steps": 2})
     assert (c / "tokenizer.json").read_text() == (default_path() / "tokenizer.json").read_text()
     assert info(c)["tokenizer_sha256"] == info()["tokenizer_sha256"] != info(a)["tokenizer_sha256"]
+    # the machine it was built on, beside the weights: another CPU can round them differently
+    assert info(a)["machine"]["torch_cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert info(a)["machine"]["torch_threads"] == 2 and info(a)["threads"] == 2
 
 
 def test_code_build_is_deterministic(tmp_path):

@@ -3,6 +3,7 @@ the previous one plus new rows, written whole and atomically, so a reader sees t
 JSON object per event:
 
     registered   the sweep's first start, before its first cell: time, git commit and whether the tree was dirty,
+                 the machine (core/machine.py: CPU, the vector code torch runs, versions),
                  the matrix's and the plan's path, sha256 and text, whether each was committed as registered,
                  the --set overrides, the training cells; `cells_already_run` lists cells that had run before
                  it (a late registration: every table is then post hoc)
@@ -10,7 +11,7 @@ JSON object per event:
                  commit, dirty, sha256 before and after, the plan fields that changed (`rule_fields`: those a
                  table can rest on), the plan's new `amendments` entries (the user's reasons), the training
                  cells added and removed, and the new texts
-    started      every start: time, commit, dirty, and how many cells it runs
+    started      every start: time, commit, dirty, the machine, and how many cells it runs
     first_cell   once: when the first cell started, and which
 
 A change to a plan's rules must come with a new entry in its `amendments` list (the date, the reason, the
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from rolecast.core.errors import ConfigError
+from rolecast.core.machine import machine_fingerprint
 from rolecast.core.rundir import read_jsonl, write_jsonl
 from rolecast.plan.schema import RULE_FIELDS, Plan, is_rule_field, parse_plan, sha256_text
 
@@ -282,6 +284,7 @@ def register_start(
     cells_run: Sequence[str] = (),
     git: GitState | None = None,
     now: Callable[[], str] = now_iso,
+    machine: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """Record a sweep's start in `<out_dir>/registration.jsonl` before any cell starts: the design on the first
     start (with the cells that had already run, if any), an amendment when the design changed since, and the
@@ -294,12 +297,13 @@ def register_start(
         raise ConfigError(f"{e} (the sweep's registration; it is append-only, restore it from a copy)") from None
     files = [design.matrix_path] + ([design.plan_path] if design.plan_path else [])
     git = git or git_state(files)
+    machine = machine if machine is not None else machine_fingerprint()
     t = now()
     new: list[dict[str, Any]] = []
     before = registered_design(rows)
     if before is None:
         new.append(
-            {"event": "registered", "time": t, **_git_fields(git), **_design_fields(design, git)}
+            {"event": "registered", "time": t, **_git_fields(git), "machine": machine, **_design_fields(design, git)}
             | {"cells_already_run": list(cells_run)}
         )
     else:
@@ -308,7 +312,7 @@ def register_start(
             raise ConfigError(change.refusal)
         if change:
             new.append(_amended_row(design, change, git, t))
-    new.append({"event": "started", "time": t, **_git_fields(git), "jobs": jobs})
+    new.append({"event": "started", "time": t, **_git_fields(git), "machine": machine, "jobs": jobs})
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     write_jsonl(path, [*rows, *new])
     return [*rows, *new]
@@ -334,6 +338,17 @@ class RegistrationLog:
 
     rows: list[dict[str, Any]]
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def machines(self) -> list[dict[str, Any]]:
+        """The distinct machines the sweep was registered and started on, in order (rows before the machine was
+        recorded, 2026-12-07, have none)."""
+        seen: list[dict[str, Any]] = []
+        for r in self.rows:
+            m = r.get("machine")
+            if r.get("event") in ("registered", "started") and isinstance(m, dict) and m not in seen:
+                seen.append(m)
+        return seen
 
     def _first(self, event: str) -> tuple[int, dict[str, Any]] | None:
         return next(((i, r) for i, r in enumerate(self.rows) if r.get("event") == event), None)

@@ -77,6 +77,11 @@ def registration_lines(log: RegistrationLog) -> list[str]:
     started = f"first run started at {first.get('time')}" if first else "no run started yet"
     lines = [f"{what} registered at {reg.get('time')} ({_commit(reg)}), {started}"]
     lines.append(f"  matrix {matrix.get('path')} (sha256 {_sha(matrix.get('sha256'))})")
+    machines = log.machines
+    if len(machines) == 1:
+        lines.append(f"  machine: {_machine(machines[0])}")
+    elif machines:  # the same cells can round differently on another CPU (core/machine.py)
+        lines.append(f"  started on {len(machines)} machines: " + "; ".join(map(_machine, machines)))
     uncommitted = [name for name, entry in (("plan", plan), ("matrix", matrix)) if entry and not entry.get("committed")]
     if uncommitted and reg.get("commit"):
         lines.append(f"  not committed as registered: {', '.join(uncommitted)} (git cannot show it preceded the runs)")
@@ -88,6 +93,10 @@ def registration_lines(log: RegistrationLog) -> list[str]:
             fields = f" [{', '.join(entry.get('fields', []))}]" if entry.get("fields") else ""
             lines.append(f"    reason ({entry.get('date')}){fields}: {entry.get('reason')}")
     return lines + log.notes
+
+
+def _machine(m: dict[str, Any]) -> str:
+    return f"{m.get('cpu', '?')} ({m.get('torch_cpu_capability', '?')}, torch {m.get('torch', '?')})"
 
 
 def _when(log: RegistrationLog, row: dict[str, Any]) -> str:

@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from rolecast.core.machine import machine_fingerprint
 from rolecast.policies.shipped import KINDS, default_path
 from rolecast.prompts import PromptBook
 from rolecast.tasks.testbed import LEGACY_CODE_LAYOUT, ArithmeticTestbed, CodeTestbed
@@ -532,6 +533,7 @@ def build(
                 "train_seconds": round(time.time() - t_train, 1),
                 "wall_seconds": round(time.time() - t0, 1),
                 "solver_curve": list(curve),
+                "machine": machine_fingerprint(),  # another CPU can round differently: docs/testbed.md
             }
 
         curve: list[dict[str, float]] = []
