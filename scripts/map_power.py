@@ -638,9 +638,8 @@ def confirmation(
         raise ValueError(f"confirm: seeds {sorted(overlap)} are in both the original map and the new runs")
     first = paired(before, workflow, "final")
     direction = "less" if first is None or first[0].mean < 0 else "greater"
-    by = {a: {r.seed: r for r in mine if r.arm == a} for a in ARMS}
-    seeds = sorted(set(by["shared"]) & set(by["isolated"]))
-    diffs = [by["isolated"][s].final.value - by["shared"][s].final.value for s in seeds]
+    per_seed = _per_seed(mine)
+    seeds, diffs = list(per_seed), list(per_seed.values())
     test = paired_t_test(diffs, direction)
     fin, peak = paired(mine, workflow, "final"), paired(mine, workflow, "peak")
     if unfinished:
@@ -668,7 +667,7 @@ def confirmation(
         "peak": _record(peak[0]) if peak else {},
         "gains": {a: _record(g) for a, g in gains.items()},
         "falls": {a: sum(r.cliff_type == "fall_after_gain" for r in mine if r.arm == a) for a in ARMS},
-        "runs": {a: len(by[a]) for a in ARMS},
+        "runs": {a: sum(r.arm == a for r in mine) for a in ARMS},
         "original": {"seeds": first[0].seeds, "p_two_sided": first[1]} | _record(first[0]) if first else {},
         "original_differences": {str(s): d for s, d in _per_seed(before).items()},
         "pooled": {"seeds": pooled[0].seeds, "p_two_sided": pooled[1]} | _record(pooled[0]) if pooled else {},
@@ -676,12 +675,9 @@ def confirmation(
 
 
 def _per_seed(runs: Sequence[Run]) -> dict[int, float]:
+    """Isolated - Shared final of each seed both arms finished, by seed."""
     by = {a: {r.seed: r.final.value for r in runs if r.arm == a} for a in ARMS}
     return {s: by["isolated"][s] - by["shared"][s] for s in sorted(set(by["shared"]) & set(by["isolated"]))}
-
-
-def _span_of(r: dict[str, Any]) -> str:
-    return f"{r['mean']:+.3f} [{r['low']:+.3f}, {r['high']:+.3f}]" if r else "-"
 
 
 def confirm(raw: Path, original_raw: Path, plan_path: Path, out: Path, workflow: str) -> dict[str, Any]:
@@ -702,11 +698,13 @@ def confirm(raw: Path, original_raw: Path, plan_path: Path, out: Path, workflow:
     md += [
         "## The verdict (the plan's one test)",
         "",
+        "Intervals: 95% t over seeds; +: above 0, -: below, =: neither.",
+        "",
         "| | seeds | Isolated - Shared final [95% t] | t (df) | p, one-sided | verdict |",
         "|---|---|---|---|---|---|",
-        f"| original map (the reason for the test) | {o.get('seeds', 0)} | {_span_of(o)} | | "
+        f"| original map (the reason for the test) | {o.get('seeds', 0)} | {_span(o)} | | "
         f"{o.get('p_two_sided', math.nan):.3f} two-sided | - |",
-        f"| **new seeds** ({', '.join(map(str, c['seeds']))}) | {len(c['seeds'])} | {_span_of(c['final'])} "
+        f"| **new seeds** ({', '.join(map(str, c['seeds']))}) | {len(c['seeds'])} | {_span(c['final'])} "
         f"| {c['t']:+.2f} ({c['df']}) | **{c['p_one_sided']:.3f}** ({c['alternative']}: Isolated - Shared "
         f"{'<' if c['alternative'] == 'less' else '>'} 0) | **{c['verdict']}** |",
         "",
@@ -717,17 +715,17 @@ def confirm(raw: Path, original_raw: Path, plan_path: Path, out: Path, workflow:
         "",
         "| measure | value [95% t] |",
         "|---|---|",
-        f"| Isolated - Shared, peak (new seeds) | {_span_of(c['peak'])} |",
+        f"| Isolated - Shared, peak (new seeds) | {_span(c['peak'])} |",
     ]
     for a in ARMS:
         md.append(
             f"| gain (final - base), {a} ({c['runs'][a]} runs; falls after a gain: {c['falls'][a]}) "
-            f"| {_span_of(c['gains'][a])} |"
+            f"| {_span(c['gains'][a])} |"
         )
     pl = c["pooled"]
     md.append(
         f"| pooled, original + new ({pl.get('seeds', 0)} seeds; the original seeds selected the test) "
-        f"| {_span_of(pl)}, p {pl.get('p_two_sided', math.nan):.3f} two-sided |"
+        f"| {_span(pl)}, p {pl.get('p_two_sided', math.nan):.3f} two-sided |"
     )
     md += ["", "## Per seed: Isolated - Shared final", ""]
     md += ["| seed | " + " | ".join(map(str, c["seeds"])) + " |", "|---" * (len(c["seeds"]) + 1) + "|"]

@@ -508,6 +508,8 @@ def build(
         solver_eval = [ex for ex in cur.held_out(seed, 1) if ex.task == eval_task and ex.role == "solve"]
         out_dir.mkdir(parents=True, exist_ok=True)
 
+        machine = machine_fingerprint()  # another CPU can round differently: docs/testbed.md
+
         def info_now(done: int) -> dict[str, Any]:
             return {
                 "seed": seed,
@@ -533,7 +535,7 @@ def build(
                 "train_seconds": round(time.time() - t_train, 1),
                 "wall_seconds": round(time.time() - t0, 1),
                 "solver_curve": list(curve),
-                "machine": machine_fingerprint(),  # another CPU can round differently: docs/testbed.md
+                "machine": machine,
             }
 
         curve: list[dict[str, float]] = []
