@@ -2,6 +2,7 @@
 hoc: decided 2026-12-07 after seeing that neither build's synthesizer beats worker 1; docs/testbed.md).
 
     python scripts/synthesizer_picks.py            # both code builds, `rolecast testbed rollouts`' protocol
+    python scripts/synthesizer_picks.py --path DIR # a code build of your own (`rolecast testbed build --kind code`)
 
 Orch-Workers runs on the 80 held-out code problems x 4 samples at T 0.7 (the rollouts' protocol and seed, so the
 episodes are the ones `rolecast testbed rollouts --kind code` measured). For each episode: the synthesizer's own
@@ -20,20 +21,23 @@ from rolecast.testbed.rollouts import synthesizer_picks, workflow_episodes
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="small,large")
+    ap.add_argument("--path", action="append", default=[], help="a built code testbed directory (repeatable)")
     ap.add_argument("--threads", type=int, default=1)
     a = ap.parse_args()
     print("| build | episodes | synthesizer's own | checked (copy the worker it said yes to) | worker 1 | any worker "
           "| own - worker 1 | checked - worker 1 | checked right, own wrong |")  # fmt: skip
     print("|---|---:|---|---|---:|---:|---|---|---:|")
-    for size in a.sizes.split(","):
-        path = default_path(size, "code")
+    builds = [(p, p) for p in a.path] or [
+        (default_path(s, "code"), f"testbed-code{'-large' if s == 'large' else ''}") for s in a.sizes.split(",")
+    ]
+    for path, name in builds:
         episodes, _, _ = workflow_episodes(
             path, "orch_workers", task="testbed_code", problems=80, samples=4, threads=a.threads
         )
         r = synthesizer_picks(episodes)
         m = lambda x: f"{x['margin']:+.3f} ± {x['margin_ci']:.3f}"  # noqa: E731
         print(
-            f"| testbed-code{'-large' if size == 'large' else ''} | {r['n_episodes']} | {r['own'][0]:.3f} ± {r['own'][1]:.3f} | "
+            f"| {name} | {r['n_episodes']} | {r['own'][0]:.3f} ± {r['own'][1]:.3f} | "
             f"{r['checked'][0]:.3f} ± {r['checked'][1]:.3f} | {r['worker_1']:.3f} | {r['any_worker']:.3f} | "
             f"{m(r['own_vs_first'])} | {m(r['checked_vs_first'])} | {r['checked_right_own_wrong']} |",
             flush=True,

@@ -231,3 +231,54 @@ def test_a_code_build_starts_from_the_math_build_and_records_it(tmp_path):
     assert built["tokenizer_sha256"] == info(start)["tokenizer_sha256"]
     assert (built["code_share"], built["solver_phase_code_share"]) == (1.0, 1.0)
     assert code_value("x*2+1", 3) == 7  # the task the build trains is the shipped one
+
+
+def test_a_synthesizer_that_counts_votes_first_by_hand():
+    """`code_synthesis: agreement`: workers' functions compared pair by pair (1-2, 1-3, 2-3) up to the first two that
+    are the same, whose function is copied (the rule, not the truth: two agreeing wrong workers are copied); no two
+    the same: the judges' check rows, as the shipped synthesizer writes them. f(1)=3, f(2)=5, f(3)=7."""
+    from rolecast.tasks.testbed import CodeTestbed
+
+    p = CodeTestbed.make_problem("x*2+1", 1, "test")
+    prog = lambda e: f"```python\ndef f(x): return {e}\n```"  # noqa: E731
+    cands = [T.answer_text(p, e) for e in ("x*2+2", "x*3", "x*2+2")]
+    text, spans = T._with_decisions(T.CODE_SYNTHESES["agreement"](p, cands))
+    assert text == f"1:x*2+2 vs 2:x*3 no 1:x*2+2 vs 3:x*2+2 yes {prog('x*2+2')}"
+    assert [text[a:b] for a, b in spans] == ["no", "yes", "x*2+2"]  # the copied function weighs as a decision
+    cands = [T.answer_text(p, "x*3"), T.answer_text(p, "x*2+1"), "```python\n```"]
+    text, _ = T._with_decisions(T.CODE_SYNTHESES["agreement"](p, cands))
+    assert text == (
+        "1:x*3 vs 2:x*2+1 no 1:x*3 vs 3:? no 2:x*2+1 vs 3:? no "
+        f"1:x*3 1*3=3 vs 3 2*3=6 vs 5 no 2:x*2+1 1*2+1=3 vs 3 2*2+1=5 vs 5 3*2+1=7 vs 7 yes {prog('x*2+1')}"
+    )
+    # two workers with no program never agree; one worker: the check rows alone, as the shipped synthesizer's
+    text, _ = T._with_decisions(T.CODE_SYNTHESES["agreement"](p, ["```python\n```", "```python\n```"]))
+    assert text.startswith("1:? vs 2:? no 1:? no 2:? no ") and T.is_correct(p, text)
+    one = [T.answer_text(p, "x*2+1")]
+    assert T.CODE_SYNTHESES["agreement"](p, one) == T.CODE_SYNTHESES["checks"](p, one)
+
+
+def test_the_code_synthesis_and_role_weights_of_a_build_are_checked():
+    from rolecast.testbed.builder import build
+
+    with pytest.raises(ValueError, match="code_synthesis 'vote'.*checks.*agreement"):
+        Curriculum(0, "code", "vote")
+    cur = Curriculum(0, "code", "agreement")
+    rng = random.Random(3)
+    syn = [cur.sample(rng, 1)[0] for _ in range(200)]
+    voted = [ex for ex in syn if ex.role == "synthesize" and " vs 2:" in ex.target]
+    assert voted, "the agreement curriculum teaches the pair rows"
+    for bad in ({"judge": 1.0}, {"solve": -1.0}, {"solve": 0.0}, {}):
+        with pytest.raises(ValueError, match="role_weights"):
+            build("unused", kind="code", steps=1, role_weights=bad, evaluate=False)
+
+
+def test_the_decaying_rate_by_hand():
+    """Warmup over 30 steps, then (decay) a cosine from lr to 0 at the last step; without decay, constant."""
+    from rolecast.testbed.builder import _lr
+
+    assert _lr(0, 3e-4, decay_over=300) == pytest.approx(1e-5)
+    assert _lr(29, 3e-4, decay_over=300) == pytest.approx(3e-4)  # the warmup's end; the cosine starts at 1
+    assert _lr(165, 3e-4, decay_over=300) == pytest.approx(1.5e-4)  # half way through 30..300
+    assert _lr(300, 3e-4, decay_over=300) == pytest.approx(0.0, abs=1e-12)
+    assert _lr(299, 3e-4) == _lr(29, 3e-4) == 3e-4

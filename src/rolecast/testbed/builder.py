@@ -116,9 +116,28 @@ class Curriculum:
     build's, code only, its careful roles deriving the function (transcripts.code_trace).
     """
 
-    def __init__(self, seed: int, kind: str = "math"):
+    def __init__(
+        self,
+        seed: int,
+        kind: str = "math",
+        code_synthesis: str = "checks",
+        role_weights: dict[str, float] | None = None,
+    ):
         if kind not in KINDS:
             raise ValueError(f"unknown testbed kind {kind!r}; kinds: {list(KINDS)}")
+        if code_synthesis not in T.CODE_SYNTHESES:
+            raise ValueError(f"unknown code_synthesis {code_synthesis!r}; choices: {list(T.CODE_SYNTHESES)}")
+        if role_weights is not None and (
+            not role_weights
+            or set(role_weights) - set(T.ROLES)
+            or min(role_weights.values()) < 0
+            or max(role_weights.values()) <= 0
+        ):
+            raise ValueError(
+                f"testbed build: role_weights must weigh roles of {list(T.ROLES)} with weights >= 0, some > 0; "
+                f"got {role_weights}"
+            )
+        self.code_synthesis = code_synthesis
         self.kind = kind
         self.book = PromptBook("testbed")
         self.arith = ArithmeticTestbed(seed=seed)
@@ -138,7 +157,7 @@ class Curriculum:
         code = kind == "code"
         self.code_share = 1.0 if code else CODE_SHARE
         self.solver_phase_code_share = 1.0 if code else SOLVER_PHASE_CODE_SHARE
-        self.role_weights = CODE_ROLE_WEIGHTS if code else ROLE_WEIGHTS
+        self.role_weights = dict(role_weights) if role_weights else CODE_ROLE_WEIGHTS if code else ROLE_WEIGHTS
 
     def sample(self, rng: random.Random, n: int, solver_only: bool = False) -> list[T.Example]:
         out = []
@@ -148,7 +167,7 @@ class Curriculum:
             mix = SOLVER_PHASE_ROLES if solver_only else self.role_weights
             role = rng.choices(list(mix), list(mix.values()))[0]
             problem = rng.choice(task.problems("train"))
-            out.append(T.make_example(role, problem, rng, self.book, self.derive_code))
+            out.append(T.make_example(role, problem, rng, self.book, self.derive_code, self.code_synthesis))
         return out
 
     def held_out(self, seed: int, per_role: int = 200) -> list[T.Example]:
@@ -162,7 +181,7 @@ class Curriculum:
                     chosen = probs
                 else:
                     chosen = [probs[i % len(probs)] for i in range(min(per_role, len(probs)))]
-                out += [T.make_example(role, p, rng, self.book, self.derive_code) for p in chosen]
+                out += [T.make_example(role, p, rng, self.book, self.derive_code, self.code_synthesis) for p in chosen]
         return out
 
 
@@ -381,10 +400,15 @@ def accumulate_loss(
 # --- the build -------------------------------------------------------------------------------------------
 
 
-def _lr(step: int, lr: float, warmup: int = 30) -> float:
+def _lr(step: int, lr: float, warmup: int = 30, decay_over: int = 0) -> float:
     # Warmup, then constant: the weights after N steps do not depend on the total budget, so a snapshot
     # taken at step N of a long build is exactly `build(steps=N)` (how the shipped step count was chosen).
-    return lr * min(1.0, (step + 1) / warmup)
+    # `decay_over` > 0: after the warmup, a cosine from lr down to 0 at step `decay_over` (a continuation that
+    # sharpens what a constant-rate build learnt; its weights do depend on the budget).
+    rate = lr * min(1.0, (step + 1) / warmup)
+    if decay_over and step >= warmup:
+        rate *= 0.5 * (1.0 + math.cos(math.pi * min(1.0, (step - warmup) / max(1, decay_over - warmup))))
+    return rate
 
 
 def _save(model, tok_dir: Path, out_dir: Path, info: dict[str, Any]) -> None:
@@ -442,6 +466,9 @@ def build(
     filler_per_generator: int = 200,
     solver_steps: int | None = None,
     decision_weight: float = DECISION_WEIGHT,
+    role_weights: dict[str, float] | None = None,
+    decay: bool = False,
+    code_synthesis: str = "checks",
     snapshot_every: int = 0,
     tokenizer_dir: str | Path | None = SHIPPED_TOKENIZER,
     log: Callable[[str], None] = _log,
@@ -460,6 +487,11 @@ def build(
     the same size, whose tokenizer it keeps) and trains on code only (Curriculum); defaults 1,000 steps, the
     first 100 the solver and workers only, batches of 32. `steps`, `solver_steps` and `batch_size` default per kind.
 
+    `role_weights` replaces the kind's role mix (ROLE_WEIGHTS, CODE_ROLE_WEIGHTS); `decay` turns the constant rate
+    after the warmup into a cosine that reaches 0 at the end of the budget; `code_synthesis` picks the code
+    synthesizer's teacher (transcripts.CODE_SYNTHESES; "checks" is the shipped builds'). With `init_from` a shipped
+    code build these continue it (scripts/code_build_probes.py, docs/testbed.md "Continuing the code builds").
+
     `eval_every`: every that many steps, the solver's greedy accuracy on held-out problems, recorded as
     build_info.json's `solver_curve` (0: none). Greedy decoding draws no random numbers and the model goes back to
     train mode after it, so the curve does not change the weights.
@@ -468,11 +500,11 @@ def build(
         raise ValueError(f"testbed build: eval_every must be >= 0 (0: no solver curve), got {eval_every}")
     t0 = time.time()
     out_dir = Path(out_dir)
+    random.seed(seed)
+    cur = Curriculum(seed, kind, code_synthesis, role_weights)
     # The thread count is fixed for reproducibility (DEFAULT_THREADS).
     prev_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
-    random.seed(seed)
-    cur = Curriculum(seed, kind)
     if kind == "code" and init_from is None:
         init_from = default_path(size)
     steps = steps if steps is not None else CODE_DEFAULT_STEPS if kind == "code" else DEFAULT_STEPS
@@ -529,6 +561,8 @@ def build(
                 "solver_phase_code_share": cur.solver_phase_code_share,
                 "solver_phase_roles": SOLVER_PHASE_ROLES,
                 "decision_weight": decision_weight,
+                "lr_schedule": "cosine to 0" if decay else "constant",
+                "code_synthesis": code_synthesis,
                 "corpus": {"transcripts": corpus_transcripts, "filler_per_generator": filler_per_generator},
                 "tokenizer_sha256": tokenizer_digest,
                 "train_tokens": tokens,
@@ -545,7 +579,7 @@ def build(
         for step in range(steps):
             examples = cur.sample(rng, batch_size, solver_only=step < solver_steps)
             for g in opt.param_groups:
-                g["lr"] = _lr(step, lr)
+                g["lr"] = _lr(step, lr, decay_over=steps if decay else 0)
             opt.zero_grad(set_to_none=True)
             step_loss, step_tokens = accumulate_loss(model, tok, examples, micro_batch, decision_weight)
             tokens += step_tokens
