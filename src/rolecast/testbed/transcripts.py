@@ -537,20 +537,15 @@ def _code_agreement_parts(problem: Problem, candidates: list[str]) -> list[str |
     to the first two that are the same, whose function it copies into its program; when no two agree, the judges'
     rows (`_code_synthesis_parts`).
 
-    Why: on the continued code builds (docs/testbed.md) the workers got strong, worker 1 right 0.79-0.88, and a
-    synthesizer that checks each function by substituting the examples lost more to its own slips on right
-    programs than it gained on wrong ones (large: -0.069 against worker 1), while a majority vote over the same
-    workers scored 0.83-0.93. Comparing two functions is a copy, with no arithmetic to slip in."""
-    shown = [_shown(problem, c) for c in candidates]
-    parts: list[str | tuple[str]] = []
-    for j in range(1, len(shown)):
-        for i in range(j):
-            same = shown[i] == shown[j] and shown[i] != "?"
-            parts += [f"{i + 1}:{shown[i]} vs {j + 1}:{shown[j]} ", ("yes" if same else "no",), " "]
-            if same:
-                head, tail = answer_text(problem, shown[i]).rsplit(shown[i], 1)
-                return parts + [head, (shown[i],), tail]
-    return parts + _code_synthesis_parts(problem, candidates)  # the pair rows end in the space the judges' start after
+    Why it was tried: on the continued code builds (docs/testbed.md, "Continuing the code builds") the workers got
+    strong (worker 1 right 0.79-0.88) and a majority vote over them scored 0.83-0.93, while the checking
+    synthesizer stayed near worker 1. It did worse (-0.047 small, -0.087 large against worker 1): the model
+    miscopies functions into its pair rows. Kept so that those probes rebuild; no shipped build uses it."""
+    parts, agreed = _pair_rows([_shown(problem, c) for c in candidates])
+    if agreed is None:  # the pair rows end in the space the judges' rows start after
+        return parts + _code_synthesis_parts(problem, candidates)
+    head, tail = answer_text(problem, agreed).rsplit(agreed, 1)
+    return parts + [head, (agreed,), tail]
 
 
 # How the code build's synthesizer decides: "checks" (the shipped builds) or "agreement" (votes, then checks).
@@ -601,15 +596,23 @@ def _agreement_parts(problem: Problem, candidates: list[str], derive_code: bool 
     candidates said (the first rebuild), the synthesizer learnt to solve in one step with the workers as
     distraction, and on its own rollouts fell below worker 1.
     """
-    shown = [_shown(problem, c) for c in candidates]
+    parts, agreed = _pair_rows([_shown(problem, c) for c in candidates])
+    if agreed is not None:
+        return parts + [answer_text(problem, agreed)]
+    return parts + [f"{_stated(problem, None, derive_code)} {answer_text(problem, problem.reference)}"]
+
+
+def _pair_rows(shown: list[str]) -> tuple[list[str | tuple[str]], str | None]:
+    """Candidates' answers compared pair by pair (1-2, 1-3, 2-3, 1-4, ...) up to the first two that are the same
+    (`1:8 vs 2:7 no 1:8 vs 3:8 yes `; `?`, no answer, agrees with nothing): (the rows, the agreed answer or None)."""
     parts: list[str | tuple[str]] = []
     for j in range(1, len(shown)):
         for i in range(j):
             same = shown[i] == shown[j] and shown[i] != "?"
             parts += [f"{i + 1}:{shown[i]} vs {j + 1}:{shown[j]} ", ("yes" if same else "no",), " "]
             if same:
-                return parts + [answer_text(problem, shown[i])]
-    return parts + [f"{_stated(problem, None, derive_code)} {answer_text(problem, problem.reference)}"]
+                return parts, shown[i]
+    return parts, None
 
 
 def _with_decisions(parts: list[str | tuple[str]]) -> tuple[str, list[tuple[int, int]]]:
