@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from rolecast.policies.shipped import default_path
 from rolecast.testbed.builder import build
-from rolecast.testbed.rollouts import synthesizer_picks, workflow_episodes
+from rolecast.testbed.rollouts import code_synthesizer_picks
+from rolecast.testbed.stats import margin_text
 
 ALL_ROLES = {"solve": 1.0, "work": 1.5, "evaluate": 3.0, "aggregate": 1.5, "refine": 0.5, "synthesize": 4.0}
 
@@ -37,7 +38,7 @@ class Recipe:
     steps: int = 300
     lr: float = 3e-4
     threads: int = 1  # the probes ran two at a time on the 2 cores; a build's bytes depend on its thread count
-    note: str = field(default="", compare=False)
+    note: str = ""
 
 
 RECIPES = {
@@ -75,19 +76,16 @@ def row(path: Path, threads: int) -> str:
     info = json.loads((path / "build_info.json").read_text())
     ro = info["rollouts"]
     ev, vo, ow = ro["eval_opt"], ro["voting"], ro["orch_workers"]
-    episodes, _, _ = workflow_episodes(
-        path, "orch_workers", task="testbed_code", problems=80, samples=4, threads=threads
-    )
-    picks = synthesizer_picks(episodes)
-    m = lambda x: f"{x['margin']:+.3f} ± {x['margin_ci']:.3f}"  # noqa: E731
+    picks = code_synthesizer_picks(path, threads)
     name = info.get("probe_recipe") or f"shipped {info['size']}"
     recipe = RECIPES.get(name)
     how = f"{recipe.note} ({recipe.code_synthesis})" if recipe else f"{info['steps']} steps, constant rate"
     workers = " / ".join(f"{v:.2f}" for v in ow["worker_accuracy"].values())
     return (
         f"| {name} | {info['size']} | {how} | {info['roles']['testbed_code/solve']['accuracy']:.2f} | "
-        f"{ev['balanced_accuracy']:.3f} ± {ev['balanced_accuracy_ci']:.3f} | {m(vo['vs_first'])} | "
-        f"{m(ow['vs_first'])} | {m(picks['checked_vs_first'])} | {workers} | {ow['majority_vote']:.3f} | "
+        f"{ev['balanced_accuracy']:.3f} ± {ev['balanced_accuracy_ci']:.3f} | {margin_text(vo['vs_first'], 3)} | "
+        f"{margin_text(ow['vs_first'], 3)} | {margin_text(picks['checked_vs_first'], 3)} | {workers} | "
+        f"{ow['majority_vote']:.3f} | "
         f"{ev['pass1']:.2f} / {vo['pass1']:.2f} / {ow['pass1']:.2f} |"
     )
 

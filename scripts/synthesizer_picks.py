@@ -15,7 +15,8 @@ from __future__ import annotations
 import argparse
 
 from rolecast.policies.shipped import default_path
-from rolecast.testbed.rollouts import synthesizer_picks, workflow_episodes
+from rolecast.testbed.rollouts import code_synthesizer_picks
+from rolecast.testbed.stats import margin_text
 
 
 def main() -> None:
@@ -31,15 +32,12 @@ def main() -> None:
         (default_path(s, "code"), f"testbed-code{'-large' if s == 'large' else ''}") for s in a.sizes.split(",")
     ]
     for path, name in builds:
-        episodes, _, _ = workflow_episodes(
-            path, "orch_workers", task="testbed_code", problems=80, samples=4, threads=a.threads
-        )
-        r = synthesizer_picks(episodes)
-        m = lambda x: f"{x['margin']:+.3f} ± {x['margin_ci']:.3f}"  # noqa: E731
+        r = code_synthesizer_picks(path, a.threads)
         print(
             f"| {name} | {r['n_episodes']} | {r['own'][0]:.3f} ± {r['own'][1]:.3f} | "
             f"{r['checked'][0]:.3f} ± {r['checked'][1]:.3f} | {r['worker_1']:.3f} | {r['any_worker']:.3f} | "
-            f"{m(r['own_vs_first'])} | {m(r['checked_vs_first'])} | {r['checked_right_own_wrong']} |",
+            f"{margin_text(r['own_vs_first'], 3)} | {margin_text(r['checked_vs_first'], 3)} | "
+            f"{r['checked_right_own_wrong']} |",
             flush=True,
         )
 

@@ -124,3 +124,10 @@ def test_synthesizer_picks_by_hand():
     # checked - worker 1 = [1, 0, 0, 1]: mean 0.5; clusters a (0.5 + -0.5) = 0 and b (-0.5 + 0.5) = 0: no spread
     assert r["checked_vs_first"] == {"margin": 0.5, "margin_ci": 0.0}
     assert r["own_vs_first"]["margin"] == 0.25
+
+
+def test_margin_text_by_hand():
+    from rolecast.testbed.stats import margin_text
+
+    assert margin_text({"margin": 0.0469, "margin_ci": 0.0486}, 3) == "+0.047 ± 0.049"
+    assert margin_text({"margin": -0.0156, "margin_ci": 0.0554}) == "-0.02 ± 0.06"

@@ -21,6 +21,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from rolecast.core.errors import NotATestbedBuild
 from rolecast.policies.shipped import ARTIFACT_DIR, ARTIFACT_DIRS, MODEL_NAMES, default_path
 from rolecast.testbed.builder import build as _build
+from rolecast.testbed.stats import margin_text
 
 
 def build(out_dir: str | Path, **kwargs: Any) -> Path:
@@ -64,11 +65,11 @@ def format_info(d: dict[str, Any]) -> str:
         if "accuracy_with_correct" in r:
             lines.append(
                 f"    a correct candidate exists (n={r['n_with_correct']}): picks one {r['accuracy_with_correct']:.2f}"
-                f"; always-1 {r['baseline_first']:.2f} (margin {_margin(r['vs_first'])}), random "
-                f"{r['baseline_random']:.2f} (margin {_margin(r['vs_random'])})"
+                f"; always-1 {r['baseline_first']:.2f} (margin {margin_text(r['vs_first'])}), random "
+                f"{r['baseline_random']:.2f} (margin {margin_text(r['vs_random'])})"
             )
         elif "vs_first" in r:
-            lines.append(f"    copying candidate 1: {r['baseline_first']:.2f} (margin {_margin(r['vs_first'])})")
+            lines.append(f"    copying candidate 1: {r['baseline_first']:.2f} (margin {margin_text(r['vs_first'])})")
         if "strategies" in r:
             s = r["strategies"]
             by = ", ".join(f"{k} {v:.2f}" for k, v in s["accuracy_by_strategy"].items())
@@ -94,9 +95,9 @@ def format_rollouts(r: dict[str, Any]) -> str:
         f"± {ev['balanced_accuracy_ci']:.2f} (n={ev['n_verdicts']})",
         f"  voting       pass@1 {agg['pass1']:.2f}  aggregator, a voter right (n={agg['n_with_correct']}): picks one "
         f"{agg['accuracy_with_correct']:.2f}; voter 1 {agg['baseline_first']:.2f} (margin "
-        f"{_margin(agg['vs_first'])}), random {agg['baseline_random']:.2f} (margin {_margin(agg['vs_random'])})",
+        f"{margin_text(agg['vs_first'])}), random {agg['baseline_random']:.2f} (margin {margin_text(agg['vs_random'])})",
         f"  orch_workers pass@1 {syn['pass1']:.2f}  synthesizer {syn['accuracy']:.2f}; worker 1 "
-        f"{syn['baseline_first']:.2f} (margin {_margin(syn['vs_first'])})",
+        f"{syn['baseline_first']:.2f} (margin {margin_text(syn['vs_first'])})",
     ]
     if "workers_disagree" in syn:  # builds recorded before 2026-12-01 lack it
         lines.append(
@@ -105,10 +106,6 @@ def format_rollouts(r: dict[str, Any]) -> str:
             + f"; a majority vote over them {syn['majority_vote']:.2f}"
         )
     return "\n".join(lines)
-
-
-def _margin(m: dict[str, float]) -> str:
-    return f"{m['margin']:+.2f} ± {m['margin_ci']:.2f}"
 
 
 __all__ = [

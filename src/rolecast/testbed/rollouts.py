@@ -221,6 +221,15 @@ def synthesizer_picks(episodes: Sequence[Episode]) -> dict[str, Any]:
     }
 
 
+def code_synthesizer_picks(path: str | Path, threads: int = 1) -> dict[str, Any]:
+    """`synthesizer_picks` of a code build's Orch-Workers episodes under `rollout_competence`'s protocol (the 80
+    held-out code problems x 4 samples at T 0.7, its seed): the episodes `rolecast testbed rollouts` measured."""
+    episodes, _, _ = workflow_episodes(
+        path, "orch_workers", task="testbed_code", problems=80, samples=4, threads=threads
+    )
+    return synthesizer_picks(episodes)
+
+
 def program_body(text: str | None) -> str | None:
     """A code worker's answer for counting agreement: its program, whitespace-normalized, after `def f(x): return`."""
     program = extract_program(text)

@@ -95,3 +95,8 @@ def clustered_balanced_accuracy(
         u = (float(a) - tpr) / pos if t else (float(not a) - tnr) / neg
         infl[c] = infl.get(c, 0.0) + u / 2
     return tpr, tnr, (tpr + tnr) / 2, _robust_half_width(list(infl.values()))
+
+
+def margin_text(m: dict[str, float], digits: int = 2) -> str:
+    """A margin dict (`paired_margin`, `clustered_margin`) as `+0.05 ± 0.04`."""
+    return f"{m['margin']:+.{digits}f} ± {m['margin_ci']:.{digits}f}"
