@@ -274,3 +274,64 @@ def test_a_confirmation_reads_no_verdict_before_its_runs_finish_and_refuses_reus
     assert mp.confirmation(new[:2], original, "eval_opt")["verdict"] == "not read: fewer than 2 pairs"
     with pytest.raises(ValueError, match=r"seeds \[2\]"):
         mp.confirmation(_pairs({2: -0.01, 10: 0.0}), original, "eval_opt")
+
+
+def test_a_roles_accuracy_is_the_mean_of_its_first_and_last_steps_that_logged_it(tmp_path):
+    """Seven steps; the worker logs accuracy in every one, the synthesizer from step 3 (steps without the key are
+    skipped, not read as 0); a window of 2."""
+    rows = [{"step": s, "role/worker/accuracy": 0.1 * s, "role/orchestrator/reward": 1.0} for s in range(1, 8)]
+    for r in rows[2:]:
+        r["role/synthesizer/accuracy"] = 1.0 - 0.1 * r["step"]
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n\n")
+    acc = mp.role_accuracy(path, window=2)
+    assert set(acc) == {"worker", "synthesizer"}  # the orchestrator logs no accuracy
+    assert acc["worker"] == pytest.approx((0.15, 0.65))  # steps 1-2 and 6-7
+    assert acc["synthesizer"] == pytest.approx((0.65, 0.35))  # steps 3-4: 0.7, 0.6; steps 6-7: 0.4, 0.3
+
+
+def test_the_roles_table_pairs_isolated_with_shared_by_seed():
+    """Worker late differences 0.03, 0.01, 0.05 over seeds 0-2 (mean 0.03, sd 0.02; 4.303 x 0.02 / sqrt 3: the
+    interval includes 0, so "="); seed 9 has no Shared run and the evaluator no Isolated one: neither is read."""
+    shared = {s: {"worker": (0.5, 0.7), "evaluator": (0.6, 0.6)} for s in range(3)}
+    isolated = {s: {"worker": (0.5, 0.7 + d)} for s, d in enumerate([0.03, 0.01, 0.05])} | {9: {"worker": (0, 0)}}
+    rows = mp.roles_table(shared, isolated)
+    assert len(rows) == 4 and all("evaluator" not in r for r in rows)
+    hw = 4.303 * 0.02 / math.sqrt(3)
+    late = rows[3].split(" | ")
+    assert late[:4] == ["| worker", "last 5", "0.700", "0.730"]
+    assert late[4] == f"= +0.030 [{0.03 - hw:+.3f}, {0.03 + hw:+.3f}]"
+    t = 0.03 / (0.02 / math.sqrt(3))
+    assert late[5] == f"{1 - t / math.sqrt(2 + t * t):.3f}" and late[6] == "3 |"
+
+
+def test_the_orch_workers_follow_up_is_the_large_code_maps_stage_1_on_new_seeds():
+    """map_power_code_large_orch_s1.yaml: Orch-Workers' cells of the large code map, setting for setting, on seeds
+    10-17 (the map's Orch-Workers ran 0-4), both arms of each seed, and its plan names the test."""
+    from rolecast.config import CONFIG_DIR
+    from rolecast.sweep.matrix import load_matrix
+
+    stage1 = load_matrix(CONFIG_DIR / "experiments" / "map_power_code_large_s1.yaml")
+    follow = load_matrix(CONFIG_DIR / "experiments" / "map_power_code_large_orch_s1.yaml")
+    assert {(c.config.workflow.name, c.config.seed) for c in follow.train_cells} == {
+        ("orch_workers", s) for s in range(10, 18)
+    }
+    assert len(follow.train_cells) == 16 and {c.kind for c in follow.cells} == {"train", "base_eval"}
+    twins = {
+        c.config.routing.sharing: c
+        for c in stage1.train_cells
+        if c.config.workflow.name == "orch_workers" and c.config.seed == 0
+    }
+    arms = [(c.config.seed, c.config.routing.sharing) for c in follow.train_cells]
+    assert sorted(arms) == [(s, a) for s in range(10, 18) for a in ("isolated", "shared")]
+    for c in follow.train_cells:
+        same = {"run_dir": True, "seed": True}
+        assert c.config.model_dump(exclude=same) == twins[c.config.routing.sharing].config.model_dump(exclude=same)
+    plan = load_plan_text("map_power_code_large_orch_plan.yaml")
+    assert "one-sided" in plan.notes and "10-17" in plan.notes and plan.arms == ["shared", "isolated"]
+
+
+def load_plan_text(name: str):
+    from rolecast.plan.schema import load_plan
+
+    return load_plan(ROOT / "src/rolecast/configs/experiments" / name).plan
