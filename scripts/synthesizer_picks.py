@@ -7,7 +7,9 @@ hoc: decided 2026-12-07 after seeing that neither build's synthesizer beats work
 Orch-Workers runs on the 80 held-out code problems x 4 samples at T 0.7 (the rollouts' protocol and seed, so the
 episodes are the ones `rolecast testbed rollouts --kind code` measured). For each episode: the synthesizer's own
 program; the program of the worker its check rows said yes to (`checked`: its own where it said yes to none);
-worker 1; any worker right. Margins over worker 1 with 95% intervals clustered by problem.
+worker 1; any worker right; and (added 2026-12-07, evening) the ceiling of checking the shown examples: the first
+worker whose program passes them when run in the sandbox (`rollouts.shown_check_picks`). Margins over worker 1 with
+95% intervals clustered by problem.
 """
 
 from __future__ import annotations
@@ -26,8 +28,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     a = ap.parse_args()
     print("| build | episodes | synthesizer's own | checked (copy the worker it said yes to) | worker 1 | any worker "
-          "| own - worker 1 | checked - worker 1 | checked right, own wrong |")  # fmt: skip
-    print("|---|---:|---|---|---:|---:|---|---|---:|")
+          "| own - worker 1 | checked - worker 1 | checked right, own wrong | shown checks run - worker 1 |")  # fmt: skip
+    print("|---|---:|---|---|---:|---:|---|---|---:|---|")
     builds = [(p, p) for p in a.path] or [
         (default_path(s, "code"), f"testbed-code{'-large' if s == 'large' else ''}") for s in a.sizes.split(",")
     ]
@@ -37,7 +39,7 @@ def main() -> None:
             f"| {name} | {r['n_episodes']} | {r['own'][0]:.3f} ± {r['own'][1]:.3f} | "
             f"{r['checked'][0]:.3f} ± {r['checked'][1]:.3f} | {r['worker_1']:.3f} | {r['any_worker']:.3f} | "
             f"{margin_text(r['own_vs_first'], 3)} | {margin_text(r['checked_vs_first'], 3)} | "
-            f"{r['checked_right_own_wrong']} |",
+            f"{r['checked_right_own_wrong']} | {margin_text(r['shown_checks_vs_first'], 3)} |",
             flush=True,
         )
 

@@ -282,3 +282,34 @@ def test_the_decaying_rate_by_hand():
     assert _lr(165, 3e-4, decay_over=300) == pytest.approx(1.5e-4)  # half way through 30..300
     assert _lr(300, 3e-4, decay_over=300) == pytest.approx(0.0, abs=1e-12)
     assert _lr(299, 3e-4) == _lr(29, 3e-4) == 3e-4
+
+
+def test_the_ceiling_of_checking_the_shown_examples_runs_each_worker_in_the_sandbox():
+    """`shown_check_picks` on hand-built episodes of two problems, each worker's program run against the shown
+    examples in the sandbox: x*2+1 from 0 (shows f(0..2) = 1, 3, 5) and x*x from 1 (shows 1, 4, 9)."""
+    from rolecast.core.episode import AnswerClaim, Episode, Turn
+    from rolecast.tasks.testbed import code_program
+    from rolecast.testbed.rollouts import code_problem, shown_check_picks
+
+    table = "```python\ndef f(x): return [1, 3, 5][x] if x < 3 else 0\n```"  # fits what is shown, not f(5), f(7)
+
+    def ep(pid: str, workers: list[tuple[str, bool]]) -> Episode:
+        turns = [
+            Turn("worker", "worker", "p", [1], [2], [0.0], text, "stop", claim=AnswerClaim(text, correct=ok))
+            for text, ok in workers
+        ]
+        return Episode(pid, 0, turns)
+
+    a, b = "testbed_code/test/x*2+1/0", "testbed_code/test/x*x/1"
+    assert [y for _, y in code_problem(b).meta["tests"][:3]] == [1, 4, 9]
+    r = shown_check_picks(
+        [
+            # the table passes the shown checks first: picked, and wrong on the hidden inputs
+            ep(a, [(code_program("x+1"), False), (table, False), (code_program("x*2+1"), True)]),
+            ep(a, [(code_program("x+1"), False), (code_program("x*2+1"), True)]),  # worker 2: a gain over worker 1
+            ep(b, [(code_program("x*x"), True), (code_program("x"), False)]),  # worker 1 passes: kept
+            ep(b, [(code_program("x"), False), (code_program("x+1"), False)]),  # none passes: worker 1
+        ]
+    )
+    assert r["shown_checks"][0] == 0.5
+    assert r["shown_checks_vs_first"]["margin"] == 0.25  # picked [0, 1, 1, 0] - worker 1 [0, 0, 1, 0]

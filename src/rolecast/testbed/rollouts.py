@@ -20,9 +20,11 @@ from typing import Any
 from rolecast.config.load import load_config
 from rolecast.core.episode import AnswerClaim, Episode, PickClaim, Turn, VerdictClaim
 from rolecast.evaluation import EvalPlan
+from rolecast.rewards.code import CodeTests, score_code_many
 from rolecast.rollout.engine import Sampling
 from rolecast.runtime import build_runtime
-from rolecast.tasks.testbed import extract_program
+from rolecast.tasks.base import Problem
+from rolecast.tasks.testbed import CODE_XS_SHOWN, CodeTestbed, extract_program
 from rolecast.testbed.stats import clustered_balanced_accuracy, clustered_margin, clustered_rate, rate
 from rolecast.testbed.transcripts import boxed_integer, majority_holders
 
@@ -221,13 +223,45 @@ def synthesizer_picks(episodes: Sequence[Episode]) -> dict[str, Any]:
     }
 
 
+def shown_check_picks(episodes: Sequence[Episode]) -> dict[str, Any]:
+    """The ceiling of a code synthesizer that checks the shown examples, as the testbed's synthesizer is taught to:
+    the first worker whose program passes the problem's shown examples when run in the sandbox (worker 1 when none
+    does), that is, checks without a slip and a copy without one, against worker 1. What such checks cannot see is
+    a program that fits the shown examples and fails the hidden inputs. Margin clustered by problem."""
+    rows = [(ep, _workers_and_synthesis(ep)[0]) for ep in episodes]
+    rows = [(ep, w) for ep, w in rows if w]
+    problems = [code_problem(ep.problem_id) for ep, _ in rows]
+    shown = [
+        CodeTests(kind="asserts", asserts=tuple(f"assert f({x}) == {y}" for x, y in p.meta["tests"][:CODE_XS_SHOWN]))
+        for p in problems
+    ]
+    texts = [w.text for _, workers in rows for w in workers]
+    tests = [t for (_, workers), t in zip(rows, shown, strict=True) for _ in workers]
+    passes = iter(s.reward == 1.0 for s in score_code_many(texts, tests))
+    picked, first, ids = [], [], []
+    for ep, workers in rows:
+        ok = [next(passes) for _ in workers]
+        k = ok.index(True) if any(ok) else 0
+        picked.append(bool(workers[k].correct))
+        first.append(float(bool(workers[0].correct)))
+        ids.append(ep.problem_id)
+    return {"shown_checks": clustered_rate(picked, ids), "shown_checks_vs_first": clustered_margin(picked, first, ids)}
+
+
+def code_problem(problem_id: str) -> Problem:
+    """A testbed_code problem from its id (`testbed_code/<split>/<expr>/<start>`), as the task makes it."""
+    _, split, expr, start = problem_id.split("/")
+    return CodeTestbed.make_problem(expr, int(start), split)
+
+
 def code_synthesizer_picks(path: str | Path, threads: int = 1) -> dict[str, Any]:
-    """`synthesizer_picks` of a code build's Orch-Workers episodes under `rollout_competence`'s protocol (the 80
-    held-out code problems x 4 samples at T 0.7, its seed): the episodes `rolecast testbed rollouts` measured."""
+    """`synthesizer_picks` and `shown_check_picks` of a code build's Orch-Workers episodes under
+    `rollout_competence`'s protocol (the 80 held-out code problems x 4 samples at T 0.7, its seed): the episodes
+    `rolecast testbed rollouts` measured."""
     episodes, _, _ = workflow_episodes(
         path, "orch_workers", task="testbed_code", problems=80, samples=4, threads=threads
     )
-    return synthesizer_picks(episodes)
+    return synthesizer_picks(episodes) | shown_check_picks(episodes)
 
 
 def program_body(text: str | None) -> str | None:
