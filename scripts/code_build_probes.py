@@ -76,7 +76,7 @@ def row(path: Path, threads: int) -> str:
     info = json.loads((path / "build_info.json").read_text())
     ro = info["rollouts"]
     ev, vo, ow = ro["eval_opt"], ro["voting"], ro["orch_workers"]
-    picks = code_synthesizer_picks(path, threads)
+    picks = code_synthesizer_picks(path, threads, ceiling=False)
     name = info.get("probe_recipe") or f"shipped {info['size']}"
     recipe = RECIPES.get(name)
     how = f"{recipe.note} ({recipe.code_synthesis})" if recipe else f"{info['steps']} steps, constant rate"

@@ -57,6 +57,7 @@ from typing import Any
 
 import yaml
 
+from rolecast.core.rundir import read_jsonl
 from rolecast.diagnostics.curves import CurvePoint, PairedDifference, mean_over_seeds, summarize_curve, t_quantile
 from rolecast.plan.schema import Plan, load_plan
 from rolecast.report.html import collect_map
@@ -747,7 +748,7 @@ RoleAccuracy = dict[str, tuple[float, float]]  # role -> (mean of its first ROLE
 def role_accuracy(metrics: Path, window: int = ROLE_WINDOW) -> RoleAccuracy:
     """Per role of one run, the mean of its training rollouts' accuracy (`role/<role>/accuracy`: the turns the
     update trained on) over the first and the last `window` steps that logged it, from its metrics.jsonl."""
-    rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+    rows = read_jsonl(metrics)
     out = {}
     for role in sorted({k.split("/")[1] for r in rows for k in r if k.startswith("role/") and k.endswith("/accuracy")}):
         values = [float(r[f"role/{role}/accuracy"]) for r in rows if f"role/{role}/accuracy" in r]

@@ -313,3 +313,21 @@ def test_the_ceiling_of_checking_the_shown_examples_runs_each_worker_in_the_sand
     )
     assert r["shown_checks"][0] == 0.5
     assert r["shown_checks_vs_first"]["margin"] == 0.25  # picked [0, 1, 1, 0] - worker 1 [0, 0, 1, 0]
+
+
+def test_the_shown_examples_checks_are_the_tasks_own_asserts_cut_to_what_is_shown():
+    """`CodeTestbed.tests(shown_only=True)`: the first three of the task's own asserts, at the task's timeout."""
+    from rolecast.tasks.testbed import CodeTestbed
+
+    task = CodeTestbed(timeout_s=2.5)
+    p = task.make_problem("x*3-1", 1, "test")
+    full, shown = task.tests(p), task.tests(p, shown_only=True)
+    assert full.asserts == (
+        "assert f(1) == 2",
+        "assert f(2) == 5",
+        "assert f(3) == 8",
+        "assert f(5) == 14",
+        "assert f(7) == 20",
+    )
+    assert shown.asserts == full.asserts[:3]
+    assert shown.timeout_s == full.timeout_s == 2.5

@@ -224,12 +224,12 @@ class CodeTestbed(Task):
         # The same extraction the scorer applies, so a logged answer is the program that was run.
         return sandbox_extract(text)
 
-    def tests(self, problem: Problem):
-        """The problem's checks as sandbox asserts: the shown examples plus hidden inputs."""
+    def tests(self, problem: Problem, shown_only: bool = False):
+        """The problem's checks as sandbox asserts: the shown examples plus hidden inputs (`shown_only`: the shown
+        examples alone, what a role that checks a program against the prompt can see)."""
+        pairs = problem.meta["tests"][:CODE_XS_SHOWN] if shown_only else problem.meta["tests"]
         return CodeTests(
-            kind="asserts",
-            asserts=tuple(f"assert f({x}) == {y}" for x, y in problem.meta["tests"]),
-            timeout_s=self.timeout_s,
+            kind="asserts", asserts=tuple(f"assert f({x}) == {y}" for x, y in pairs), timeout_s=self.timeout_s
         )
 
     def score(self, problem: Problem, text: str | None) -> Score:

@@ -20,11 +20,11 @@ from typing import Any
 from rolecast.config.load import load_config
 from rolecast.core.episode import AnswerClaim, Episode, PickClaim, Turn, VerdictClaim
 from rolecast.evaluation import EvalPlan
-from rolecast.rewards.code import CodeTests, score_code_many
+from rolecast.rewards.code import score_code_many
 from rolecast.rollout.engine import Sampling
 from rolecast.runtime import build_runtime
 from rolecast.tasks.base import Problem
-from rolecast.tasks.testbed import CODE_XS_SHOWN, CodeTestbed, extract_program
+from rolecast.tasks.testbed import CodeTestbed, extract_program
 from rolecast.testbed.stats import clustered_balanced_accuracy, clustered_margin, clustered_rate, rate
 from rolecast.testbed.transcripts import boxed_integer, majority_holders
 
@@ -230,11 +230,8 @@ def shown_check_picks(episodes: Sequence[Episode]) -> dict[str, Any]:
     a program that fits the shown examples and fails the hidden inputs. Margin clustered by problem."""
     rows = [(ep, _workers_and_synthesis(ep)[0]) for ep in episodes]
     rows = [(ep, w) for ep, w in rows if w]
-    problems = [code_problem(ep.problem_id) for ep, _ in rows]
-    shown = [
-        CodeTests(kind="asserts", asserts=tuple(f"assert f({x}) == {y}" for x, y in p.meta["tests"][:CODE_XS_SHOWN]))
-        for p in problems
-    ]
+    task = CodeTestbed()  # the task's own asserts and timeout, as training grades a program
+    shown = [task.tests(code_problem(ep.problem_id), shown_only=True) for ep, _ in rows]
     texts = [w.text for _, workers in rows for w in workers]
     tests = [t for (_, workers), t in zip(rows, shown, strict=True) for _ in workers]
     passes = iter(s.reward == 1.0 for s in score_code_many(texts, tests))
@@ -254,14 +251,14 @@ def code_problem(problem_id: str) -> Problem:
     return CodeTestbed.make_problem(expr, int(start), split)
 
 
-def code_synthesizer_picks(path: str | Path, threads: int = 1) -> dict[str, Any]:
-    """`synthesizer_picks` and `shown_check_picks` of a code build's Orch-Workers episodes under
-    `rollout_competence`'s protocol (the 80 held-out code problems x 4 samples at T 0.7, its seed): the episodes
-    `rolecast testbed rollouts` measured."""
+def code_synthesizer_picks(path: str | Path, threads: int = 1, ceiling: bool = True) -> dict[str, Any]:
+    """`synthesizer_picks` of a code build's Orch-Workers episodes under `rollout_competence`'s protocol (the 80
+    held-out code problems x 4 samples at T 0.7, its seed), the episodes `rolecast testbed rollouts` measured, and
+    with `ceiling` also `shown_check_picks` (one sandbox run per worker program)."""
     episodes, _, _ = workflow_episodes(
         path, "orch_workers", task="testbed_code", problems=80, samples=4, threads=threads
     )
-    return synthesizer_picks(episodes) | shown_check_picks(episodes)
+    return synthesizer_picks(episodes) | (shown_check_picks(episodes) if ceiling else {})
 
 
 def program_body(text: str | None) -> str | None:
