@@ -48,6 +48,9 @@ RECIPES = {
     "L1": Recipe("large", {**ALL_ROLES, "orchestrate": 0.25}, threads=2, note="every role"),
     "L2": Recipe("large", {**ALL_ROLES, "orchestrate": 0.25}, "agreement", threads=2, note="every role"),
     "L3": Recipe("large", {"synthesize": 3.0, "evaluate": 2.0, "aggregate": 1.0}, note="judges only"),
+    # the synthesizer names a worker (Orch-Workers' `synthesis: pick`), otherwise A and L3 (2026-12-08)
+    "AP": Recipe("small", {"synthesize": 3.0, "evaluate": 2.0, "aggregate": 1.0}, "pick", note="judges only"),
+    "L3P": Recipe("large", {"synthesize": 3.0, "evaluate": 2.0, "aggregate": 1.0}, "pick", note="judges only"),
 }
 
 

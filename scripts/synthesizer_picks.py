@@ -9,7 +9,7 @@ episodes are the ones `rolecast testbed rollouts --kind code` measured). For eac
 program; the program of the worker its check rows said yes to (`checked`: its own where it said yes to none);
 worker 1; any worker right; and (added 2026-12-07, evening) the ceiling of checking the shown examples: the first
 worker whose program passes them when run in the sandbox (`rollouts.shown_check_picks`). Margins over worker 1 with
-95% intervals clustered by problem.
+95% intervals clustered by hidden function (`rollouts.cluster_of`; by problem until 2026-12-08).
 """
 
 from __future__ import annotations

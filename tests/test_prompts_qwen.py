@@ -9,7 +9,7 @@ import pytest
 
 from rolecast.prompts import PromptBook
 
-NAMES = {"solve", "refine", "evaluate", "aggregate", "orchestrate", "work", "synthesize"}
+NAMES = {"solve", "refine", "evaluate", "aggregate", "orchestrate", "work", "synthesize", "synthesize_pick"}
 HISTORY = [
     {"solution": "first try", "critique": "step 2 is wrong"},
     {"solution": "second try", "critique": "check the sign"},
@@ -22,6 +22,7 @@ VARS = {
     "orchestrate": {"problem": "PROBLEM", "k": 3},
     "work": {"problem": "PROBLEM", "strategy": "STRAT"},
     "synthesize": {"problem": "PROBLEM", "strategies": ["s1", "s2"], "solutions": ["A", "B"]},
+    "synthesize_pick": {"problem": "PROBLEM", "strategies": ["s1", "s2"], "solutions": ["A", "B"]},
 }
 
 

@@ -258,6 +258,32 @@ def test_a_synthesizer_that_counts_votes_first_by_hand():
     assert T.CODE_SYNTHESES["agreement"](p, one) == T.CODE_SYNTHESES["checks"](p, one)
 
 
+def test_a_synthesizer_that_names_a_worker_by_hand():
+    """`code_synthesis: pick` (Orch-Workers' `synthesis: pick`): the judges' check rows, then the first passing
+    worker's number, the synthesize_pick prompt; judged right when the worker it names is. f(1)=3, f(2)=5, f(3)=7."""
+    from rolecast.tasks.testbed import CodeTestbed
+
+    p = CodeTestbed.make_problem("x*2+1", 1, "test")
+    cands = [T.answer_text(p, e) for e in ("x*3", "x*2+1", "x*2+1")]
+    text, spans = T._with_decisions(T.CODE_SYNTHESES["pick"](p, cands))
+    assert text == "1:x*3 1*3=3 vs 3 2*3=6 vs 5 no 2:x*2+1 1*2+1=3 vs 3 2*2+1=5 vs 5 3*2+1=7 vs 7 yes \\boxed{2}"
+    assert [text[a:b] for a, b in spans] == ["no", "yes", "2"]
+    # none passes: the first majority holder, as the code aggregator
+    text, _ = T._with_decisions(T.CODE_SYNTHESES["pick"](p, [T.answer_text(p, e) for e in ("x*3", "x+2", "x+2")]))
+    assert text.endswith("no \\boxed{2}")
+    ex = T.make_example("synthesize", p, random.Random(0), PromptBook("testbed"), True, "pick")
+    assert ex.messages[-1]["content"].startswith("name: f(1)=3") and ex.info["pick"]
+    n = len(ex.info["candidates"])
+    right = [i for i, c in enumerate(ex.info["candidates"]) if T.is_correct(p, c)]
+    for i in range(n):
+        assert T.judge(ex, f"1:x no \\boxed{{{i + 1}}}") == (True, i in right, i)
+    assert T.judge(ex, f"\\boxed{{{n + 1}}}") == (False, False, None)
+    assert T.judge(ex, T.answer_text(p, "x*2+1"))[0] is False  # a program is not a pick
+    # the shipped contract renders `synthesize` and is judged on its answer
+    ex = T.make_example("synthesize", p, random.Random(0), PromptBook("testbed"), True, "checks")
+    assert ex.messages[-1]["content"].startswith("merge:") and T.judge(ex, T.answer_text(p, "x*2+1"))[1]
+
+
 def test_the_code_synthesis_and_role_weights_of_a_build_are_checked():
     from rolecast.testbed.builder import build
 

@@ -48,6 +48,45 @@ def test_synthesizer_summary_pairs_it_with_worker_1():
     assert r["vs_first"]["margin"] == 0.25  # +1, 0, -1, +1
 
 
+def test_synthesizer_summary_reads_a_synthesizer_that_names_a_worker():
+    """Orch-Workers' `synthesis: pick`: the synthesizer's PickClaim is right when the worker it named is; with no
+    worker right scoring leaves `correct` None, which counts as wrong."""
+
+    def ep(flags: list[bool], picked: int) -> Episode:
+        turns = [_turn("worker", AnswerClaim("w", correct=c)) for c in flags]
+        pick = PickClaim(picked, ["w"] * len(flags), correct=flags[picked] if any(flags) else None)
+        return Episode("x", 0, turns + [_turn("synthesizer", pick)])
+
+    r = SUMMARIES["orch_workers"]([ep([False, True], 1), ep([True, False], 1), ep([False, False], 0)])
+    assert r["accuracy"] == round(1 / 3, 4) and r["baseline_first"] == round(1 / 3, 4)
+    assert r["vs_first"]["margin"] == 0.0  # +1, -1, 0
+
+
+def test_code_rollouts_are_clustered_by_hidden_function():
+    """The code task's two starts of one function are one cluster: worker 1 wrong and the synthesizer right on both
+    problems of x*2 (+1, +1), level on both of x+3 (0, 0). By function: G = 2, influences +-0.25, half-width
+    1.96 * sqrt(2 * 2 * 0.0625) = 0.98; by problem it would be 1.96 * sqrt(4/3 * 4 * 0.125^2) = 0.566."""
+    from rolecast.testbed.rollouts import cluster_of
+
+    assert cluster_of("testbed_code/test/x*2/0") == cluster_of("testbed_code/test/x*2/1") == "testbed_code/test/x*2"
+    assert cluster_of("testbed/test/17") == "testbed/test/17"
+
+    def ep(pid: str, w1: bool, syn: bool) -> Episode:
+        turns = [_turn("worker", AnswerClaim("w", correct=w1)), _turn("synthesizer", AnswerClaim("s", correct=syn))]
+        return Episode(pid, 0, turns)
+
+    r = SUMMARIES["orch_workers"](
+        [
+            ep("testbed_code/test/x*2/0", False, True),
+            ep("testbed_code/test/x*2/1", False, True),
+            ep("testbed_code/test/x+3/0", True, True),
+            ep("testbed_code/test/x+3/1", False, False),
+        ],
+        True,
+    )
+    assert r["vs_first"] == {"margin": 0.5, "margin_ci": 0.98}
+
+
 def test_rollout_competence_runs_the_real_workflows():
     """A few problems through the shipped testbed: each workflow's pass@1 is what its episodes scored."""
     from rolecast.testbed import default_path, format_rollouts

@@ -132,6 +132,28 @@ def test_orch_workers_k_strategies_make_k_workers(k_out, expected_workers):
     assert ep.metrics["strategy_count"] == k_out
 
 
+def test_orch_workers_pick_returns_the_named_workers_solution():
+    """`synthesis: pick`: the synthesizer is asked to name a worker (the synthesize_pick prompt), its \\boxed{i} is
+    read by the aggregator's rule, and the episode's answer is worker i's own text, not the synthesizer's."""
+    plan = "STRATEGY 1: a\nSTRATEGY 2: b\nSTRATEGY 3: c"
+    answers = iter([r"w \boxed{4}", r"w \boxed{5}", r"w \boxed{6}"])
+
+    def respond(pid, messages):
+        return {"orchestrator": plan, "synthesizer": r"1:4 no 2:5 yes \boxed{2}"}.get(pid) or next(answers)
+
+    eps, backend, _ = run("orch_workers", respond, synthesis="pick")
+    [ep] = eps
+    prompt = user_text(backend.batches[2][0].messages)
+    assert prompt.startswith("name:") and "2: \\boxed{5}" in prompt  # workers' final answers, as `synthesize`
+    assert ep.final_text == r"w \boxed{5}"
+    assert ep.turns[-1].claim == PickClaim(1, [r"w \boxed{4}", r"w \boxed{5}", r"w \boxed{6}"])
+    # the default contract: the synthesizer's own text is the answer
+    answers = iter([r"w \boxed{4}", r"w \boxed{5}", r"w \boxed{6}"])
+    eps, backend, _ = run("orch_workers", respond)
+    assert user_text(backend.batches[2][0].messages).startswith("merge:")
+    assert eps[0].final_text == r"1:4 no 2:5 yes \boxed{2}"
+
+
 def test_whole_batch_is_generated_together():
     problems = [Problem(f"p{i}", f"{i} + 1", str(i + 1)) for i in range(4)]
     eps, backend, stats = run("voting", lambda pid, m: r"\boxed{1}", problems=problems, samples=8, sharing="shared")

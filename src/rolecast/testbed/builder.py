@@ -436,7 +436,7 @@ def evaluate_dir(path: str | Path, *, per_role: int = 200, log: Callable[[str], 
     tok = AutoTokenizer.from_pretrained(str(path))
     t = time.time()
     kind = info.get("kind", "math")
-    examples = Curriculum(info["seed"], kind).held_out(info["seed"], per_role)
+    examples = Curriculum(info["seed"], kind, info.get("code_synthesis", "checks")).held_out(info["seed"], per_role)
     info["roles"] = evaluate_roles(model, tok, examples, derive_code=kind == "code")
     for k, v in info["roles"].items():
         log(f"{k:28s} format {v['format']:.2f} accuracy {v['accuracy']:.2f}")

@@ -6,12 +6,15 @@ slips, truncations, at the map's sampling temperature). The first rebuild's synt
 by 0.20 on the noise model and lost to worker 1 on real rollouts, so both measures are reported.
 
 Each multi-agent workflow runs the held-out arithmetic problems through the real rollout path, and every
-number comes from the claims scored by the trainer's own `score_episodes`. Intervals are clustered by problem
-(`stats.clustered_*`): a problem's samples, and an episode's several verdicts, are not independent draws.
+number comes from the claims scored by the trainer's own `score_episodes`. Intervals are clustered
+(`stats.clustered_*`): a problem's samples, and an episode's several verdicts, are not independent draws. The
+cluster is the problem, and on the code task the hidden function (`cluster_of`): its held-out split is 40
+functions each shown from two starts, and the two problems of one function share what makes it hard.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -55,7 +58,7 @@ def rollout_competence(
             "problems": problems,
             "samples": samples,
             "temperature": temperature,
-            "intervals": "clustered by problem",
+            "intervals": "clustered by function" if task == "testbed_code" else "clustered by problem",
         }
     }
     for name in WORKFLOWS:
@@ -85,6 +88,7 @@ def workflow_episodes(
 ) -> tuple[list[Episode], float, int]:
     """One workflow's scored episodes on the first `problems` held-out problems x `samples`, through the real
     rollout path (the trainer's runtime and `score_episodes`); (episodes, pass@1, the number of problems)."""
+    pick = build_synthesis(path) == "pick"
     cfg = load_config(
         overrides={
             "model.path": str(path),
@@ -94,6 +98,8 @@ def workflow_episodes(
             **({"rollout.max_new_tokens": CODE_MAX_NEW_TOKENS} if task == "testbed_code" else {}),
             "seed": seed,
             "threads": threads,
+            # the contract the build's synthesizer was taught
+            **({"workflow.options.synthesis": "pick"} if workflow == "orch_workers" and pick else {}),
         }
     )
     rt = build_runtime(cfg, data_splits=[cfg.task.eval_split])
@@ -103,9 +109,25 @@ def workflow_episodes(
     return list(res.episodes), res.pass1, len(probs)
 
 
+def cluster_of(problem_id: str) -> str:
+    """The unit a rollout interval treats as independent: a code problem's hidden function
+    (`testbed_code/<split>/<expr>/<start>` -> `testbed_code/<split>/<expr>`), any other problem itself. Until
+    2026-12-08 code intervals were clustered by problem, which counted a function's two starts as independent."""
+    return problem_id.rsplit("/", 1)[0] if problem_id.startswith("testbed_code/") else problem_id
+
+
+def build_synthesis(path: str | Path) -> str:
+    """How a testbed build's code synthesizer was taught to decide (build_info.json's `code_synthesis`; "checks"
+    for a build that does not record it): "pick" builds run Orch-Workers with `synthesis: pick`."""
+    info = Path(path) / "build_info.json"
+    return str(json.loads(info.read_text()).get("code_synthesis", "checks")) if info.exists() else "checks"
+
+
 def _evaluator(episodes: Sequence[Episode], code: bool = False) -> dict[str, Any]:
     """Every verdict on a solution the generator wrote: accept rate and balanced accuracy."""
-    judged = [(t.claim, ep.problem_id) for ep in episodes for t in ep.turns if isinstance(t.claim, VerdictClaim)]
+    judged = [
+        (t.claim, cluster_of(ep.problem_id)) for ep in episodes for t in ep.turns if isinstance(t.claim, VerdictClaim)
+    ]
     known = [(v, pid) for v, pid in judged if v.reviewed_correct is not None]
     tpr, tnr, balanced, ci = clustered_balanced_accuracy(
         [v.accept for v, _ in known], [bool(v.reviewed_correct) for v, _ in known], [pid for _, pid in known]
@@ -123,7 +145,9 @@ def _evaluator(episodes: Sequence[Episode], code: bool = False) -> dict[str, Any
 
 def _aggregator(episodes: Sequence[Episode], code: bool = False) -> dict[str, Any]:
     """Picks where some voter was right: correct picks vs always voter 1 and vs a random voter."""
-    picks = [(t.claim, ep.problem_id) for ep in episodes for t in ep.turns if isinstance(t.claim, PickClaim)]
+    picks = [
+        (t.claim, cluster_of(ep.problem_id)) for ep in episodes for t in ep.turns if isinstance(t.claim, PickClaim)
+    ]
     has = [(p, p.candidates_correct, pid) for p, pid in picks if p.candidates_correct and any(p.candidates_correct)]
     ids = [pid for _, _, pid in has]
     model = [bool(p.correct) for p, _, _ in has]
@@ -151,7 +175,7 @@ def _synthesizer(episodes: Sequence[Episode], code: bool = False) -> dict[str, A
         workers, final = _workers_and_synthesis(ep)
         if workers and final:
             synth.append(bool(final[-1][1].correct))
-            ids.append(ep.problem_id)
+            ids.append(cluster_of(ep.problem_id))
             first.append(float(bool(workers[0].correct)))
             answers = [program_body(w.text) if code else boxed_integer(w.text) for w in workers]
             disagree.append(len(set(answers)) > 1)
@@ -171,10 +195,11 @@ def _synthesizer(episodes: Sequence[Episode], code: bool = False) -> dict[str, A
     }
 
 
-def _workers_and_synthesis(ep: Episode) -> tuple[list[AnswerClaim], list[tuple[Turn, AnswerClaim]]]:
-    """An Orch-Workers episode's worker answers, and its synthesizer turns with their answers, in order."""
+def _workers_and_synthesis(ep: Episode) -> tuple[list[AnswerClaim], list[tuple[Turn, AnswerClaim | PickClaim]]]:
+    """An Orch-Workers episode's worker answers, and its synthesizer turns with their answers (`synthesis: pick`:
+    their picks, right when the worker named is; `correct` is None when no worker was), in order."""
     workers = [t.claim for t in ep.turns if t.role == "worker" and isinstance(t.claim, AnswerClaim)]
-    synth = [(t, t.claim) for t in ep.turns if t.role == "synthesizer" and isinstance(t.claim, AnswerClaim)]
+    synth = [(t, t.claim) for t in ep.turns if t.role == "synthesizer" and isinstance(t.claim, AnswerClaim | PickClaim)]
     return workers, synth
 
 
@@ -194,7 +219,7 @@ def synthesizer_picks(episodes: Sequence[Episode]) -> dict[str, Any]:
     """A code synthesizer's own answer against what its checks chose, episode by episode: `checked` takes the
     program of the worker its rows said yes to (its own where it said yes to none), the answer a synthesizer
     would give that names a worker and lets the workflow copy its program. Beside them worker 1 and any worker
-    right (the ceiling of picking). Margins over worker 1, clustered by problem."""
+    right (the ceiling of picking). Margins over worker 1, clustered (`cluster_of`)."""
     own, checked, first, oracle, ids = [], [], [], [], []
     copy_slips = 0
     for ep in episodes:
@@ -210,7 +235,7 @@ def synthesizer_picks(episodes: Sequence[Episode]) -> dict[str, Any]:
         checked.append(pick)
         first.append(float(bool(workers[0].correct)))
         oracle.append(any(bool(w.correct) for w in workers))
-        ids.append(ep.problem_id)
+        ids.append(cluster_of(ep.problem_id))
     return {
         "n_episodes": len(own),
         "own": clustered_rate(own, ids),
@@ -227,7 +252,7 @@ def shown_check_picks(episodes: Sequence[Episode]) -> dict[str, Any]:
     """The ceiling of a code synthesizer that checks the shown examples, as the testbed's synthesizer is taught to:
     the first worker whose program passes the problem's shown examples when run in the sandbox (worker 1 when none
     does), that is, checks without a slip and a copy without one, against worker 1. What such checks cannot see is
-    a program that fits the shown examples and fails the hidden inputs. Margin clustered by problem."""
+    a program that fits the shown examples and fails the hidden inputs. Margin clustered (`cluster_of`)."""
     rows = [(ep, _workers_and_synthesis(ep)[0]) for ep in episodes]
     rows = [(ep, w) for ep, w in rows if w]
     task = CodeTestbed()  # the task's own asserts and timeout, as training grades a program
@@ -241,7 +266,7 @@ def shown_check_picks(episodes: Sequence[Episode]) -> dict[str, Any]:
         k = ok.index(True) if any(ok) else 0
         picked.append(bool(workers[k].correct))
         first.append(float(bool(workers[0].correct)))
-        ids.append(ep.problem_id)
+        ids.append(cluster_of(ep.problem_id))
     return {"shown_checks": clustered_rate(picked, ids), "shown_checks_vs_first": clustered_margin(picked, first, ids)}
 
 

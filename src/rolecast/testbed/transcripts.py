@@ -411,12 +411,14 @@ def make_example(
         p = rng.choice((0.4, 0.6, 0.8))
         sols = [noisy_answer(problem, rng, p, misses, derive_code) for _ in range(n)]
         strategies = strategies_for(problem, n)
-        msgs = book.render("synthesize", problem=problem.text, strategies=strategies, solutions=sols)
+        pick = code_synthesis == "pick" and is_code(problem) and derive_code
+        prompt = "synthesize_pick" if pick else "synthesize"  # Orch-Workers' `synthesis: pick` asks for a number
+        msgs = book.render(prompt, problem=problem.text, strategies=strategies, solutions=sols)
         if is_code(problem) and derive_code:
             target, decisions = _with_decisions(CODE_SYNTHESES[code_synthesis](problem, sols))
         else:
             target, decisions = _with_decisions(_agreement_parts(problem, sols, derive_code))
-        info["candidates"] = sols
+        info.update(candidates=sols, pick=pick)
     elif role == "evaluate":
         sol = noisy_answer(problem, rng, 0.5, misses, derive_code)
         ok = is_correct(problem, sol)
@@ -548,10 +550,22 @@ def _code_agreement_parts(problem: Problem, candidates: list[str]) -> list[str |
     return parts + [head, (agreed,), tail]
 
 
-# How the code build's synthesizer decides: "checks" (the shipped builds) or "agreement" (votes, then checks).
+def _code_pick_parts(problem: Problem, candidates: list[str]) -> list[str | tuple[str]]:
+    """A code synthesizer that names a worker (Orch-Workers' `synthesis: pick`; the workflow returns that worker's
+    program): the judges' rows, then the pick, exactly as the code aggregator writes them (the first worker that
+    passes; none passes: the first majority holder).
+
+    Why it was tried: on the shipped builds' own rollouts the checking synthesizer's rows chose better than its
+    answer, which lost the choice in copying the program (docs/testbed.md, "How far the first would go")."""
+    return _aggregator_parts(problem, candidates, acceptable_picks(problem, candidates), True)
+
+
+# How the code build's synthesizer decides: "checks" (the shipped builds), "agreement" (votes, then checks), or
+# "pick" (checks, then a worker's number: Orch-Workers' `synthesis: pick`).
 CODE_SYNTHESES: dict[str, Callable[[Problem, list[str]], list[str | tuple[str]]]] = {
     "checks": _code_synthesis_parts,
     "agreement": _code_agreement_parts,
+    "pick": _code_pick_parts,
 }
 
 
@@ -641,6 +655,11 @@ def acceptable_picks(problem: Problem, candidates: list[str]) -> list[int]:
 def judge(ex: Example, completion: str) -> tuple[bool, bool, Any]:
     """(well-formed, right, label) for one completion; label is the verdict/pick, for distributions."""
     p = ex.problem
+    if ex.role == "synthesize" and ex.info.get("pick"):  # it names a worker: right when that worker's answer is
+        n = len(ex.info["candidates"])
+        boxed = last_boxed(completion)
+        pick = int(boxed) - 1 if boxed and boxed.isdigit() and 1 <= int(boxed) <= n else None
+        return pick is not None, pick is not None and is_correct(p, ex.info["candidates"][pick]), pick
     if ex.role in ("solve", "work", "synthesize", "refine"):
         ok_format = extract(p, completion) is not None
         return ok_format, is_correct(p, completion), None

@@ -1,11 +1,11 @@
 """Orchestrator-workers: strategies are proposed, workers solve in parallel, a synthesizer decides."""
 
 import re
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field
 
-from rolecast.core.episode import AnswerClaim
+from rolecast.core.episode import AnswerClaim, PickClaim
 from rolecast.workflows.api import Context, workflow
 from rolecast.workflows.parsing import ParserSetName, parser_set
 
@@ -13,8 +13,19 @@ from rolecast.workflows.parsing import ParserSetName, parser_set
 FALLBACK_STRATEGY = "Solve the problem directly."
 
 
-@workflow("orch_workers", prompts={"orchestrator": ["orchestrate"], "worker": ["work"], "synthesizer": ["synthesize"]})
-async def orch_workers(ctx: Context, k: Annotated[int, Field(ge=1)] = 3, parsers: ParserSetName = "rolecast") -> str:
+@workflow(
+    "orch_workers",
+    prompts={"orchestrator": ["orchestrate"], "worker": ["work"], "synthesizer": ["synthesize", "synthesize_pick"]},
+)
+async def orch_workers(
+    ctx: Context,
+    k: Annotated[int, Field(ge=1)] = 3,
+    parsers: ParserSetName = "rolecast",
+    synthesis: Literal["answer", "pick"] = "answer",
+) -> str:
+    """`synthesis`: "answer" (the study's) -- the synthesizer writes the final answer itself; "pick" -- it names a
+    worker (\\boxed{i}, read by the aggregator's rule) and the episode's answer is that worker's solution, so a
+    synthesizer that judges well cannot lose the right answer in copying it (a program, say)."""
     rules = parser_set(parsers)
     plan = await ctx.call("orchestrator", ctx.prompt("orchestrate", k=k))
     # first_match: STRATEGY lines, then a numbered list, then lines, then the whole reply; rolecast: STRATEGY lines
@@ -32,6 +43,11 @@ async def orch_workers(ctx: Context, k: Annotated[int, Field(ge=1)] = 3, parsers
         w.claim = AnswerClaim(w.text)
     ctx.log("worker_diversity", len({ctx.extract(t) for t in texts}) / len(texts))
 
+    if synthesis == "pick":
+        final = await ctx.call("synthesizer", ctx.prompt("synthesize_pick", strategies=strategies, solutions=texts))
+        choice = rules.choice(final.text, len(texts))
+        final.claim = PickClaim(choice, texts)
+        return texts[choice]
     final = await ctx.call("synthesizer", ctx.prompt("synthesize", strategies=strategies, solutions=texts))
     final.claim = AnswerClaim(final.text)
     return final.text
