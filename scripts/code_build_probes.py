@@ -54,13 +54,17 @@ RECIPES = {
 }
 
 
-def build_recipe(name: str, out: str) -> None:
+def build_recipe(name: str, out: str, seed: int = 0, init_from: Path | None = None) -> None:
+    """Recipe `name` continued from the shipped code build of its size, or from `init_from` (a code build of
+    `seed`: another seed holds out another split of the code task's functions, so its rollouts are measured on
+    problems no recipe was chosen on)."""
     r = RECIPES[name]
     build(
         out,
+        seed=seed,
         size=r.size,
         kind="code",
-        init_from=default_path(r.size, "code"),
+        init_from=init_from or default_path(r.size, "code"),
         steps=r.steps,
         lr=r.lr,
         solver_steps=0,
@@ -99,12 +103,14 @@ def main() -> None:
     b = sub.add_parser("build")
     b.add_argument("recipe", choices=list(RECIPES))
     b.add_argument("--out", required=True)
+    b.add_argument("--seed", type=int, default=0, help="the build's seed, and the code task's split")
+    b.add_argument("--init-from", type=Path, default=None, help="a code build of that seed (default: the shipped)")
     t = sub.add_parser("table")
     t.add_argument("dirs", nargs="+", type=Path)
     t.add_argument("--threads", type=int, default=2)
     a = ap.parse_args()
     if a.action == "build":
-        build_recipe(a.recipe, a.out)
+        build_recipe(a.recipe, a.out, a.seed, a.init_from)
         return
     print(
         "| recipe | size | what it trains | solver | evaluator balanced accuracy | aggregator - voter 1 "

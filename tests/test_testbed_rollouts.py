@@ -87,6 +87,22 @@ def test_code_rollouts_are_clustered_by_hidden_function():
     assert r["vs_first"] == {"margin": 0.5, "margin_ci": 0.98}
 
 
+def test_a_build_of_another_seed_is_measured_on_its_own_split():
+    """`task_options={"seed": 1}`: the episodes are the held-out problems of the code task's split 1 (functions
+    split 0 trains on), and the protocol records it."""
+    from rolecast.tasks.testbed import CodeTestbed
+    from rolecast.testbed import default_path
+    from rolecast.testbed.rollouts import workflow_episodes
+
+    split1 = [p.id for p in CodeTestbed(seed=1).problems("test")[:3]]
+    assert not set(split1) & {p.id for p in CodeTestbed(seed=0).problems("test")[:3]}
+    eps, _, n = workflow_episodes(
+        default_path("small", "code"), "orch_workers", task="testbed_code", problems=3, samples=1,
+        task_options={"seed": 1},
+    )  # fmt: skip
+    assert n == 3 and [ep.problem_id for ep in eps] == split1
+
+
 def test_rollout_competence_runs_the_real_workflows():
     """A few problems through the shipped testbed: each workflow's pass@1 is what its episodes scored."""
     from rolecast.testbed import default_path, format_rollouts

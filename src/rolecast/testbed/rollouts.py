@@ -44,12 +44,14 @@ def rollout_competence(
     temperature: float = 0.7,
     seed: int = 0,
     threads: int = 1,
+    task_options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Per workflow: its pass@1 and what its judging role did with the candidates the model itself wrote.
 
     `task` "testbed_code": the code task's held-out problems (80 of them), every program run in the sandbox by
     the task's own scorer, as training runs it. `samples` per problem: 2 for arithmetic's 200 problems, 4 for
-    code's 80 (default), so both measure a few hundred episodes per workflow.
+    code's 80 (default), so both measure a few hundred episodes per workflow. `task_options`: the task's own
+    (`{"seed": 1}`: the held-out split of a build made with seed 1), recorded in the protocol when given.
     """
     samples = samples if samples is not None else 4 if task == "testbed_code" else 2
     out: dict[str, Any] = {
@@ -59,12 +61,13 @@ def rollout_competence(
             "samples": samples,
             "temperature": temperature,
             "intervals": "clustered by function" if task == "testbed_code" else "clustered by problem",
+            **({"task_options": task_options} if task_options else {}),
         }
     }
     for name in WORKFLOWS:
         episodes, pass1, n_problems = workflow_episodes(
             path, name, task=task, problems=problems, samples=samples, temperature=temperature, seed=seed,
-            threads=threads,
+            threads=threads, task_options=task_options,
         )  # fmt: skip
         out["protocol"]["problems"] = n_problems
         out[name] = {
@@ -85,6 +88,7 @@ def workflow_episodes(
     temperature: float = 0.7,
     seed: int = 0,
     threads: int = 1,
+    task_options: dict[str, Any] | None = None,
 ) -> tuple[list[Episode], float, int]:
     """One workflow's scored episodes on the first `problems` held-out problems x `samples`, through the real
     rollout path (the trainer's runtime and `score_episodes`); (episodes, pass@1, the number of problems)."""
@@ -98,6 +102,7 @@ def workflow_episodes(
             **({"rollout.max_new_tokens": CODE_MAX_NEW_TOKENS} if task == "testbed_code" else {}),
             "seed": seed,
             "threads": threads,
+            **({"task.options": task_options} if task_options else {}),
             # the contract the build's synthesizer was taught
             **({"workflow.options.synthesis": "pick"} if workflow == "orch_workers" and pick else {}),
         }
