@@ -51,6 +51,8 @@ RECIPES = {
     # the synthesizer names a worker (Orch-Workers' `synthesis: pick`), otherwise A and L3 (2026-12-08)
     "AP": Recipe("small", {"synthesize": 3.0, "evaluate": 2.0, "aggregate": 1.0}, "pick", note="judges only"),
     "L3P": Recipe("large", {"synthesize": 3.0, "evaluate": 2.0, "aggregate": 1.0}, "pick", note="judges only"),
+    # AP with the evaluator weighed above the pick rows: on split 1 AP's evaluator drifted into them (2026-12-08)
+    "APE": Recipe("small", {"synthesize": 3.0, "evaluate": 5.0, "aggregate": 1.0}, "pick", note="judges, evaluator 5"),
 }
 
 
