@@ -118,12 +118,16 @@ def test_every_role_renders_with_the_workflow_variables(arith):
         "orchestrate": book.render("orchestrate", problem=prob, k=3),
         "work": book.render("work", problem=prob, strategy="left to right"),
         "synthesize": book.render("synthesize", problem=prob, strategies=["a", "b"], solutions=[sol, sol]),
+        "synthesize_pick": book.render("synthesize_pick", problem=prob, strategies=["a", "b"], solutions=[sol, sol]),
     }
     assert set(rendered) == book.names()
     for name, msgs in rendered.items():
         assert [m["role"] for m in msgs] == ["user"], name
         assert prob in msgs[0]["content"], name
     assert rendered["aggregate"][0]["content"].endswith("3: \\boxed{5}")
+    # Orch-Workers' `synthesis: pick` asks with its own tag, over the same list
+    merge, name = rendered["synthesize"][0]["content"], rendered["synthesize_pick"][0]["content"]
+    assert merge.startswith("merge: ") and name == "name: " + merge.removeprefix("merge: ")
 
 
 def test_teacher_labels_are_balanced_and_consistent():
