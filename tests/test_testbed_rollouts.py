@@ -103,6 +103,16 @@ def test_a_build_of_another_seed_is_measured_on_its_own_split():
     assert n == 3 and [ep.problem_id for ep in eps] == split1
 
 
+def test_a_builds_split_and_contract_are_read_from_its_build_info(tmp_path):
+    from rolecast.testbed.rollouts import build_split, build_synthesis
+
+    assert build_split(tmp_path) is None and build_synthesis(tmp_path) == "checks"  # no build_info.json
+    (tmp_path / "build_info.json").write_text('{"seed": 2, "code_synthesis": "pick"}')
+    assert build_split(tmp_path) == {"seed": 2} and build_synthesis(tmp_path) == "pick"
+    (tmp_path / "build_info.json").write_text('{"seed": 0}')
+    assert build_split(tmp_path) is None
+
+
 def test_rollout_competence_runs_the_real_workflows():
     """A few problems through the shipped testbed: each workflow's pass@1 is what its episodes scored."""
     from rolecast.testbed import default_path, format_rollouts

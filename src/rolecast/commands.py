@@ -196,9 +196,8 @@ def cmd_testbed(args: argparse.Namespace) -> int:
         print(f"testbed: {path}")
         if args.action == "rollouts":
             task = "testbed_code" if build_info.get("kind") == "code" else "testbed"
-            # a build made with another seed is measured on its own held-out split
-            split = {"seed": build_info["seed"]} if build_info.get("seed", 0) != 0 else None
-            print(testbed.format_rollouts(rollout_competence(path, task=task, seed=args.seed, task_options=split)))
+            # on the build's own held-out split (rollouts.build_split)
+            print(testbed.format_rollouts(rollout_competence(path, task=task, seed=args.seed)))
             return 0
     print(testbed.format_info(build_info))
     return 0

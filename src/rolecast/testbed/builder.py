@@ -441,11 +441,8 @@ def evaluate_dir(path: str | Path, *, per_role: int = 200, log: Callable[[str], 
     for k, v in info["roles"].items():
         log(f"{k:28s} format {v['format']:.2f} accuracy {v['accuracy']:.2f}")
     task = "testbed_code" if kind == "code" else "testbed"
-    # a build made with another seed holds out another split of the task's problems: measure it on its own
-    split = {"seed": info["seed"]} if info["seed"] != DEFAULT_SEED else None
-    info["rollouts"] = rollout_competence(
-        path, task=task, seed=info["seed"], threads=torch.get_num_threads(), task_options=split
-    )
+    # measured on the build's own split (rollouts.build_split)
+    info["rollouts"] = rollout_competence(path, task=task, seed=info["seed"], threads=torch.get_num_threads())
     info["eval_seconds"] = round(time.time() - t, 1)
     (path / "build_info.json").write_text(json.dumps(info, indent=1) + "\n")
     return info

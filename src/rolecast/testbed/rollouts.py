@@ -51,9 +51,10 @@ def rollout_competence(
     `task` "testbed_code": the code task's held-out problems (80 of them), every program run in the sandbox by
     the task's own scorer, as training runs it. `samples` per problem: 2 for arithmetic's 200 problems, 4 for
     code's 80 (default), so both measure a few hundred episodes per workflow. `task_options`: the task's own
-    (`{"seed": 1}`: the held-out split of a build made with seed 1), recorded in the protocol when given.
+    (default: the build's own split, `build_split`), recorded in the protocol when any.
     """
     samples = samples if samples is not None else 4 if task == "testbed_code" else 2
+    task_options = task_options if task_options is not None else build_split(path)
     out: dict[str, Any] = {
         "protocol": {
             "task": task,
@@ -93,6 +94,7 @@ def workflow_episodes(
     """One workflow's scored episodes on the first `problems` held-out problems x `samples`, through the real
     rollout path (the trainer's runtime and `score_episodes`); (episodes, pass@1, the number of problems)."""
     pick = build_synthesis(path) == "pick"
+    task_options = task_options if task_options is not None else build_split(path)
     cfg = load_config(
         overrides={
             "model.path": str(path),
@@ -121,11 +123,22 @@ def cluster_of(problem_id: str) -> str:
     return problem_id.rsplit("/", 1)[0] if problem_id.startswith("testbed_code/") else problem_id
 
 
+def _build_info(path: str | Path) -> dict[str, Any]:
+    info = Path(path) / "build_info.json"
+    return json.loads(info.read_text()) if info.exists() else {}
+
+
 def build_synthesis(path: str | Path) -> str:
     """How a testbed build's code synthesizer was taught to decide (build_info.json's `code_synthesis`; "checks"
     for a build that does not record it): "pick" builds run Orch-Workers with `synthesis: pick`."""
-    info = Path(path) / "build_info.json"
-    return str(json.loads(info.read_text()).get("code_synthesis", "checks")) if info.exists() else "checks"
+    return str(_build_info(path).get("code_synthesis", "checks"))
+
+
+def build_split(path: str | Path) -> dict[str, Any] | None:
+    """The task options that hold out a build's own split: a build made with seed s trains on split s of the
+    testbed tasks (`Curriculum(seed)`), so it is measured on split s; None for seed 0, the tasks' default."""
+    seed = _build_info(path).get("seed", 0)
+    return {"seed": seed} if seed != 0 else None
 
 
 def _evaluator(episodes: Sequence[Episode], code: bool = False) -> dict[str, Any]:

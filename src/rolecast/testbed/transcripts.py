@@ -652,13 +652,17 @@ def acceptable_picks(problem: Problem, candidates: list[str]) -> list[int]:
 # --- judging a model's completion for an example ---------------------------------------------------------
 
 
+def _boxed_pick(completion: str, n: int) -> int | None:
+    """The 0-based candidate a judging role's last `\\boxed{i}` names, None when it names none of the n."""
+    boxed = last_boxed(completion)
+    return int(boxed) - 1 if boxed and boxed.isdigit() and 1 <= int(boxed) <= n else None
+
+
 def judge(ex: Example, completion: str) -> tuple[bool, bool, Any]:
     """(well-formed, right, label) for one completion; label is the verdict/pick, for distributions."""
     p = ex.problem
     if ex.role == "synthesize" and ex.info.get("pick"):  # it names a worker: right when that worker's answer is
-        n = len(ex.info["candidates"])
-        boxed = last_boxed(completion)
-        pick = int(boxed) - 1 if boxed and boxed.isdigit() and 1 <= int(boxed) <= n else None
+        pick = _boxed_pick(completion, len(ex.info["candidates"]))
         return pick is not None, pick is not None and is_correct(p, ex.info["candidates"][pick]), pick
     if ex.role in ("solve", "work", "synthesize", "refine"):
         ok_format = extract(p, completion) is not None
@@ -668,8 +672,7 @@ def judge(ex: Example, completion: str) -> tuple[bool, bool, Any]:
         verdict = {"correct": True, "incorrect": False}.get((boxed or "").strip().lower())
         return verdict is not None, verdict is not None and verdict == ex.info["truth"], verdict
     if ex.role == "aggregate":
-        n = len(ex.info["candidates"])
-        pick = int(boxed) - 1 if boxed and boxed.isdigit() and 1 <= int(boxed) <= n else None
+        pick = _boxed_pick(completion, len(ex.info["candidates"]))
         return pick is not None, pick in ex.info["acceptable"], pick
     if ex.role == "orchestrate":
         found = []
